@@ -1,0 +1,32 @@
+"""Errors raised by Cadenza. Every user-facing failure is one of these, with a message that says what to fix."""
+
+
+class CadenzaError(Exception):
+    """Base class of all Cadenza errors."""
+
+
+class CheckpointError(CadenzaError):
+    """A model directory or weight file is missing, unreadable or does not match the architecture."""
+
+
+class InputError(CadenzaError, ValueError):
+    """A request argument (text, audio, speaker, option) cannot be used."""
+
+
+class TextError(InputError):
+    """The text is empty, unspeakable or too long."""
+
+
+class AudioError(InputError):
+    """Prompt audio is unreadable, silent, too short or too long."""
+
+
+class UnknownSpeakerError(InputError, KeyError):
+    """A saved speaker id that the model does not know."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingDependencyError(CadenzaError, ImportError):
+    """An optional dependency (extra) is needed for this feature."""

@@ -1,0 +1,62 @@
+"""Shared test fixtures: where the parity fixture folders live.
+
+Parity tests read ``CADENZA_FIXTURES_COSYVOICE2`` (default ``../shared/fixtures/cosyvoice2`` relative to the
+repository root) and skip with a clear message only when that folder is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fixture_dir(env: str, default: str) -> Path:
+    return Path(os.environ.get(env) or (REPO_ROOT / default)).resolve()
+
+
+@pytest.fixture(scope="session")
+def cv2_dir() -> Path:
+    path = _fixture_dir("CADENZA_FIXTURES_COSYVOICE2", "../shared/fixtures/cosyvoice2")
+    if not (path / "config.yaml").is_file():
+        pytest.skip(f"CosyVoice 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_COSYVOICE2)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cv2_manifest(cv2_dir: Path) -> dict:
+    return json.loads((cv2_dir / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def cv2_npz(cv2_dir: Path):
+    """``cv2_npz('flow_cases')`` -> dict of numpy arrays."""
+    cache: dict[str, dict[str, np.ndarray]] = {}
+
+    def load(name: str) -> dict[str, np.ndarray]:
+        if name not in cache:
+            with np.load(cv2_dir / f"{name}.npz") as z:
+                cache[name] = {k: z[k] for k in z.files}
+        return cache[name]
+
+    return load
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_threads():
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    yield
+
+
+def assert_close(actual, expected, atol: float, name: str = "") -> None:
+    a = actual.detach().cpu().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
+    e = np.asarray(expected)
+    assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
+    diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
+    assert diff <= atol, f"{name}: max |diff| {diff:.3g} > {atol:g}"
