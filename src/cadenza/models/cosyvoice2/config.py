@@ -276,7 +276,7 @@ class CosyVoice2Config:
         enc, dec = flow["encoder"], flow["decoder"]
         est, cfm = dec["estimator"], dec.get("cfm_params", {})
         tag = str(est.get("__tag__", ""))
-        if tag and not tag.rsplit(".", 1)[-1] in KNOWN_ESTIMATOR_TAGS:
+        if tag and tag.rsplit(".", 1)[-1] not in KNOWN_ESTIMATOR_TAGS:
             raise CheckpointError(f"unknown flow estimator class {tag!r}; expected one of {KNOWN_ESTIMATOR_TAGS}")
         token_rate = int(y.get("token_frame_rate", 25))
         ratio = int(y.get("token_mel_ratio", flow.get("token_mel_ratio", 2)))

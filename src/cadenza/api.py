@@ -1,0 +1,172 @@
+"""The public Python API: ``Cadenza.from_pretrained(path).synthesize(text, ...)``.
+
+A small class over the parts (loader -> model, frontend, engine), in the spirit of F5-TTS's ``api.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cadenza.audio.io import AudioSource, load_audio, save_wav
+from cadenza.audio.prompt import validate_prompt_audio
+from cadenza.audio.resample import resample
+from cadenza.engine.cosyvoice2 import CosyVoice2Engine
+from cadenza.engine.request import SynthesisRequest
+from cadenza.errors import CheckpointError, InputError
+from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
+from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir, load_cosyvoice2_weights
+from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
+
+log = logging.getLogger(__name__)
+
+# Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
+PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
+
+
+@dataclass
+class Audio:
+    """Synthesised audio: float32 mono ``samples`` in [-1, 1] at ``sample_rate``."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+    def save(self, path: str | os.PathLike) -> None:
+        save_wav(path, self.samples, self.sample_rate)
+
+
+class Cadenza:
+    """A loaded speech model. Thread-safe for concurrent ``synthesize`` calls (no per-request state is shared)."""
+
+    def __init__(self, engine: CosyVoice2Engine, directory: Path) -> None:
+        self.engine = engine
+        self.directory = directory
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Cadenza:
+        """Load a released CosyVoice 2 directory (unchanged)."""
+        directory = Path(path).expanduser()
+        if directory.is_dir() and not is_cosyvoice2_dir(directory):
+            inspect_directory(directory)  # raises with the list of what is missing
+        files = inspect_directory(directory)
+        model = load_cosyvoice2_weights(files, device=device, dtype=dtype)
+        frontend = CosyVoice2Frontend(files, model.config)
+        speakers = SpeakerStore(files.spk2info or directory / "spk2info.pt")
+        return cls(CosyVoice2Engine(model, frontend, speakers), directory)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.engine.config.sample_rate
+
+    @property
+    def speakers(self) -> list[str]:
+        return self.engine.speakers.ids()
+
+    # -- voices --------------------------------------------------------------------------------------------------
+    def _load_prompt(self, audio: PromptAudio) -> tuple[torch.Tensor, int]:
+        if isinstance(audio, tuple) and len(audio) == 2 and not isinstance(audio[0], (str, bytes)):
+            samples, sr = audio
+            wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+            if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
+                wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
+            return wav.reshape(-1), int(sr)
+        return load_audio(audio, self.sample_rate), self.sample_rate
+
+    def voice_from_audio(self, prompt_wav: PromptAudio, prompt_text: str | None = None) -> SpeakerPrompt:
+        wav, sr = self._load_prompt(prompt_wav)
+        return self.engine.frontend.prompt_from_audio(wav, sr, prompt_text)
+
+    def add_speaker(self, speaker_id: str, prompt_wav: PromptAudio, prompt_text: str, save: bool = True) -> None:
+        """Save a zero-shot voice under ``speaker_id`` (written to ``spk2info.pt`` in the model directory)."""
+        self.engine.speakers.add(speaker_id, self.voice_from_audio(prompt_wav, prompt_text))
+        if save:
+            self.engine.speakers.save(self.directory / "spk2info.pt")
+
+    # -- synthesis -----------------------------------------------------------------------------------------------
+    def request(
+        self,
+        text: str | None = None,
+        *,
+        text_ids: Sequence[int] | None = None,
+        prompt_wav: PromptAudio | None = None,
+        prompt_text: str | None = None,
+        prompt_text_ids: Sequence[int] | None = None,
+        instruct: str | None = None,
+        speaker: str | None = None,
+        seed: int | None = None,
+        speed: float = 1.0,
+    ) -> SynthesisRequest:
+        """Resolve arguments into a request. Modes:
+
+        * ``prompt_wav`` + ``prompt_text``: zero-shot cloning (the transcript conditions the LM);
+        * ``prompt_wav`` alone: cross-lingual cloning (voice only; use it when the transcript is unknown);
+        * ``prompt_wav`` or ``speaker`` + ``instruct``: instruct2 (natural-language style instruction);
+        * ``speaker``: a saved voice; nothing: an arbitrary voice (zero speaker embedding).
+        """
+        eng = self.engine
+        if (text is None) == (text_ids is None):
+            raise InputError("give exactly one of text or text_ids")
+        if prompt_wav is not None and speaker is not None:
+            raise InputError("give either prompt_wav or speaker, not both")
+        if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
+            raise InputError("instruct replaces the prompt transcript: give instruct or prompt_text, not both")
+        if prompt_text is not None and prompt_text_ids is not None:
+            raise InputError("give either prompt_text or prompt_text_ids, not both")
+        ids = eng.frontend.text_ids(text) if text is not None else eng.check_text_ids(text_ids)
+        lm_text = None
+        if prompt_text_ids is not None:
+            lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids")
+        transcript_given = prompt_text is not None or prompt_text_ids is not None
+        if speaker is not None:
+            voice = eng.speakers.get(speaker)
+            mode = "speaker"
+            lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
+        elif prompt_wav is not None:
+            voice = self.voice_from_audio(prompt_wav, prompt_text)
+            mode = "zero_shot" if transcript_given else "cross_lingual"
+            if lm_text is None:
+                lm_text = voice.prompt_text
+            lm_speech = voice.flow_prompt_speech if transcript_given else None
+        else:
+            if transcript_given:
+                raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
+            voice, mode, lm_speech = None, "default_voice", None
+            log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
+        if instruct is not None:
+            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
+        return eng.build(text_ids=ids, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
+                         seed=seed, speed=speed)
+
+    def synthesize(self, text: str | None = None, **kwargs) -> Audio:
+        """Speak ``text`` (or ``text_ids=[...]`` when the model has no tokenizer files); see ``request``."""
+        return Audio(self.engine.synthesize(self.request(text, **kwargs)), self.sample_rate)
+
+    def synthesize_stream(self, text: str | None = None, **kwargs) -> Iterator[np.ndarray]:
+        """Like ``synthesize`` but yields float32 chunks as soon as each is ready."""
+        return self.engine.stream(self.request(text, **kwargs))
+
+    def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio, seed: int | None = None) -> Audio:
+        """Voice conversion: say what ``source_wav`` says in the voice of ``prompt_wav`` (no LM)."""
+        src, sr = self._load_prompt(source_wav)
+        validate_prompt_audio(src, sr, max_seconds=30.0)
+        source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
+        voice = self.voice_from_audio(prompt_wav)
+        req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
+        return Audio(self.engine.synthesize(req), self.sample_rate)
+
+
+def load(path: str | os.PathLike, **kwargs) -> Cadenza:
+    """Shorthand for ``Cadenza.from_pretrained``."""
+    if not Path(path).expanduser().exists():
+        raise CheckpointError(f"model directory not found: {path}")
+    return Cadenza.from_pretrained(path, **kwargs)

@@ -1,0 +1,127 @@
+"""Reading and writing audio: any format libsndfile decodes in, 16-bit PCM WAV out.
+
+``load_audio`` is the single entry point for user audio (paths, raw bytes from an upload, open binary files). It
+down-mixes to mono by the channel mean (as the reference's ``load_wav`` does), scales integer formats to [-1, 1]
+(soundfile's float conversion), and resamples with soxr (see ``resample.py`` for how that differs from the
+reference). Every failure is an ``AudioError`` whose message says what is wrong with which input.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from cadenza.audio.resample import resample
+from cadenza.errors import AudioError
+
+DEFAULT_MAX_BYTES = 50 * 2**20  # 50 MiB: ~4.5 min of 16-bit 48 kHz stereo; far beyond any sensible prompt
+MIN_SAMPLE_RATE = 8_000
+MAX_SAMPLE_RATE = 192_000
+
+AudioSource = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
+
+
+def _describe(source: AudioSource) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return f"'{os.fspath(source)}'"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"the audio data ({len(source)} bytes)"
+    name = getattr(source, "name", None)
+    return f"'{name}'" if isinstance(name, str) else "the audio stream"
+
+
+def _size_error(what: str, size: int, max_bytes: int) -> AudioError:
+    return AudioError(
+        f"{what} is {size / 2**20:.1f} MiB, more than the {max_bytes / 2**20:.1f} MiB limit "
+        "(use a shorter clip, or raise max_bytes)"
+    )
+
+
+def _open_source(source: AudioSource, max_bytes: int | None) -> str | io.BytesIO:
+    """Return something ``soundfile`` can read, after the existence / emptiness / size checks."""
+    what = _describe(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise AudioError(f"audio file not found: {what}")
+        if not path.is_file():
+            raise AudioError(f"{what} is not a file")
+        if not os.access(path, os.R_OK):
+            raise AudioError(f"audio file {what} is not readable (permission denied)")
+        size = path.stat().st_size
+        if size == 0:
+            raise AudioError(f"audio file {what} is empty (0 bytes)")
+        if max_bytes is not None and size > max_bytes:
+            raise _size_error(f"audio file {what}", size, max_bytes)
+        return str(path)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif hasattr(source, "read"):
+        # Read at most one byte past the limit, so an endless or huge upload never lands in memory whole.
+        data = source.read(-1 if max_bytes is None else max_bytes + 1)
+        if not isinstance(data, (bytes, bytearray)):
+            raise AudioError(f"{what} must be opened in binary mode ('rb'), got {type(data).__name__}")
+        data = bytes(data)
+    else:
+        raise AudioError(f"cannot read audio from a {type(source).__name__}; pass a path, bytes or a binary file")
+    if not data:
+        raise AudioError(f"{what} is empty (0 bytes)")
+    if max_bytes is not None and len(data) > max_bytes:
+        raise _size_error(what, len(data), max_bytes)
+    return io.BytesIO(data)
+
+
+def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFAULT_MAX_BYTES) -> torch.Tensor:
+    """Decode ``source`` to mono float32 at ``target_sr``. Returns ``[samples]``.
+
+    ``source``: a path, the raw bytes of an audio file, or a binary file object (read from its current position).
+    Any container/codec libsndfile supports (WAV, FLAC, OGG/Vorbis, Opus, MP3 with libsndfile >= 1.1, ...), at any
+    rate from 8 to 192 kHz. Multichannel audio is averaged to mono. ``max_bytes`` bounds the encoded size
+    (``None``: no limit). Raises ``AudioError`` if the file is missing, empty, too big, not decodable, has an
+    unsupported rate, holds no samples, or holds NaN/inf samples.
+    """
+    if int(target_sr) <= 0:
+        raise ValueError(f"target_sr must be positive, got {target_sr}")
+    what = _describe(source)
+    readable = _open_source(source, max_bytes)
+    try:
+        samples, sample_rate = sf.read(readable, dtype="float32", always_2d=True)  # [frames, channels]
+    except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as err:
+        reason = getattr(err, "error_string", None) or str(err)  # libsndfile's reason, without the object repr
+        raise AudioError(
+            f"cannot decode {what}: not a supported audio format, or the file is corrupt ({reason})"
+        ) from err
+    if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
+        raise AudioError(
+            f"{what} has sample rate {sample_rate} Hz; supported rates are {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz"
+        )
+    if samples.shape[0] == 0:
+        raise AudioError(f"{what} contains no audio samples")
+    mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+    if not np.isfinite(mono).all():
+        raise AudioError(f"{what} contains NaN or infinite samples")
+    return resample(torch.from_numpy(np.ascontiguousarray(mono)), sample_rate, int(target_sr))
+
+
+def save_wav(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int) -> None:
+    """Write mono ``audio`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) as 16-bit PCM WAV.
+
+    Values outside [-1, 1] are clipped (not wrapped). ``path`` may also be a binary file object.
+    """
+    data = audio.detach().cpu().float().numpy() if isinstance(audio, torch.Tensor) else np.asarray(audio, np.float32)
+    if data.ndim == 2 and data.shape[0] == 1:
+        data = data[0]
+    if data.ndim != 1:
+        raise AudioError(f"save_wav expects mono audio [samples] or [1, samples], got shape {data.shape}")
+    if not np.isfinite(data).all():
+        raise AudioError("cannot save audio that contains NaN or infinite samples")
+    # Symmetric 32767 scaling so that +1 and -1 both map to full scale without overflow.
+    pcm = np.round(np.clip(data, -1.0, 1.0) * 32767.0).astype(np.int16)
+    target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    sf.write(target, pcm, int(sample_rate), subtype="PCM_16", format="WAV")

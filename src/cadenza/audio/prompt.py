@@ -1,0 +1,60 @@
+"""Checks that a prompt recording can condition synthesis (spec §3.3: the prompt feeds the speech tokenizer,
+the speaker encoder and the flow's prompt mel).
+
+Limits: at least 0.5 s (shorter prompts give the speaker encoder and the flow almost nothing to copy), at most 30 s
+(the speech tokenizer's whisper front end handles at most 30 s; the reference asserts it). Silence is rejected
+because every downstream feature of a silent prompt is a constant floor value and the voice clone is meaningless.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.errors import AudioError
+
+DEFAULT_MIN_SECONDS = 0.5
+DEFAULT_MAX_SECONDS = 30.0
+# Silence thresholds on [-1, 1] audio. A prompt is "silent" if its peak is below -60 dBFS (nothing ever gets above
+# the noise floor of a quiet room recorded at low gain) or its RMS is below -80 dBFS (only isolated clicks in
+# digital silence). Either way the log-mel features sit at their clamp floor.
+SILENCE_PEAK = 1e-3
+SILENCE_RMS = 1e-4
+
+
+def validate_prompt_audio(
+    wav: torch.Tensor,
+    sr: int,
+    min_seconds: float = DEFAULT_MIN_SECONDS,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
+) -> torch.Tensor:
+    """Check a mono prompt ``wav`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) sampled at ``sr``.
+
+    Returns ``wav`` unchanged. Raises ``AudioError`` naming the problem: wrong shape, NaN/inf samples, shorter
+    than ``min_seconds``, longer than ``max_seconds``, or silent (peak < ``SILENCE_PEAK`` or RMS < ``SILENCE_RMS``).
+    """
+    if sr <= 0:
+        raise ValueError(f"sample rate must be positive, got {sr}")
+    if wav.dim() == 2 and wav.shape[0] == 1:
+        samples = wav[0]
+    elif wav.dim() == 1:
+        samples = wav
+    else:
+        raise AudioError(f"prompt audio must be mono [samples] or [1, samples], got shape {tuple(wav.shape)}")
+    if not torch.isfinite(samples).all():
+        raise AudioError("prompt audio contains NaN or infinite samples")
+    seconds = samples.numel() / sr
+    if seconds < min_seconds:
+        raise AudioError(f"prompt audio is too short: {seconds:.2f} s, need at least {min_seconds:g} s")
+    if seconds > max_seconds:
+        raise AudioError(
+            f"prompt audio is too long: {seconds:.2f} s, the limit is {max_seconds:g} s (trim it to one or two sentences)"
+        )
+    samples64 = samples.detach().to(torch.float64)  # float64: sums of squares over minutes of audio
+    peak = float(samples64.abs().max())
+    rms = float(samples64.square().mean().sqrt())
+    if peak < SILENCE_PEAK or rms < SILENCE_RMS:
+        raise AudioError(
+            f"prompt audio is silent (peak {peak:.2g}, RMS {rms:.2g}; need peak >= {SILENCE_PEAK:g} "
+            f"and RMS >= {SILENCE_RMS:g} on a [-1, 1] scale)"
+        )
+    return wav

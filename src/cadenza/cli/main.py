@@ -1,0 +1,129 @@
+"""``cadenza`` command line: ``synth`` (text -> wav), ``vc`` (voice conversion), ``speakers`` (saved voices)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+from cadenza.errors import CadenzaError
+
+MODEL_ENV = "CADENZA_MODEL"
+
+
+def _ids(value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.replace(",", " ").split()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from exc
+
+
+def _model_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=os.environ.get(MODEL_ENV),
+                        help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cadenza", description="Streaming voice-cloning speech synthesis.")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="speak text to a WAV file")
+    _model_arg(synth)
+    text = synth.add_mutually_exclusive_group(required=True)
+    text.add_argument("--text", help="text to speak")
+    text.add_argument("--text-ids", type=_ids, help="text token ids (for model folders without tokenizer files)")
+    synth.add_argument("--prompt-wav", help="voice to clone (any rate; 0.5-30 s)")
+    prompt_text = synth.add_mutually_exclusive_group()
+    prompt_text.add_argument("--prompt-text", help="transcript of --prompt-wav (zero-shot); omit for cross-lingual")
+    prompt_text.add_argument("--prompt-text-ids", type=_ids, help="transcript as token ids")
+    synth.add_argument("--instruct", help="style instruction, e.g. 'Speak cheerfully.' (instruct2 mode)")
+    synth.add_argument("--speaker", help="a saved speaker id (see `cadenza speakers`)")
+    synth.add_argument("--seed", type=int, help="random seed (same seed, same audio)")
+    synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (non-streaming only)")
+    synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
+    synth.add_argument("-o", "--output", required=True, help="output WAV path")
+
+    vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
+    _model_arg(vc)
+    vc.add_argument("--source-wav", required=True)
+    vc.add_argument("--prompt-wav", required=True)
+    vc.add_argument("--seed", type=int)
+    vc.add_argument("-o", "--output", required=True)
+
+    spk = sub.add_parser("speakers", help="list saved speakers, or save a new one with --add")
+    _model_arg(spk)
+    spk.add_argument("--add", metavar="ID", help="save --prompt-wav/--prompt-text under this id")
+    spk.add_argument("--prompt-wav")
+    spk.add_argument("--prompt-text")
+    return parser
+
+
+def _load(args):
+    from cadenza.api import Cadenza
+
+    if not args.model:
+        raise CadenzaError(f"no model: pass --model DIR or set ${MODEL_ENV}")
+    return Cadenza.from_pretrained(args.model, device=args.device)
+
+
+def _synth(args) -> None:
+    from cadenza.api import Audio
+
+    tts = _load(args)
+    kwargs = dict(text_ids=args.text_ids, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
+                  prompt_text_ids=args.prompt_text_ids, instruct=args.instruct, speaker=args.speaker,
+                  seed=args.seed, speed=args.speed)
+    start = time.perf_counter()
+    if args.stream:
+        chunks, first = [], None
+        for chunk in tts.synthesize_stream(args.text, **kwargs):
+            first = first if first is not None else time.perf_counter() - start
+            chunks.append(chunk)
+        audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
+        print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
+    else:
+        audio = tts.synthesize(args.text, **kwargs)
+    elapsed = time.perf_counter() - start
+    audio.save(args.output)
+    rtf = elapsed / audio.duration if audio.duration else float("nan")
+    print(f"wrote {args.output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
+          file=sys.stderr)
+
+
+def _vc(args) -> None:
+    tts = _load(args)
+    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed)
+    audio.save(args.output)
+    print(f"wrote {args.output}: {audio.duration:.2f} s", file=sys.stderr)
+
+
+def _speakers(args) -> None:
+    tts = _load(args)
+    if args.add:
+        if not args.prompt_wav or args.prompt_text is None:
+            raise CadenzaError("--add needs --prompt-wav and --prompt-text")
+        tts.add_speaker(args.add, args.prompt_wav, args.prompt_text)
+        print(f"saved speaker {args.add!r}", file=sys.stderr)
+    for speaker in tts.speakers:
+        print(speaker)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        {"synth": _synth, "vc": _vc, "speakers": _speakers}[args.command](args)
+    except CadenzaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""A synthesis request: everything one utterance needs, resolved from the user's arguments. Owns its own RNG."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+import torch
+
+from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
+
+
+def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
+    """A private RNG for one request (the global torch RNG is never touched). ``None`` draws a fresh seed."""
+    if seed is None:
+        seed = secrets.randbits(63)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
+    return torch.Generator().manual_seed(seed), seed
+
+
+@dataclass
+class SynthesisRequest:
+    """One utterance.
+
+    ``text_ids`` [1, T] text to speak; ``lm_prompt_text`` [1, Tp] (prompt transcript or instruct text) and
+    ``lm_prompt_speech`` [1, Ps] condition the LM; ``voice`` conditions the flow; ``source_tokens`` [1, S] skips the
+    LM (voice conversion).
+    """
+
+    mode: str
+    voice: SpeakerPrompt
+    text_ids: torch.Tensor | None = None
+    lm_prompt_text: torch.Tensor = field(default_factory=lambda: torch.zeros(1, 0, dtype=torch.long))
+    lm_prompt_speech: torch.Tensor = field(default_factory=lambda: torch.zeros(1, 0, dtype=torch.long))
+    source_tokens: torch.Tensor | None = None
+    speed: float = 1.0
+    seed: int | None = None
+    min_tokens: int = 0
+    max_tokens: int = 0
+    generator: torch.Generator = field(init=False)  # LM sampling
+    vocoder_generator: torch.Generator = field(init=False)  # HiFT's NSF source noise
+
+    def __post_init__(self) -> None:
+        # Two streams from one seed, so streaming (which interleaves LM and vocoder draws) and non-streaming
+        # synthesis of the same seed produce the same speech tokens.
+        self.generator, self.seed = make_generator(self.seed)
+        self.vocoder_generator, _ = make_generator(self.seed ^ 0x5DEECE66D)

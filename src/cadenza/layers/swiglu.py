@@ -1,0 +1,21 @@
+"""Gated SiLU feed-forward block (SwiGLU) of Llama / Qwen2."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))``; no biases (Qwen2). Parameter names match HF's ``Qwen2MLP``."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[..., hidden]`` -> ``[..., hidden]``."""
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

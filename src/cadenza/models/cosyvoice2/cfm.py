@@ -1,0 +1,151 @@
+"""Conditional flow matching sampler of the CosyVoice 2 flow (``CausalConditionalCFM``, spec §4.4 and §8.3).
+
+Inference integrates ``dx/dt = v(x, t)`` from fixed noise at t=0 to a mel at t=1 with Euler steps on a cosine
+time grid, evaluating the estimator on a batch of two (conditional, unconditional) and mixing them with
+classifier-free guidance ``v = (1 + w) v_cond - w v_uncond``.
+
+The initial noise is **fixed**: frames ``[0, T)`` of one ``[1, mel, noise_frames]`` standard-normal tensor drawn
+once from a private ``torch.Generator`` seeded with ``noise_seed`` (the reference draws it with
+``torch.manual_seed(0)``, reseeding every global RNG as a side effect; we do not). Using the same noise from frame
+0 on every call is what makes re-running the flow on a growing token prefix reproduce earlier frames.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadenza.errors import InputError
+from cadenza.models.cosyvoice2.config import CFMConfig
+
+
+def fixed_noise(mel_bins: int, frames: int, seed: int) -> torch.Tensor:
+    """``[1, mel_bins, frames]`` float32 on CPU, equal to ``torch.manual_seed(seed); torch.randn(1, mel_bins, frames)``."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    with torch.inference_mode(False):
+        return torch.randn(1, mel_bins, frames, generator=generator, device="cpu", dtype=torch.float32)
+
+
+def time_grid(n_timesteps: int, scheduler: str, device=None, dtype=torch.float32) -> torch.Tensor:
+    """``[n_timesteps + 1]`` times from 0 to 1: linear, or ``1 - cos(pi/2 * k/n)`` for ``"cosine"``."""
+    t_span = torch.linspace(0, 1, n_timesteps + 1, device=device, dtype=dtype)
+    if scheduler == "cosine":
+        t_span = 1 - torch.cos(t_span * 0.5 * math.pi)
+    return t_span
+
+
+class ConditionalFlowMatching(nn.Module):
+    """Wraps the velocity ``estimator`` (the U-Net; attribute name from the checkpoint) with sampling and loss."""
+
+    def __init__(self, cfg: CFMConfig, estimator: nn.Module, mel_bins: int) -> None:
+        super().__init__()
+        self.estimator = estimator
+        self.mel_bins = mel_bins
+        self.sigma_min = cfg.sigma_min
+        self.t_scheduler = cfg.t_scheduler
+        self.training_cfg_rate = cfg.training_cfg_rate
+        self.inference_cfg_rate = cfg.inference_cfg_rate
+        self.n_timesteps = cfg.n_timesteps
+        # A plain attribute, not a buffer: it stays out of the state dict and survives ``to_empty`` / meta builds.
+        self.rand_noise = fixed_noise(mel_bins, cfg.noise_frames, cfg.noise_seed)
+        self._noise_copy: torch.Tensor | None = None  # rand_noise on the last device/dtype used
+
+    def initial_noise(self, frames: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """``[1, mel, frames]``: the first ``frames`` frames of the fixed noise."""
+        if frames > self.rand_noise.size(2):
+            raise InputError(
+                f"the flow can generate at most {self.rand_noise.size(2)} mel frames per call "
+                f"(prompt included), got {frames}; split the text into shorter sentences"
+            )
+        noise = self._noise_copy
+        if noise is None or noise.device != device or noise.dtype != dtype:
+            with torch.inference_mode(False):
+                noise = self.rand_noise.to(device=device, dtype=dtype)
+            self._noise_copy = noise
+        return noise[:, :, :frames]
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        mu: torch.Tensor,
+        mask: torch.Tensor,
+        spks: torch.Tensor,
+        cond: torch.Tensor,
+        n_timesteps: int | None = None,
+        temperature: float = 1.0,
+        streaming: bool = False,
+    ) -> torch.Tensor:
+        """mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]`` -> mel ``[B, mel, T]`` float32."""
+        z = self.initial_noise(mu.size(2), mu.device, mu.dtype).expand(mu.size(0), -1, -1) * temperature
+        t_span = time_grid(n_timesteps or self.n_timesteps, self.t_scheduler, mu.device, mu.dtype)
+        return self.solve_euler(z, t_span, mu, mask, spks, cond, streaming)
+
+    def solve_euler(
+        self,
+        x: torch.Tensor,
+        t_span: torch.Tensor,
+        mu: torch.Tensor,
+        mask: torch.Tensor,
+        spks: torch.Tensor,
+        cond: torch.Tensor,
+        streaming: bool = False,
+    ) -> torch.Tensor:
+        """Euler steps over ``t_span`` with CFG; x ``[B, mel, T]`` at t_span[0] -> x at t_span[-1] (float32)."""
+        # The reference advances t by accumulating dt (t += dt, dt = t_span[k+1] - t) rather than reading t_span[k];
+        # kept for bit-level agreement of the time embedding.
+        t = t_span[0].unsqueeze(0)
+        dt = t_span[1] - t_span[0]
+        b = x.size(0)
+        # Row block 0 is conditional, block 1 unconditional (mu = spks = cond = 0).
+        mask_in = torch.cat([mask, mask], dim=0)
+        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
+        spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
+        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
+        w = self.inference_cfg_rate
+        steps = t_span.numel() - 1
+        for step in range(1, steps + 1):
+            x_in = torch.cat([x, x], dim=0)
+            t_in = t.expand(2 * b)
+            v = self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming)
+            v_cond, v_uncond = torch.split(v, [b, b], dim=0)
+            v = (1.0 + w) * v_cond - w * v_uncond
+            x = x + dt * v
+            t = t + dt
+            if step < steps:
+                dt = t_span[step + 1] - t
+        return x.float()
+
+    def compute_loss(
+        self,
+        x1: torch.Tensor,
+        mask: torch.Tensor,
+        mu: torch.Tensor,
+        spks: torch.Tensor | None = None,
+        cond: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        streaming: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training loss (spec §8.3). x1, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]``.
+
+        ``t ~ U(0,1)`` (no cosine warping), ``y = (1 - (1 - sigma_min) t) z + t x1``, target
+        ``u = x1 - (1 - sigma_min) z``; with probability ``training_cfg_rate`` per utterance mu, spks and cond are
+        zeroed. Returns (masked MSE averaged over valid frames x mel bins, y). Random draws, in order: t, z, the CFG
+        keep mask, all from ``generator`` when given.
+        """
+        b = mu.size(0)
+        t = torch.rand(b, 1, 1, device=mu.device, dtype=mu.dtype, generator=generator)
+        z = torch.randn(x1.shape, device=x1.device, dtype=x1.dtype, generator=generator)
+        y = (1 - (1 - self.sigma_min) * t) * z + t * x1
+        u = x1 - (1 - self.sigma_min) * z
+        if self.training_cfg_rate > 0:
+            keep = torch.rand(b, device=x1.device, generator=generator) > self.training_cfg_rate
+            mu = mu * keep.view(-1, 1, 1)
+            spks = None if spks is None else spks * keep.view(-1, 1)
+            cond = None if cond is None else cond * keep.view(-1, 1, 1)
+        pred = self.estimator(y, mask, mu, t.view(b), spks, cond, streaming=streaming)
+        loss = F.mse_loss(pred * mask, u * mask, reduction="sum") / (torch.sum(mask) * u.size(1))
+        return loss, y

@@ -1,0 +1,103 @@
+"""Speech tokens -> mel: the CosyVoice 2 flow (``CausalMaskedDiffWithXvec``, spec §4.1).
+
+``TokenToMelFlow`` embeds prompt + target tokens, encodes them to ``token_mel_ratio`` frames per token, projects
+to mel-sized ``mu`` and samples the mel with conditional flow matching, conditioned on ``mu``, the projected
+speaker x-vector and the prompt mel (placed in the first frames of ``cond``). The prompt frames are dropped from
+the output. Submodule names equal the released ``flow.pt`` keys, so ``load_state_dict(strict=True)`` works.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadenza.errors import InputError
+from cadenza.models.cosyvoice2.cfm import ConditionalFlowMatching
+from cadenza.models.cosyvoice2.config import FlowConfig
+from cadenza.models.cosyvoice2.flow_encoder import UpsampleConformerEncoder
+from cadenza.models.cosyvoice2.flow_estimator import CausalConditionalDecoder
+
+
+class TokenToMelFlow(nn.Module):
+    """``inference(token, prompt_token, prompt_feat, embedding, streaming, finalize) -> mel [1, mel, frames]``."""
+
+    def __init__(self, cfg: FlowConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_embedding = nn.Embedding(cfg.vocab_size, cfg.input_size)
+        self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, cfg.output_size)
+        self.encoder = UpsampleConformerEncoder(cfg.encoder)
+        self.encoder_proj = nn.Linear(cfg.encoder.output_size, cfg.output_size)
+        self.decoder = ConditionalFlowMatching(cfg.cfm, CausalConditionalDecoder(cfg.estimator), cfg.output_size)
+
+    def speaker_projection(self, embedding: torch.Tensor) -> torch.Tensor:
+        """Raw x-vector ``[B, spk_embed_dim]`` -> L2-normalised and projected ``[B, mel]``."""
+        return self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+
+    def encode(self, tokens: torch.Tensor, finalize: bool, streaming: bool) -> torch.Tensor:
+        """tokens ``[1, T]`` (prompt + target) -> ``mu [1, mel, ratio * T']`` with ``T' = T`` if ``finalize`` else
+        ``T - pre_lookahead_len`` (the last tokens then only serve as look-ahead context)."""
+        x = self.input_embedding(torch.clamp(tokens, min=0))
+        if finalize:
+            h, _ = self.encoder(x, streaming=streaming)
+        else:
+            n = self.cfg.pre_lookahead_len
+            h, _ = self.encoder(x[:, :-n], context=x[:, -n:], streaming=streaming)
+        return self.encoder_proj(h).transpose(1, 2).contiguous()
+
+    @torch.inference_mode()
+    def inference(
+        self,
+        token: torch.Tensor,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        streaming: bool = False,
+        finalize: bool = True,
+    ) -> torch.Tensor:
+        """Generate the mel of ``token``.
+
+        Args:
+            token: ``[1, T]`` int speech tokens to synthesise.
+            prompt_token: ``[1, P]`` int prompt speech tokens (``P`` may be 0).
+            prompt_feat: ``[1, P_mel, mel]`` prompt mel (frames x bins), normally ``P_mel = ratio * P``.
+            embedding: ``[1, spk_embed_dim]`` raw speaker x-vector.
+            streaming: chunk-causal attention in encoder and estimator (same frames as a longer call would give).
+            finalize: False when more tokens will follow: the last ``pre_lookahead_len`` tokens are then look-ahead
+                context only and produce no frames.
+
+        Returns:
+            mel ``[1, mel, ratio * (P + T') - P_mel]`` float32 with ``T' = T`` (finalize) or
+            ``T - pre_lookahead_len``.
+        """
+        self._check_inputs(token, prompt_token, prompt_feat, embedding, finalize)
+        weight = self.spk_embed_affine_layer.weight
+        spks = self.speaker_projection(embedding.to(device=weight.device, dtype=weight.dtype))
+        tokens = torch.cat([prompt_token, token], dim=1).to(device=weight.device, dtype=torch.long)
+        mu = self.encode(tokens, finalize, streaming)
+        prompt_frames, total = prompt_feat.size(1), mu.size(2)
+        if prompt_frames > total:
+            raise InputError(f"prompt mel has {prompt_frames} frames but prompt + tokens only give {total}")
+        cond = torch.zeros(1, total, self.cfg.output_size, device=mu.device, dtype=mu.dtype)
+        cond[:, :prompt_frames] = prompt_feat
+        cond = cond.transpose(1, 2)
+        mask = torch.ones(1, 1, total, device=mu.device, dtype=mu.dtype)
+        mel = self.decoder(mu, mask, spks, cond, streaming=streaming)
+        return mel[:, :, prompt_frames:].float()
+
+    def _check_inputs(self, token, prompt_token, prompt_feat, embedding, finalize: bool) -> None:
+        if token.dim() != 2 or token.size(0) != 1 or prompt_token.dim() != 2 or prompt_token.size(0) != 1:
+            raise InputError("token and prompt_token must be [1, T] tensors (batch size 1)")
+        if any(ids.numel() and ids.dtype.is_floating_point for ids in (token, prompt_token)):
+            raise InputError("speech tokens must be integer tensors")
+        if prompt_feat.dim() != 3 or prompt_feat.size(0) != 1 or prompt_feat.size(2) != self.cfg.output_size:
+            raise InputError(f"prompt_feat must be [1, frames, {self.cfg.output_size}], got {tuple(prompt_feat.shape)}")
+        if embedding.dim() != 2 or embedding.shape != (1, self.cfg.spk_embed_dim):
+            raise InputError(f"embedding must be [1, {self.cfg.spk_embed_dim}], got {tuple(embedding.shape)}")
+        n_tokens = token.size(1) + prompt_token.size(1)
+        if n_tokens == 0 or (not finalize and n_tokens <= self.cfg.pre_lookahead_len):
+            raise InputError(f"not enough speech tokens ({n_tokens}) for a flow call (finalize={finalize})")
+        for name, ids in (("token", token), ("prompt_token", prompt_token)):
+            if ids.numel() and int(ids.max()) >= self.cfg.vocab_size:
+                raise InputError(f"{name} contains ids >= vocab_size {self.cfg.vocab_size}")

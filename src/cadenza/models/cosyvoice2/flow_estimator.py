@@ -1,0 +1,138 @@
+"""The flow-matching velocity estimator: Matcha-TTS's conditional 1-D U-Net, causal variant (spec §4.3).
+
+Inputs are stacked on the channel axis (``x``, ``mu``, the speaker vector broadcast over time, ``cond``), then:
+down block(s) (resnet + transformer blocks + conv), mid blocks, up block(s) fed with the skip connection, a final
+causal block and a 1x1 projection back to the mel bins. CosyVoice 2 uses a single level (``channels = [256]``),
+so no time resampling happens; multi-level configs are built the way Matcha builds them.
+
+Convolutions are always causal; attention is full (key padding only) or, with ``streaming=True``, chunk-causal
+with ``static_chunk_size`` frames per chunk, so a prefix of the output does not depend on later frames.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cadenza.layers.masks import attention_mask, mask_to_bias
+from cadenza.models.cosyvoice2.config import EstimatorConfig
+from cadenza.models.cosyvoice2.flow_estimator_blocks import (
+    CONV_KERNEL,
+    BasicTransformerBlock,
+    CausalBlock1D,
+    CausalConv1d,
+    CausalResnetBlock1D,
+    Downsample1D,
+    SinusoidalPosEmb,
+    TimestepEmbedding,
+    Upsample1D,
+)
+
+TIME_EMBED_MULT = 4  # time-embedding width = 4 x the first U-Net channel count (Matcha)
+
+
+class CausalConditionalDecoder(nn.Module):
+    """``(x, mu, cond [B, mel, T], spks [B, mel], t [B], mask [B, 1, T]) -> velocity [B, mel, T]``."""
+
+    def __init__(self, cfg: EstimatorConfig) -> None:
+        super().__init__()
+        channels = tuple(cfg.channels)
+        self.static_chunk_size = cfg.static_chunk_size
+        self.num_decoding_left_chunks = cfg.num_decoding_left_chunks
+        time_embed_dim = channels[0] * TIME_EMBED_MULT
+        self.time_embeddings = SinusoidalPosEmb(cfg.in_channels)
+        self.time_mlp = TimestepEmbedding(cfg.in_channels, time_embed_dim)
+
+        def transformer_stack(dim: int) -> nn.ModuleList:
+            return nn.ModuleList(
+                BasicTransformerBlock(dim, cfg.num_heads, cfg.attention_head_dim) for _ in range(cfg.n_blocks)
+            )
+
+        self.down_blocks = nn.ModuleList()
+        out_ch = cfg.in_channels
+        for i, ch in enumerate(channels):
+            in_ch, out_ch = out_ch, ch
+            last = i == len(channels) - 1
+            resample = CausalConv1d(out_ch, out_ch, CONV_KERNEL) if last else Downsample1D(out_ch)
+            self.down_blocks.append(
+                nn.ModuleList([CausalResnetBlock1D(in_ch, out_ch, time_embed_dim), transformer_stack(out_ch), resample])
+            )
+
+        self.mid_blocks = nn.ModuleList(
+            nn.ModuleList([CausalResnetBlock1D(channels[-1], out_ch, time_embed_dim), transformer_stack(out_ch)])
+            for _ in range(cfg.num_mid_blocks)
+        )
+
+        up_channels = channels[::-1] + (channels[0],)
+        self.up_blocks = nn.ModuleList()
+        for i in range(len(up_channels) - 1):
+            in_ch, out_ch = up_channels[i] * 2, up_channels[i + 1]  # x2: concatenated skip connection
+            last = i == len(up_channels) - 2
+            resample = CausalConv1d(out_ch, out_ch, CONV_KERNEL) if last else Upsample1D(out_ch)
+            self.up_blocks.append(
+                nn.ModuleList([CausalResnetBlock1D(in_ch, out_ch, time_embed_dim), transformer_stack(out_ch), resample])
+            )
+        self.final_block = CausalBlock1D(up_channels[-1], up_channels[-1])
+        self.final_proj = nn.Conv1d(up_channels[-1], cfg.out_channels, 1)
+
+    def attention_bias(self, mask: torch.Tensor, streaming: bool, dtype: torch.dtype) -> torch.Tensor:
+        """mask ``[B, 1, T]`` (float or bool) -> additive bias ``[B, 1, 1 or T, T]`` for every head."""
+        chunk = self.static_chunk_size if streaming else 0
+        allowed = attention_mask(mask.bool(), chunk, self.num_decoding_left_chunks)
+        return mask_to_bias(allowed, dtype).unsqueeze(1)
+
+    def _transformers(self, h: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor, streaming: bool) -> torch.Tensor:
+        """Run a transformer stack on ``[B, C, T]`` (the blocks work on ``[B, T, C]``)."""
+        h = h.transpose(1, 2).contiguous()
+        bias = self.attention_bias(mask, streaming, h.dtype)
+        for block in blocks:
+            h = block(h, bias)
+        return h.transpose(1, 2).contiguous()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        mu: torch.Tensor,
+        t: torch.Tensor,
+        spks: torch.Tensor | None = None,
+        cond: torch.Tensor | None = None,
+        streaming: bool = False,
+    ) -> torch.Tensor:
+        """x, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]`` (1 = valid frame); t ``[B]``; spks ``[B, mel]``.
+
+        Returns the predicted velocity ``[B, out_channels, T]`` (zero on masked frames).
+        """
+        temb = self.time_mlp(self.time_embeddings(t).to(t.dtype))
+        parts = [x, mu]
+        if spks is not None:
+            parts.append(spks.unsqueeze(-1).expand(-1, -1, x.size(-1)))
+        if cond is not None:
+            parts.append(cond)
+        h = torch.cat(parts, dim=1)
+
+        hiddens, masks = [], [mask]
+        for resnet, blocks, downsample in self.down_blocks:
+            mask_down = masks[-1]
+            h = resnet(h, mask_down, temb)
+            h = self._transformers(h, blocks, mask_down, streaming)
+            hiddens.append(h)
+            h = downsample(h * mask_down)
+            masks.append(mask_down[:, :, ::2])
+        masks = masks[:-1]
+        mask_mid = masks[-1]
+
+        for resnet, blocks in self.mid_blocks:
+            h = resnet(h, mask_mid, temb)
+            h = self._transformers(h, blocks, mask_mid, streaming)
+
+        mask_up = mask
+        for resnet, blocks, upsample in self.up_blocks:
+            mask_up = masks.pop()
+            skip = hiddens.pop()
+            h = torch.cat([h[:, :, : skip.size(-1)], skip], dim=1)
+            h = resnet(h, mask_up, temb)
+            h = self._transformers(h, blocks, mask_up, streaming)
+            h = upsample(h * mask_up)
+        h = self.final_block(h, mask_up)
+        return self.final_proj(h * mask_up) * mask

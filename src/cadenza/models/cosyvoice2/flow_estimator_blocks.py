@@ -1,0 +1,209 @@
+"""Building blocks of the flow estimator U-Net (spec §4.3), with the checkpoint's submodule names.
+
+* ``CausalConv1d``: Conv1d that left-pads ``kernel - 1`` zeros (a class of its own so a streaming caller can later
+  replace the zeros with the previous chunk's tail).
+* ``CausalBlock1D`` / ``CausalResnetBlock1D``: Matcha-TTS resnet blocks with causal convs and channel LayerNorm.
+* ``BasicTransformerBlock``: the diffusers block as Matcha-TTS configures it (self-attention + exact-GELU FF,
+  no cross-attention), keys ``norm1, attn1.to_q/k/v, attn1.to_out.0, norm3, ff.net.0.proj, ff.net.2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FF_MULT = 4  # diffusers FeedForward default: inner width = 4 x dim
+CONV_KERNEL = 3  # every causal conv of the U-Net
+
+
+class SinusoidalPosEmb(nn.Module):
+    """Matcha's timestep embedding: t ``[B]`` -> ``[B, dim]`` = ``[sin(1000 t w_k), cos(1000 t w_k)]``,
+    ``w_k = exp(-k ln(10000) / (dim/2 - 1))``."""
+
+    def __init__(self, dim: int, scale: float = 1000.0) -> None:
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"SinusoidalPosEmb needs an even dim, got {dim}")
+        self.dim = dim
+        self.scale = scale
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        if t.ndim < 1:
+            t = t.unsqueeze(0)
+        half = self.dim // 2
+        freqs = torch.exp(torch.arange(half, device=t.device).float() * -(math.log(10000) / (half - 1)))
+        emb = self.scale * t.unsqueeze(1) * freqs.unsqueeze(0)
+        return torch.cat((emb.sin(), emb.cos()), dim=-1)
+
+
+class TimestepEmbedding(nn.Module):
+    """``Linear(in, d) -> SiLU -> Linear(d, d)`` (diffusers names ``linear_1`` / ``linear_2``)."""
+
+    def __init__(self, in_channels: int, time_embed_dim: int) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(in_channels, time_embed_dim)
+        self.act = nn.SiLU()
+        self.linear_2 = nn.Linear(time_embed_dim, time_embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(x)))
+
+
+class CausalConv1d(nn.Conv1d):
+    """Stride-1 Conv1d over ``[B, C, T]`` that only looks back: left-pads ``kernel_size - 1`` zeros."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, padding=0)
+        self.causal_padding = kernel_size - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, (self.causal_padding, 0), value=0.0))
+
+
+class Transpose(nn.Module):
+    """Swap two dims (lets a LayerNorm sit inside an ``nn.Sequential`` over ``[B, C, T]``)."""
+
+    def __init__(self, dim0: int, dim1: int) -> None:
+        super().__init__()
+        self.dim0, self.dim1 = dim0, dim1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.transpose(x, self.dim0, self.dim1)
+
+
+class CausalBlock1D(nn.Module):
+    """``Mish(LayerNorm_C(CausalConv1d(x * mask))) * mask`` on ``[B, C_in, T] -> [B, C_out, T]``.
+
+    The ``block`` indices (0 = conv, 2 = LayerNorm) are the checkpoint's.
+    """
+
+    def __init__(self, dim: int, dim_out: int) -> None:
+        super().__init__()
+        self.block = nn.Sequential(
+            CausalConv1d(dim, dim_out, CONV_KERNEL), Transpose(1, 2), nn.LayerNorm(dim_out), Transpose(1, 2), nn.Mish()
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x ``[B, C_in, T]``, mask ``[B, 1, T]`` (float) -> ``[B, C_out, T]``."""
+        return self.block(x * mask) * mask
+
+
+class CausalResnetBlock1D(nn.Module):
+    """``block2(block1(x) + Linear(Mish(temb))) + Conv1x1(x * mask)``: ``[B, C_in, T] -> [B, C_out, T]``."""
+
+    def __init__(self, dim: int, dim_out: int, time_emb_dim: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Mish(), nn.Linear(time_emb_dim, dim_out))
+        self.block1 = CausalBlock1D(dim, dim_out)
+        self.block2 = CausalBlock1D(dim_out, dim_out)
+        self.res_conv = nn.Conv1d(dim, dim_out, 1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, time_emb: torch.Tensor) -> torch.Tensor:
+        """x ``[B, C_in, T]``, mask ``[B, 1, T]``, time_emb ``[B, time_emb_dim]``."""
+        h = self.block1(x, mask)
+        h = h + self.mlp(time_emb).unsqueeze(-1)
+        h = self.block2(h, mask)
+        return h + self.res_conv(x * mask)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """q ``[B, H, T1, D]``, k/v ``[B, H, T2, D]``, additive bias broadcastable to ``[B, H, T1, T2]`` -> ``[B, H, T1, D]``.
+
+    Scale ``1/sqrt(D)``. The reference (diffusers ``AttnProcessor2_0``) calls the same SDPA kernel with the same
+    ``-1e10`` bias, which keeps us at float32 round-off from it.
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=0.0, is_causal=False)
+
+
+class SelfAttention(nn.Module):
+    """diffusers ``Attention`` without cross-attention: q/k/v without bias, ``to_out.0`` with bias."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        inner = heads * head_dim
+        self.heads = heads
+        self.to_q = nn.Linear(dim, inner, bias=False)
+        self.to_k = nn.Linear(dim, inner, bias=False)
+        self.to_v = nn.Linear(dim, inner, bias=False)
+        self.to_out = nn.ModuleList([nn.Linear(inner, dim), nn.Dropout(0.0)])
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.size(0), -1, self.heads, x.size(-1) // self.heads).transpose(1, 2)
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x ``[B, T, dim]`` -> q, k, v each ``[B, H, T, head_dim]``."""
+        return self._heads(self.to_q(x)), self._heads(self.to_k(x)), self._heads(self.to_v(x))
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x ``[B, T, dim]``, bias ``[B, 1, T, T]`` (additive) -> ``[B, T, dim]``."""
+        q, k, v = self.project_qkv(x)
+        out = attend(q, k, v, bias)  # [B, H, T, head_dim]
+        batch, heads, _, head_dim = out.shape
+        out = out.transpose(1, 2).reshape(batch, -1, heads * head_dim).to(q.dtype)
+        return self.to_out[1](self.to_out[0](out))
+
+
+class GELUProjection(nn.Module):
+    """``gelu(Linear(x))`` with exact (erf) GELU; diffusers' ``GELU`` module (weights under ``proj``)."""
+
+    def __init__(self, dim_in: int, dim_out: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim_in, dim_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.proj(x))
+
+
+class FeedForward(nn.Module):
+    """``net = [GELUProjection(dim, 4 dim), Dropout, Linear(4 dim, dim)]``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        inner = FF_MULT * dim
+        self.net = nn.ModuleList([GELUProjection(dim, inner), nn.Dropout(0.0), nn.Linear(inner, dim)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for module in self.net:
+            x = module(x)
+        return x
+
+
+class BasicTransformerBlock(nn.Module):
+    """``x += Attn(LN1(x)); x += FF(LN3(x))`` on ``[B, T, dim]``."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn1 = SelfAttention(dim, heads, head_dim)
+        self.norm3 = nn.LayerNorm(dim)
+        self.ff = FeedForward(dim)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x ``[B, T, dim]``, bias additive attention bias ``[B, 1, T, T]`` -> ``[B, T, dim]``."""
+        x = self.attn1(self.norm1(x), bias) + x
+        return self.ff(self.norm3(x)) + x
+
+
+class Downsample1D(nn.Module):
+    """Matcha's x2 time down-sampling ``Conv1d(k3, stride 2, pad 1)``; only used by multi-level U-Nets."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 3, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+class Upsample1D(nn.Module):
+    """Matcha's x2 time up-sampling ``ConvTranspose1d(k4, stride 2, pad 1)``; only used by multi-level U-Nets."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(dim, dim, 4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)

@@ -1,0 +1,179 @@
+"""End to end through the public API on the reduced checkpoint + a toy frontend (see toy_model.py).
+
+Random weights make noise, so these tests assert what must hold for any weights: lengths, rates, ranges,
+determinism under a seed, mode resolution, saved speakers, and errors.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from toy_model import build_toy_model_dir
+
+from cadenza import AudioError, Cadenza, CheckpointError, InputError, TextError, UnknownSpeakerError
+
+AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or Path(__file__).resolve().parents[1] / "../shared/audio")
+TEXT = "Hello there, this is a test."
+SR_PROMPT = 16000
+
+
+def _tone(seconds: float, sr: int = SR_PROMPT, freq: float = 220.0, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    x = (0.3 * np.sin(2 * np.pi * freq * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    return np.stack([x] * channels, axis=1) if channels > 1 else x
+
+
+def _wav_bytes(x: np.ndarray, sr: int) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, x, sr, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tts(cv2_dir, tmp_path_factory) -> Cadenza:
+    return Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model"))
+
+
+@pytest.fixture(scope="module")
+def prompt_wav() -> tuple[np.ndarray, int]:
+    path = AUDIO_DIR / "en_stereo_44k.wav"
+    if path.is_file():
+        data, sr = sf.read(path, dtype="float32")
+        return data[: 3 * sr], sr  # 3 s keeps the test fast
+    return _tone(3.0), SR_PROMPT
+
+
+def _check_audio(tts: Cadenza, samples: np.ndarray, n_text: int) -> None:
+    hop = tts.engine.token2wav.hop  # samples per speech token (960)
+    assert samples.dtype == np.float32 and samples.ndim == 1
+    assert len(samples) % hop == 0
+    n_tokens = len(samples) // hop
+    cfg = tts.engine.config.lm
+    assert cfg.min_token_text_ratio * n_text <= n_tokens <= cfg.max_token_text_ratio * n_text
+    assert np.isfinite(samples).all() and np.abs(samples).max() <= tts.engine.config.hift.audio_limit + 1e-6
+
+
+def test_zero_shot_is_deterministic_per_seed(tts, prompt_wav):
+    n_text = len(tts.engine.frontend.tokenizer.encode(TEXT))
+    a = tts.synthesize(TEXT, prompt_wav=prompt_wav, prompt_text="Just by listening a few minutes a day.", seed=7)
+    b = tts.synthesize(TEXT, prompt_wav=prompt_wav, prompt_text="Just by listening a few minutes a day.", seed=7)
+    c = tts.synthesize(TEXT, prompt_wav=prompt_wav, prompt_text="Just by listening a few minutes a day.", seed=8)
+    assert a.sample_rate == 24000
+    _check_audio(tts, a.samples, n_text)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    assert len(a.samples) != len(c.samples) or not np.array_equal(a.samples, c.samples)
+
+
+def test_modes_resolve_to_the_reference_layouts(tts, prompt_wav):
+    zs = tts.request(TEXT, prompt_wav=prompt_wav, prompt_text="Just by listening.", seed=1)
+    assert zs.mode == "zero_shot" and zs.lm_prompt_speech.shape[1] == zs.voice.flow_prompt_speech.shape[1] > 0
+    assert zs.lm_prompt_text.shape[1] > 0
+    # prompt mel and tokens are trimmed to a common length (2 mel frames per token)
+    assert zs.voice.prompt_mel.shape[1] == 2 * zs.voice.flow_prompt_speech.shape[1]
+    xl = tts.request(TEXT, prompt_wav=prompt_wav, seed=1)
+    assert xl.mode == "cross_lingual" and xl.lm_prompt_text.shape[1] == 0 and xl.lm_prompt_speech.shape[1] == 0
+    ins = tts.request(TEXT, prompt_wav=prompt_wav, instruct="Speak slowly.", seed=1)
+    eop = tts.engine.frontend.tokenizer.token_id("<|endofprompt|>")
+    assert ins.mode == "instruct2" and ins.lm_prompt_text[0, -1].item() == eop and ins.lm_prompt_speech.shape[1] == 0
+
+
+def test_streaming_yields_chunks_that_add_up(tts, prompt_wav):
+    kwargs = dict(prompt_wav=prompt_wav, seed=3)
+    chunks = list(tts.synthesize_stream(TEXT * 3, **kwargs))
+    full = tts.synthesize(TEXT * 3, **kwargs).samples
+    assert len(chunks) >= 2 and all(c.dtype == np.float32 for c in chunks)
+    # Same seed, same speech tokens: the streamed audio has exactly the non-streamed length.
+    assert sum(len(c) for c in chunks) == len(full)
+
+
+def test_saved_speaker_round_trip(tts, prompt_wav, tmp_path):
+    tts.add_speaker("alice", prompt_wav, "Just by listening a few minutes a day.")
+    assert "alice" in tts.speakers
+    reloaded = Cadenza.from_pretrained(tts.directory)
+    assert "alice" in reloaded.speakers
+    a = tts.synthesize(TEXT, speaker="alice", seed=5).samples
+    b = reloaded.synthesize(TEXT, speaker="alice", seed=5).samples
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(UnknownSpeakerError, match="unknown speaker 'bob'"):
+        tts.synthesize(TEXT, speaker="bob")
+    with pytest.raises(InputError, match="invalid speaker id"):
+        tts.add_speaker("../../etc/passwd", prompt_wav, "x y z")
+
+
+def test_voice_conversion_keeps_the_source_length(tts, prompt_wav):
+    source = _tone(2.0)
+    out = tts.convert_voice((source, SR_PROMPT), prompt_wav, seed=1)
+    n_tokens = tts.engine.frontend.speech_tokens(torch.from_numpy(source)).shape[1]
+    assert len(out.samples) == n_tokens * tts.engine.token2wav.hop
+
+
+@pytest.mark.parametrize("sr", [8000, 11025, 22050, 44100, 48000])
+def test_prompt_audio_at_any_rate_and_stereo(tts, sr):
+    voice = tts.voice_from_audio(_wav_bytes(_tone(1.5, sr, channels=2), sr), "one two three")
+    assert voice.prompt_mel.shape[1] == 2 * voice.flow_prompt_speech.shape[1] > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("", "text is empty"), ("   \n\t", "text is empty"), ("?!... ,,;", "nothing to speak"), ("—…", "nothing to speak")],
+)
+def test_unspeakable_text(tts, text, match):
+    with pytest.raises(TextError, match=match):
+        tts.synthesize(text, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("audio", "match"),
+    [
+        (_wav_bytes(np.zeros(SR_PROMPT * 2, np.float32), SR_PROMPT), "silent"),
+        (_wav_bytes(_tone(0.3), SR_PROMPT), "too short"),
+        (_wav_bytes(_tone(31.0), SR_PROMPT), "too long"),
+        (b"RIFF\x00\x00not really a wav file at all", "cannot decode"),
+        ("/nonexistent/prompt.wav", "not found"),
+    ],
+)
+def test_bad_prompt_audio(tts, audio, match):
+    with pytest.raises(AudioError, match=match):
+        tts.synthesize(TEXT, prompt_wav=audio, prompt_text="one two three", seed=0)
+
+
+def test_argument_errors(tts, prompt_wav):
+    with pytest.raises(TextError, match="prompt text is empty"):
+        tts.synthesize(TEXT, prompt_wav=prompt_wav, prompt_text="  ")
+    with pytest.raises(InputError, match="prompt_text needs prompt_wav"):
+        tts.synthesize(TEXT, prompt_text="hello")
+    with pytest.raises(InputError, match="exactly one of text or text_ids"):
+        tts.synthesize()
+    with pytest.raises(InputError, match="speed"):
+        tts.synthesize(TEXT, speed=5.0)
+    with pytest.raises(ValueError, match="seed"):
+        tts.synthesize(TEXT, seed=-1)
+    with pytest.raises(TextError, match=r"ids in \[0, "):
+        tts.synthesize(text_ids=[1, 2, 10**6])
+
+
+def test_text_beyond_the_maximum_length(tts):
+    with pytest.raises(TextError, match="at most"):
+        tts.synthesize(text_ids=[5] * 5000)
+    # Long enough that even the minimum speech length overflows the flow's fixed noise (300 s of mel).
+    noise_tokens = tts.engine.config.flow.cfm.noise_frames // tts.engine.config.token_mel_ratio
+    n = noise_tokens // int(tts.engine.config.lm.min_token_text_ratio) + 1
+    if n <= 1000:
+        with pytest.raises(TextError, match="too long for one request"):
+            tts.synthesize(text_ids=[5] * n)
+
+
+def test_fixture_folder_takes_token_ids(cv2_dir):
+    tts = Cadenza.from_pretrained(cv2_dir)
+    audio = tts.synthesize(text_ids=[5, 17, 42, 99, 3], seed=1)
+    assert audio.sample_rate == 24000 and len(audio.samples) > 0 and np.isfinite(audio.samples).all()
+    with pytest.raises(CheckpointError, match="no text tokenizer"):
+        tts.synthesize("Hello")
+    with pytest.raises(CheckpointError, match="campplus.onnx|speech_tokenizer"):
+        tts.synthesize(text_ids=[5, 6], prompt_wav=(_tone(2.0), SR_PROMPT))
