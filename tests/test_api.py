@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from toy_model import build_toy_model_dir
 
 from cadenza import AudioError, Cadenza, CheckpointError, InputError, TextError, UnknownSpeakerError
+
+from toy_model import build_toy_model_dir
 
 AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or Path(__file__).resolve().parents[1] / "../shared/audio")
 TEXT = "Hello there, this is a test."

@@ -16,7 +16,9 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return (positions[None, :] < lengths[:, None]).unsqueeze(1)
 
 
-def chunk_mask(size: int, chunk_size: int, num_left_chunks: int = -1, device: torch.device | None = None) -> torch.Tensor:
+def chunk_mask(
+    size: int, chunk_size: int, num_left_chunks: int = -1, device: torch.device | None = None
+) -> torch.Tensor:
     """``[size, size]``: query ``i`` may attend key ``j`` iff ``j < (i // chunk_size + 1) * chunk_size``.
 
     ``num_left_chunks >= 0`` additionally limits the look-back to that many whole chunks before the query's own

@@ -18,7 +18,7 @@ from torch import nn
 
 
 def relative_position_table(num_positions: int, d_model: int) -> torch.Tensor:
-    """``[1, 2 * num_positions - 1, d_model]`` float32 on CPU; row ``num_positions - 1 - r`` encodes relative position r.
+    """``[1, 2N - 1, d_model]`` float32 on CPU (N = ``num_positions``); row ``N - 1 - r`` encodes relative position r.
 
     Entry for position r: ``[sin(r w_0), cos(r w_0), sin(r w_1), ...]``, ``w_k = exp(-2k ln(10000) / d_model)``.
     """

@@ -23,7 +23,8 @@ from cadenza.models.cosyvoice2.config import CFMConfig
 
 
 def fixed_noise(mel_bins: int, frames: int, seed: int) -> torch.Tensor:
-    """``[1, mel_bins, frames]`` float32 on CPU, equal to ``torch.manual_seed(seed); torch.randn(1, mel_bins, frames)``."""
+    """``[1, mel_bins, frames]`` float32 on CPU, equal to ``torch.manual_seed(seed); torch.randn(1, mel_bins, frames)``
+    (a private generator: the global RNG is left alone)."""
     generator = torch.Generator(device="cpu")
     generator.manual_seed(seed)
     with torch.inference_mode(False):

@@ -74,7 +74,10 @@ class PreLookaheadLayer(nn.Module):
 
 
 class CausalUpsample1D(nn.Module):
-    """Nearest-neighbour x``stride`` in time, left-pad ``2*stride`` zeros, Conv1d(k=``2*stride+1``): ``[B,C,T] -> [B,C,stride*T]``."""
+    """Causal x``stride`` upsampling ``[B, C, T] -> [B, C, stride*T]``.
+
+    Nearest-neighbour repeat in time, left-pad ``2*stride`` zeros, Conv1d with kernel ``2*stride + 1``.
+    """
 
     def __init__(self, channels: int, stride: int) -> None:
         super().__init__()

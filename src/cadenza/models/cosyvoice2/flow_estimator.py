@@ -81,7 +81,9 @@ class CausalConditionalDecoder(nn.Module):
         allowed = attention_mask(mask.bool(), chunk, self.num_decoding_left_chunks)
         return mask_to_bias(allowed, dtype).unsqueeze(1)
 
-    def _transformers(self, h: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor, streaming: bool) -> torch.Tensor:
+    def _transformers(
+        self, h: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor, streaming: bool
+    ) -> torch.Tensor:
         """Run a transformer stack on ``[B, C, T]`` (the blocks work on ``[B, T, C]``)."""
         h = h.transpose(1, 2).contiguous()
         bias = self.attention_bias(mask, streaming, h.dtype)

@@ -110,7 +110,7 @@ class CausalResnetBlock1D(nn.Module):
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """q ``[B, H, T1, D]``, k/v ``[B, H, T2, D]``, additive bias broadcastable to ``[B, H, T1, T2]`` -> ``[B, H, T1, D]``.
+    """q ``[B, H, T1, D]``, k/v ``[B, H, T2, D]``, additive bias (broadcast to ``[B, H, T1, T2]``) -> ``[B, H, T1, D]``.
 
     Scale ``1/sqrt(D)``. The reference (diffusers ``AttnProcessor2_0``) calls the same SDPA kernel with the same
     ``-1e10`` bias, which keeps us at float32 round-off from it.

@@ -132,7 +132,7 @@ class HiFTGenerator(nn.Module):
         return self.m_source(f0_up, noise).transpose(1, 2)
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """``mel [B, n_mels, F]``, ``source [B, 1, hop_length * F]`` -> ``speech [B, hop_length * F]`` in ±audio_limit."""
+        """``mel [B, n_mels, F]``, ``source [B, 1, L]`` -> ``speech [B, L]`` in ±audio_limit (L = hop_length * F)."""
         s_stft = stft_real_imag(source.squeeze(1), self.n_fft, self.hop, self.stft_window)
 
         x = self.conv_pre(mel)

@@ -29,7 +29,8 @@ class ResBlock(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, ...]) -> None:
         super().__init__()
         self.convs1 = nn.ModuleList(
-            nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=same_padding(kernel_size, d)) for d in dilations
+            nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=same_padding(kernel_size, d))
+            for d in dilations
         )
         self.convs2 = nn.ModuleList(
             nn.Conv1d(channels, channels, kernel_size, padding=same_padding(kernel_size, 1)) for _ in dilations

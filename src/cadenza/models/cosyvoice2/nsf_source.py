@@ -109,9 +109,10 @@ class SourceModuleHnNSF(nn.Module):
         """``f0 [B, L, 1]`` (Hz, upsampled to the sample rate) -> ``source [B, L, 1]`` in (-1, 1)."""
         batch, length, _ = f0.shape
         harmonics = self.l_sin_gen.num_sines
-        if tuple(noise.rand_ini.shape) != (batch, harmonics) or tuple(noise.sine_noise.shape) != (batch, length, harmonics):
+        shapes = (tuple(noise.rand_ini.shape), tuple(noise.sine_noise.shape))
+        if shapes != ((batch, harmonics), (batch, length, harmonics)):
             raise InputError(
-                f"source noise shapes {tuple(noise.rand_ini.shape)}, {tuple(noise.sine_noise.shape)} do not fit "
+                f"source noise shapes {shapes[0]}, {shapes[1]} do not fit "
                 f"f0 {tuple(f0.shape)}; expected ({batch}, {harmonics}) and ({batch}, {length}, {harmonics})"
             )
         sine_waves, _ = self.l_sin_gen(f0, noise)
