@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cadenza.models.cosyvoice2.config import CosyVoice2Config
+
 CORPUS = [
     "Hello there, this is a small test of the speech synthesizer.",
     "Just by listening a few minutes a day, you will be able to eliminate negative thoughts.",
@@ -39,7 +41,7 @@ def _tokenizer_files(directory: Path, vocab_size: int) -> None:
     (directory / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}))
 
 
-def _onnx_models(directory: Path, embed_dim: int = 192) -> None:
+def _onnx_models(directory: Path, embed_dim: int, speech_vocab: int) -> None:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -54,13 +56,16 @@ def _onnx_models(directory: Path, embed_dim: int = 192) -> None:
         [proj],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), directory / "campplus.onnx")
+    vocab = numpy_helper.from_array(np.array(speech_vocab, dtype=np.int64), "vocab")
     graph = helper.make_graph(
         [helper.make_node("AveragePool", ["feats"], ["pooled"], kernel_shape=[4], strides=[4]),
-         helper.make_node("ArgMax", ["pooled"], ["ids"], axis=1, keepdims=0)],
+         helper.make_node("ArgMax", ["pooled"], ["bins"], axis=1, keepdims=0),
+         helper.make_node("Mod", ["bins", "vocab"], ["ids"])],
         "speech_tokenizer_toy",
         [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, None]),
          helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
         [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, None])],
+        [vocab],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
               directory / "speech_tokenizer_v2.onnx")
@@ -73,9 +78,12 @@ def build_toy_model_dir(fixture_dir: Path, target: Path, with_frontend: bool = T
     blank = target / "CosyVoice-BlankEN"
     blank.mkdir()
     qwen = json.loads((fixture_dir / "CosyVoice-BlankEN" / "config.json").read_text())
+    if qwen["vocab_size"] < 256 + 20 + 8:
+        raise ValueError(f"the fixture's Qwen vocabulary ({qwen['vocab_size']}) is too small for a byte-level BPE")
     (blank / "config.json").write_text(json.dumps(qwen))
     if with_frontend:
         # 20 special tokens follow the BPE vocabulary; all must index the reduced Qwen embedding table.
         _tokenizer_files(blank, vocab_size=qwen["vocab_size"] - 20)
-        _onnx_models(target)
+        cfg = CosyVoice2Config.from_files(target / "config.yaml", blank / "config.json")
+        _onnx_models(target, cfg.flow.spk_embed_dim, cfg.lm.speech_token_size)
     return target
