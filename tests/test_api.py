@@ -93,6 +93,19 @@ def test_streaming_yields_chunks_that_add_up(tts, prompt_wav):
     assert sum(len(c) for c in chunks) == len(full)
 
 
+def test_bistream_text_from_an_iterator(tts, prompt_wav):
+    pieces = ["Hello ", "there, ", "this ", "text ", "arrives ", "piece ", "by ", "piece ", "from ", "an ", "LLM."] * 3
+    chunks = list(tts.synthesize_stream(iter(pieces), prompt_wav=prompt_wav, prompt_text="Just by listening.", seed=4))
+    assert len(chunks) >= 2 and all(c.dtype == np.float32 and np.isfinite(c).all() for c in chunks)
+
+    def broken():
+        yield "Hello there"
+        raise ValueError("upstream failed")
+
+    with pytest.raises(ValueError, match="upstream failed"):
+        list(tts.synthesize_stream(broken(), prompt_wav=prompt_wav, seed=4))
+
+
 def test_saved_speaker_round_trip(tts, prompt_wav, tmp_path):
     tts.add_speaker("alice", prompt_wav, "Just by listening a few minutes a day.")
     assert "alice" in tts.speakers

@@ -43,7 +43,7 @@ def _seeded(base: int):
 def test_stream_chunks_match_the_reference(model, inputs, cv2_npz, cv2_manifest):
     voice, tokens = inputs
     cases, info = cv2_npz("tts_cases"), cv2_manifest["info"]
-    chunks = list(Token2Wav(model).stream(iter(tokens[0].tolist()), voice, _seeded(info["seeds"]["tts_hift_base"])))
+    chunks = list(Token2Wav(model, StreamSchedule.reference()).stream(iter(tokens[0].tolist()), voice, _seeded(info["seeds"]["tts_hift_base"])))
     expected = sorted(k for k in cases if k.startswith("stream_chunk"))
     assert len(chunks) == len(expected) == len(info["tts_stream_hift_calls"])
     for chunk, name in zip(chunks, expected):
@@ -54,7 +54,7 @@ def test_stream_chunks_match_the_reference(model, inputs, cv2_npz, cv2_manifest)
 def test_nonstream_and_speed_match_the_reference(model, inputs, cv2_npz, cv2_manifest):
     voice, tokens = inputs
     cases, base = cv2_npz("tts_cases"), cv2_manifest["info"]["seeds"]["tts_hift_base"]
-    t2w = Token2Wav(model)
+    t2w = Token2Wav(model, StreamSchedule.reference())
     assert_close(t2w.full(tokens, voice, generator=torch.Generator().manual_seed(base)), cases["nonstream_chunk0"][0],
                  WAV_TOL, "nonstream_chunk0")
     fast = t2w.full(tokens, voice, speed=1.5, generator=torch.Generator().manual_seed(base))
@@ -76,7 +76,7 @@ def test_chunk_schedule_follows_the_reference_plan(cv2_npz, cv2_manifest):
 def test_hop_schedule_is_per_request(model, inputs):
     """The reference mutates the hop on the shared model, so its second stream starts at hop 100. Ours doesn't."""
     voice, tokens = inputs
-    t2w = Token2Wav(model)
+    t2w = Token2Wav(model, StreamSchedule.reference())
     first = [len(c) for c in t2w.stream(iter(tokens[0].tolist()), voice, _seeded(0))]
     second = [len(c) for c in t2w.stream(iter(tokens[0].tolist()), voice, _seeded(0))]
     assert first == second

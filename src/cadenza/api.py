@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,34 @@ class Cadenza:
             self.engine.speakers.save(self.directory / "spk2info.pt")
 
     # -- synthesis -----------------------------------------------------------------------------------------------
+    def _voice(self, prompt_wav, prompt_text, prompt_text_ids, instruct, speaker):
+        """Resolve the voice arguments into (voice, mode, LM prompt text ids, LM prompt speech ids)."""
+        eng = self.engine
+        if prompt_wav is not None and speaker is not None:
+            raise InputError("give either prompt_wav or speaker, not both")
+        if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
+            raise InputError("instruct replaces the prompt transcript: give instruct or prompt_text, not both")
+        if prompt_text is not None and prompt_text_ids is not None:
+            raise InputError("give either prompt_text or prompt_text_ids, not both")
+        lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids") if prompt_text_ids is not None else None
+        transcript_given = prompt_text is not None or prompt_text_ids is not None
+        if speaker is not None:
+            voice, mode = eng.speakers.get(speaker), "speaker"
+            lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
+        elif prompt_wav is not None:
+            voice = self.voice_from_audio(prompt_wav, prompt_text)
+            mode = "zero_shot" if transcript_given else "cross_lingual"
+            lm_text = voice.prompt_text if lm_text is None else lm_text
+            lm_speech = voice.flow_prompt_speech if transcript_given else None
+        else:
+            if transcript_given:
+                raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
+            voice, mode, lm_speech = None, "default_voice", None
+            log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
+        if instruct is not None:
+            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
+        return voice, mode, lm_text, lm_speech
+
     def request(
         self,
         text: str | None = None,
@@ -116,34 +145,8 @@ class Cadenza:
         eng = self.engine
         if (text is None) == (text_ids is None):
             raise InputError("give exactly one of text or text_ids")
-        if prompt_wav is not None and speaker is not None:
-            raise InputError("give either prompt_wav or speaker, not both")
-        if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
-            raise InputError("instruct replaces the prompt transcript: give instruct or prompt_text, not both")
-        if prompt_text is not None and prompt_text_ids is not None:
-            raise InputError("give either prompt_text or prompt_text_ids, not both")
         ids = eng.frontend.text_ids(text) if text is not None else eng.check_text_ids(text_ids)
-        lm_text = None
-        if prompt_text_ids is not None:
-            lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids")
-        transcript_given = prompt_text is not None or prompt_text_ids is not None
-        if speaker is not None:
-            voice = eng.speakers.get(speaker)
-            mode = "speaker"
-            lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
-        elif prompt_wav is not None:
-            voice = self.voice_from_audio(prompt_wav, prompt_text)
-            mode = "zero_shot" if transcript_given else "cross_lingual"
-            if lm_text is None:
-                lm_text = voice.prompt_text
-            lm_speech = voice.flow_prompt_speech if transcript_given else None
-        else:
-            if transcript_given:
-                raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
-            voice, mode, lm_speech = None, "default_voice", None
-            log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
-        if instruct is not None:
-            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
+        voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         return eng.build(text_ids=ids, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
                          seed=seed, speed=speed)
 
@@ -151,9 +154,41 @@ class Cadenza:
         """Speak ``text`` (or ``text_ids=[...]`` when the model has no tokenizer files); see ``request``."""
         return Audio(self.engine.synthesize(self.request(text, **kwargs)), self.sample_rate)
 
-    def synthesize_stream(self, text: str | None = None, **kwargs) -> Iterator[np.ndarray]:
-        """Like ``synthesize`` but yields float32 chunks as soon as each is ready."""
-        return self.engine.stream(self.request(text, **kwargs))
+    def synthesize_stream(self, text: str | Iterable[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
+        """Like ``synthesize`` but yields float32 chunks as soon as each is ready.
+
+        ``text`` may also be an iterable of text pieces (e.g. tokens streamed from an upstream LLM): the LM then
+        interleaves text and speech as they arrive (bi-streaming) and audio starts before the text ends. Closing
+        the returned generator cancels the request and frees its state.
+        """
+        if text is None or isinstance(text, str):
+            return self.engine.stream(self.request(text, **kwargs))
+        return self._bistream(iter(text), **kwargs)
+
+    def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
+                  instruct=None, speaker=None, seed=None, speed: float = 1.0) -> Iterator[np.ndarray]:
+        if speed != 1.0:
+            raise InputError("speed other than 1.0 is only supported without streaming")
+        voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
+        request = self.engine.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text,
+                                             lm_prompt_speech=lm_speech, seed=seed)
+        handle = self.engine.stream_bistream(request)
+        tokenizer = self.engine.frontend.tokenizer
+
+        def feed() -> None:  # the upstream iterator may block: read it off the consumer's thread
+            try:
+                for piece in pieces:
+                    if not isinstance(piece, str):
+                        raise InputError(f"text pieces must be strings, not {type(piece).__name__}")
+                    ids = tokenizer.encode(piece)
+                    if ids:
+                        handle.feed_text(torch.tensor([ids], dtype=torch.long))
+                handle.end_text()
+            except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
+                handle.fail(exc)
+
+        threading.Thread(target=feed, name="cadenza-text-feed", daemon=True).start()
+        return iter(handle)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio, seed: int | None = None) -> Audio:
         """Voice conversion: say what ``source_wav`` says in the voice of ``prompt_wav`` (no LM)."""
@@ -163,6 +198,16 @@ class Cadenza:
         voice = self.voice_from_audio(prompt_wav)
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.engine.synthesize(req), self.sample_rate)
+
+    def close(self) -> None:
+        """Stop the engine's worker thread (pending requests are cancelled)."""
+        self.engine.close()
+
+    def __enter__(self) -> Cadenza:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def load(path: str | os.PathLike, **kwargs) -> Cadenza:

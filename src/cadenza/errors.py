@@ -30,3 +30,11 @@ class UnknownSpeakerError(InputError, KeyError):
 
 class MissingDependencyError(CadenzaError, ImportError):
     """An optional dependency (extra) is needed for this feature."""
+
+
+class EngineBusyError(CadenzaError):
+    """The engine's request queue is full; retry later (HTTP 429)."""
+
+
+class RequestCancelledError(CadenzaError):
+    """The request was cancelled before it finished."""

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.scheduler import Scheduler, SchedulerConfig, StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav
 from cadenza.errors import InputError, TextError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
@@ -25,12 +26,17 @@ class CosyVoice2Engine:
     """Stateless between requests: all per-utterance state lives in the ``SynthesisRequest`` and local variables."""
 
     def __init__(self, model: CosyVoice2Model, frontend: CosyVoice2Frontend, speakers: SpeakerStore,
-                 schedule: StreamSchedule | None = None) -> None:
+                 schedule: StreamSchedule | None = None, scheduler_config: SchedulerConfig | None = None) -> None:
         self.model = model
         self.frontend = frontend
         self.speakers = speakers
-        self.token2wav = Token2Wav(model, schedule)
+        self.schedule = schedule or StreamSchedule()
+        self.token2wav = Token2Wav(model, self.schedule)
         self.config = model.config
+        self.scheduler = Scheduler(model, self.schedule, scheduler_config)
+
+    def close(self) -> None:
+        self.scheduler.close()
 
     # -- building requests ---------------------------------------------------------------------------------------
     def empty_voice(self) -> SpeakerPrompt:
@@ -80,6 +86,20 @@ class CosyVoice2Engine:
             speed=speed, seed=seed, min_tokens=min_tokens, max_tokens=max_tokens,
         )
 
+    def build_bistream(self, *, voice: SpeakerPrompt | None, mode: str, lm_prompt_text: torch.Tensor | None = None,
+                       lm_prompt_speech: torch.Tensor | None = None, seed: int | None = None) -> SynthesisRequest:
+        """A request whose text arrives later (its length limits are applied as the text comes in)."""
+        voice = voice or self.empty_voice()
+        cfg = self.config
+        capacity = cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]
+        empty = torch.zeros(1, 0, dtype=torch.long)
+        return SynthesisRequest(
+            mode=mode, voice=voice, text_ids=None,
+            lm_prompt_text=empty if lm_prompt_text is None else lm_prompt_text,
+            lm_prompt_speech=empty if lm_prompt_speech is None else lm_prompt_speech,
+            seed=seed, max_tokens=capacity,
+        )
+
     # -- running them --------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def speech_tokens(self, request: SynthesisRequest) -> Iterator[int]:
@@ -98,15 +118,30 @@ class CosyVoice2Engine:
             min_len=request.min_tokens, max_len=request.max_tokens,
         )
 
+    # Through the scheduler (concurrent requests share batched LM steps) --------------------------------------
     def synthesize(self, request: SynthesisRequest) -> np.ndarray:
+        """The whole utterance at once (flow without chunk masks)."""
+        chunks = list(self.scheduler.submit(request, stream=False))
+        return chunks[0] if chunks else np.zeros(0, dtype=np.float32)
+
+    def stream(self, request: SynthesisRequest) -> Iterator[np.ndarray]:
+        """Audio chunks as soon as each is ready."""
+        if request.speed != 1.0:
+            raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
+        return iter(self.scheduler.submit(request, stream=True))
+
+    def stream_bistream(self, request: SynthesisRequest) -> StreamHandle:
+        """A request whose text arrives later: feed ids with ``handle.feed_text``, then ``handle.end_text()``."""
+        return self.scheduler.submit(request, stream=True, bistream=True)
+
+    # Direct, single-request paths in the caller's thread (reference behaviour; baselines for tests) ---------------
+    def synthesize_direct(self, request: SynthesisRequest) -> np.ndarray:
         tokens = list(self.speech_tokens(request))
         if not tokens:
             log.warning("the LM produced no speech tokens (mode %s)", request.mode)
             return np.zeros(0, dtype=np.float32)
         return self.token2wav.full(torch.tensor([tokens]), request.voice, request.speed, request.vocoder_generator)
 
-    def stream(self, request: SynthesisRequest) -> Iterator[np.ndarray]:
-        if request.speed != 1.0:
-            raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
+    def stream_direct(self, request: SynthesisRequest) -> Iterator[np.ndarray]:
         gen = request.vocoder_generator
         yield from self.token2wav.stream(self.speech_tokens(request), request.voice, lambda k: gen)

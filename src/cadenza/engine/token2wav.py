@@ -1,10 +1,17 @@
 """Speech tokens -> waveform for CosyVoice 2: flow (tokens -> mel) then HiFT (mel -> 24 kHz), whole or in chunks.
 
-The chunked path follows the reference schedule (spec §7) so that its output matches the reference exactly:
-hops of ``25 + prompt_pad``, then doubling up to 100 tokens; 3 look-ahead tokens; the last call recomputes the flow
-without chunk masks; HiFT continues from cached mel frames and NSF source samples and cross-fades 3840 samples.
-Unlike the reference, the hop lives in the per-request ``TokenChunker`` (never on the shared model), so one request
-cannot change the next one's schedule.
+Chunks follow the reference schedule (spec §7): hops of ``25 + prompt_pad`` tokens, then doubling up to 100; 3
+look-ahead tokens; HiFT continues from cached mel frames and NSF source samples and cross-fades the overlap.
+The hop lives in the per-request ``TokenChunker`` (the reference keeps it on the shared model, so one request
+changes the next one's schedule).
+
+Two flavours (``StreamSchedule``):
+* ``StreamSchedule.reference()`` reproduces the reference exactly: every chunk re-runs the flow over prompt + all
+  tokens so far (cost grows with the chunk index), the last chunk is recomputed without chunk masks, and the
+  cross-fade windows sum to ~1.08.
+* the default computes each chunk once with the cached, incremental flow (``IncrementalFlow``; cost per chunk
+  independent of its index), keeps chunk masks on the last chunk too (so it continues the earlier chunks
+  exactly instead of switching attention pattern for the last frames), and cross-fades with windows that sum to 1.
 """
 
 from __future__ import annotations
@@ -25,17 +32,26 @@ GeneratorForCall = Callable[[int], torch.Generator | None]
 
 @dataclass(frozen=True)
 class StreamSchedule:
-    """Chunking constants (reference values)."""
+    """How a request is cut into chunks and how chunks are computed and joined."""
 
     token_hop_len: int = 25  # must equal the flow's training chunk
     token_max_hop_len: int = 100
     stream_scale_factor: int = 2
     mel_cache_len: int = 8  # mel frames of left context HiFT re-reads per chunk
-    crossfade: str = "hamming"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to exactly 1
+    crossfade: str = "hann"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to 1
+    incremental: bool = True  # cached flow (each chunk computed once) instead of re-running the prefix
+    final_full_attention: bool = False  # reference: the last chunk is computed without chunk masks
 
     def __post_init__(self) -> None:
         if self.crossfade not in ("hamming", "hann"):
             raise ValueError(f"crossfade must be 'hamming' or 'hann', not {self.crossfade!r}")
+        if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
+            raise ValueError("bad hop lengths")
+
+    @classmethod
+    def reference(cls) -> StreamSchedule:
+        """Bit-for-bit the reference's streaming (parity mode)."""
+        return cls(crossfade="hamming", incremental=False, final_full_attention=True)
 
 
 def crossfade_windows(n: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -101,28 +117,98 @@ class Token2Wav:
 
         ``generator_for_call(k)`` gives the RNG of the k-th HiFT call (tests replay the reference's per-call seeds).
         """
-        cfg = self.model.config
-        lookahead = cfg.flow.pre_lookahead_len
-        ratio = cfg.token_mel_ratio
-        chunker = TokenChunker(self.schedule, prompt.flow_prompt_speech.shape[1], lookahead)
-        vocoder = _StreamingVocoder(self.model, self.schedule)
-        ids: list[int] = []
-        for token in tokens:
-            ids.append(int(token))
-            if not chunker.ready(len(ids)):
-                continue
-            end = chunker.offset + chunker.hop + lookahead
-            mel = self.model.flow.inference(torch.tensor([ids[:end]]), prompt.flow_prompt_speech, prompt.prompt_mel,
-                                            prompt.embedding, streaming=True, finalize=False)
-            yield vocoder(mel[:, :, ratio * chunker.offset:], final=False, generator=generator_for_call(vocoder.calls))
-            chunker.advance()
-        if not ids:
-            return
-        # Last chunk (always run: it also releases the held-back overlap). The reference computes it without chunk
-        # masks (model.py does not pass stream=True on the final call); kept for parity.
-        mel = self.model.flow.inference(torch.tensor([ids]), prompt.flow_prompt_speech, prompt.prompt_mel,
-                                        prompt.embedding, streaming=False, finalize=True)
-        yield vocoder(mel[:, :, ratio * chunker.offset:], final=True, generator=generator_for_call(vocoder.calls))
+        synth = StreamSynthesis(self.model, prompt, self.schedule, generator_for_call)
+        try:
+            ids: list[int] = []
+            for token in tokens:
+                ids.append(int(token))
+                if synth.ready(len(ids)):
+                    yield synth.next_chunk(ids)
+            if ids:
+                yield synth.finish(ids)
+        finally:
+            synth.close()
+
+
+class _RecomputeFlow:
+    """Reference flow stage: every chunk re-runs the flow over prompt + all tokens so far and keeps the new frames."""
+
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, final_full_attention: bool) -> None:
+        self.flow, self.prompt = model.flow, prompt
+        self.ratio = model.config.token_mel_ratio
+        self.final_full_attention = final_full_attention
+
+    def _mel(self, ids: list[int], streaming: bool, finalize: bool) -> torch.Tensor:
+        p = self.prompt
+        return self.flow.inference(torch.tensor([ids]), p.flow_prompt_speech, p.prompt_mel, p.embedding,
+                                   streaming=streaming, finalize=finalize)
+
+    def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
+        return self._mel(ids[: end + lookahead], streaming=True, finalize=False)[:, :, self.ratio * offset :]
+
+    def final(self, ids: list[int], offset: int) -> torch.Tensor:
+        return self._mel(ids, streaming=not self.final_full_attention, finalize=True)[:, :, self.ratio * offset :]
+
+    def close(self) -> None:
+        pass
+
+
+class _IncrementalFlowStage:
+    """Cached flow stage: each token's mel is computed once (``IncrementalFlow``)."""
+
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt) -> None:
+        from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
+
+        self.session = IncrementalFlow(model.flow, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding)
+
+    def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
+        return self.session.push(torch.tensor([ids[offset:end]]), torch.tensor([ids[end : end + lookahead]]), final=False)
+
+    def final(self, ids: list[int], offset: int) -> torch.Tensor:
+        return self.session.push(torch.tensor([ids[offset:]]), None, final=True)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class StreamSynthesis:
+    """One request's token -> audio state: chunk schedule, flow stage, HiFT caches. Driven step by step.
+
+    ``ready(n)`` says whether ``n`` tokens are enough for the next chunk; ``next_chunk(ids)`` returns its audio;
+    ``finish(ids)`` returns the rest (always call it: it also releases the held-back overlap); ``close()`` frees
+    every buffer.
+    """
+
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
+                 generator_for_call: GeneratorForCall = lambda k: None) -> None:
+        self.lookahead = model.config.flow.pre_lookahead_len
+        self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
+        self.flow = (_IncrementalFlowStage(model, prompt) if schedule.incremental
+                     else _RecomputeFlow(model, prompt, schedule.final_full_attention))
+        self.vocoder = _StreamingVocoder(model, schedule)
+        self.generator_for_call = generator_for_call
+        self.chunks = 0
+
+    def ready(self, n_tokens: int) -> bool:
+        return self.chunker.ready(n_tokens)
+
+    @torch.inference_mode()
+    def next_chunk(self, ids: list[int]) -> np.ndarray:
+        end = self.chunker.offset + self.chunker.hop
+        mel = self.flow.chunk(ids, self.chunker.offset, end, self.lookahead)
+        self.chunker.advance()
+        self.chunks += 1
+        return self.vocoder(mel, final=False, generator=self.generator_for_call(self.vocoder.calls))
+
+    @torch.inference_mode()
+    def finish(self, ids: list[int]) -> np.ndarray:
+        mel = self.flow.final(ids, self.chunker.offset)
+        self.chunks += 1
+        return self.vocoder(mel, final=True, generator=self.generator_for_call(self.vocoder.calls))
+
+    def close(self) -> None:
+        self.flow.close()
+        self.vocoder.close()
 
 
 class _StreamingVocoder:
@@ -153,3 +239,6 @@ class _StreamingVocoder:
         self.source_cache = source[:, :, -self.overlap:]
         self.tail = out[-self.overlap:].copy()
         return out[: -self.overlap]
+
+    def close(self) -> None:
+        self.mel_cache = self.source_cache = self.tail = None

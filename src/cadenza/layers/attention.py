@@ -45,7 +45,7 @@ class GQASelfAttention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | None = None,
+        cache: KVCache | list[KVCache] | None = None,
         layer_idx: int = 0,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -61,6 +61,9 @@ class GQASelfAttention(nn.Module):
         k = self.k_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if isinstance(cache, list):
+            out = self._attend_per_row(q, k, v, cache, layer_idx)
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
         past = 0
         if cache is not None:
             past = cache.layer_length(layer_idx)
@@ -75,6 +78,18 @@ class GQASelfAttention(nn.Module):
             # n == 1 with a past: the single query sees every key, no mask needed
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+    def _attend_per_row(self, q, k, v, caches: list[KVCache], layer_idx: int) -> torch.Tensor:
+        """One decode step for B requests with their own caches (different lengths): row i appends to and
+        attends ``caches[i]``. The projections around it run batched, which is where a decode step spends its
+        time; the per-row attention avoids padding and copying caches of different lengths."""
+        if q.shape[2] != 1 or len(caches) != q.shape[0]:
+            raise ValueError("per-request caches need one cache per row and a single new position")
+        rows = []
+        for i, cache in enumerate(caches):
+            ki, vi = cache.append(layer_idx, k[i : i + 1], v[i : i + 1])
+            rows.append(F.scaled_dot_product_attention(q[i : i + 1], self._repeat_kv(ki), self._repeat_kv(vi)))
+        return torch.cat(rows, dim=0)
 
     def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
         """``[B, kv_heads, S, D]`` -> ``[B, heads, S, D]`` (each kv head serves ``heads / kv_heads`` query heads)."""

@@ -12,14 +12,14 @@ Checkpoint: ``llm.pt`` loads with ``strict=True`` after removing ``TIED_LM_HEAD_
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
 
-from cadenza.errors import CadenzaError
 from cadenza.layers.kv_cache import KVCache
 from cadenza.models.cosyvoice2.config import LMConfig
+from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, Sampler, UnistreamDecoder
 from cadenza.models.cosyvoice2.qwen2 import Qwen2Encoder
 from cadenza.models.cosyvoice2.sampling import RasSampler
 
@@ -28,8 +28,6 @@ logger = logging.getLogger(__name__)
 TIED_LM_HEAD_KEY = "llm.model.lm_head.weight"
 SOS_ROW, TASK_ID_ROW = 0, 1  # rows of llm_embedding
 
-# (logp [V], history of generated ids) -> next id. Samplers may modify logp in place, not the history.
-Sampler = Callable[[torch.Tensor, Sequence[int]], int]
 # Optional trace of every LM forward call: [new positions, cached positions before the call, total].
 StepLog = list[list[int]]
 
@@ -71,27 +69,27 @@ class TextSpeechLM(nn.Module):
     def new_cache(self, capacity: int = 0) -> KVCache:
         return self.llm.body.new_cache(capacity)
 
-    def _marker(self, row: int) -> torch.Tensor:
-        """``[1, 1, H]`` embedding of sos / task_id."""
+    def marker(self, row: int) -> torch.Tensor:
+        """``[1, 1, H]`` embedding of sos (row 0) / task_id (row 1)."""
         return self.llm_embedding.weight[row].reshape(1, 1, -1)
 
-    def _empty(self) -> torch.Tensor:
+    def empty_embeds(self) -> torch.Tensor:
         w = self.llm_embedding.weight
         return w.new_zeros(1, 0, w.shape[1])
 
     def embed_text(self, ids: torch.Tensor | None) -> torch.Tensor:
         """Text ids ``[1, n]`` (any int dtype, n may be 0 or None) -> ``[1, n, H]`` via Qwen's ``embed_tokens``."""
         if ids is None or ids.numel() == 0:
-            return self._empty()
+            return self.empty_embeds()
         return self.llm.embed_tokens(ids.to(self.device, torch.long))
 
     def embed_speech(self, ids: torch.Tensor | None) -> torch.Tensor:
         """Speech ids ``[1, n]`` -> ``[1, n, H]`` via ``speech_embedding``."""
         if ids is None or ids.numel() == 0:
-            return self._empty()
+            return self.empty_embeds()
         return self.speech_embedding(ids.to(self.device, torch.long))
 
-    def _speech_step_input(self, token: int) -> torch.Tensor:
+    def speech_step_input(self, token: int) -> torch.Tensor:
         return self.speech_embedding.weight[token].reshape(1, 1, -1)
 
     # ---- teacher-forced pieces (parity tests, training) ------------------------------------------------------
@@ -105,17 +103,17 @@ class TextSpeechLM(nn.Module):
         """
         return torch.cat(
             [
-                self._marker(SOS_ROW),
+                self.marker(SOS_ROW),
                 self.embed_text(prompt_text),
                 self.embed_text(text),
-                self._marker(TASK_ID_ROW),
+                self.marker(TASK_ID_ROW),
                 self.embed_speech(prompt_speech),
             ],
             dim=1,
         )
 
     def forward_hidden(
-        self, embeds: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
+        self, embeds: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | list[KVCache] | None = None
     ) -> torch.Tensor:
         """embeds ``[B, T, H]`` -> last Qwen hidden state ``[B, T, H]`` (causal; positions 0.. unless given)."""
         return self.llm(embeds, positions, cache)
@@ -139,6 +137,13 @@ class TextSpeechLM(nn.Module):
         return self.llm_decoder(hidden[:, -1]).log_softmax(dim=-1)[0]
 
     # ---- decoding ---------------------------------------------------------------------------------------------
+    def _drive(self, decoder: UnistreamDecoder | BistreamDecoder, step_log: StepLog | None) -> Iterator[int]:
+        """Run ``decoder`` until it finishes or waits for text; yield the speech ids it emits."""
+        while (embeds := decoder.next_input()) is not None:
+            token = decoder.accept(self._step(embeds, decoder.cache, step_log))
+            if token is not None:
+                yield token
+
     @torch.inference_mode()
     def generate(
         self,
@@ -162,19 +167,11 @@ class TextSpeechLM(nn.Module):
         min_len = int(text_len * self.cfg.min_token_text_ratio) if min_len is None else min_len
         max_len = int(text_len * self.cfg.max_token_text_ratio) if max_len is None else max_len
         sampler = sampler if sampler is not None else RasSampler(self.cfg.sampling, generator)
-        embeds = self.build_input(text, prompt_text, prompt_speech)
-        cache = self.new_cache(capacity=embeds.shape[1] + min_len)
-        out: list[int] = []
-        for i in range(max_len):
-            logp = self._step(embeds, cache, step_log)
-            if i < min_len:
-                logp[self.eos_id] = -float("inf")
-            token = int(sampler(logp, out))
-            if token in self.stop_ids:
-                break
-            yield token
-            out.append(token)
-            embeds = self._speech_step_input(token)
+        decoder = UnistreamDecoder(self, text, prompt_text, prompt_speech, sampler, min_len, max_len)
+        try:
+            yield from self._drive(decoder, step_log)
+        finally:
+            decoder.close()
 
     @torch.inference_mode()
     def generate_bistream(
@@ -191,82 +188,17 @@ class TextSpeechLM(nn.Module):
         """Yield speech ids while text arrives in chunks ``[1, n]`` (spec §3.6, mix ratio ``cfg.mix_ratio`` = N:M).
 
         Text and speech are interleaved as the model was trained: N text tokens, then M speech tokens, then a fill
-        id (forced by position, never fed back) asking for the next N text tokens. Prompt speech is interleaved
-        with the first text chunks the same way. When ``text_chunks`` is exhausted the leftover text and task_id
-        are fed and decoding runs until eos, or until ``max_len`` speech tokens in total (default
-        ``max_token_text_ratio`` x received text tokens; the reference has no limit here and can loop forever).
-
-        ``reference_quirks=True`` reproduces the reference's final-phase input exactly: after a fill, the last
-        speech embedding (already in the KV cache) is fed a second time before the leftover text. The correct
-        behaviour, matching the training layout ``[..., speech, text_rest, task_id, ...]``, is
-        ``reference_quirks=False``; the default keeps parity with the released pipeline and its fixtures.
+        id (forced by position, never fed back) asking for the next N text tokens. See ``BistreamDecoder`` for the
+        final phase, the length limit and ``reference_quirks``.
         """
-        n_text, n_speech = self.cfg.mix_ratio
-        speech_size = self.cfg.speech_token_size
-        fill = self.fill_id
         sampler = sampler if sampler is not None else RasSampler(self.cfg.sampling, generator)
-        lm_input = self._marker(SOS_ROW)
-        text_cache = self.embed_text(prompt_text)
-        prompt_emb = self.embed_speech(prompt_speech)
-        n_prompt_speech = prompt_emb.shape[1]
-        next_fill = (n_prompt_speech // n_speech + 1) * n_speech - n_prompt_speech
-        cache = self.new_cache()
-        out: list[int] = []  # every id produced, fills included (they are part of the RAS history)
-        n_received = 0
-
-        for chunk in text_chunks:
-            n_received += chunk.shape[1]
-            text_cache = torch.cat([text_cache, self.embed_text(chunk)], dim=1)
-            # Interleave the prompt: N text + (up to) M prompt-speech embeddings at a time.
-            while prompt_emb.shape[1] > 0 and text_cache.shape[1] >= n_text:
-                lm_input = torch.cat([lm_input, text_cache[:, :n_text], prompt_emb[:, :n_speech]], dim=1)
-                text_cache, prompt_emb = text_cache[:, n_text:], prompt_emb[:, n_speech:]
-            if prompt_emb.shape[1] > 0:
-                continue  # wait for more text before the prompt is fully placed
-            after_fill = bool(out) and out[-1] == fill
-            if after_fill or (not out and lm_input.shape[1] == 1):
-                if text_cache.shape[1] < n_text:
-                    continue
-                # After a fill, lm_input still holds the last speech embedding, already cached: replace it.
-                lm_input = text_cache[:, :n_text] if after_fill else torch.cat([lm_input, text_cache[:, :n_text]], 1)
-                text_cache = text_cache[:, n_text:]
-            while True:
-                logp = self._step(lm_input, cache, step_log)
-                if len(out) == next_fill:
-                    token = fill
-                else:
-                    logp[self.eos_id] = -float("inf")
-                    token = int(sampler(logp, out))
-                if token == fill:  # forced or sampled: the next fill is due M speech tokens later
-                    next_fill = len(out) + n_speech + 1
-                out.append(token)
-                if token == fill:
-                    break
-                if token >= speech_size:
-                    raise CadenzaError(f"bistream LM produced special id {token} while text was still arriving")
-                yield token
-                lm_input = self._speech_step_input(token)
-
-        # Final phase: leftover text + task_id, then decode until eos.
-        if prompt_emb.shape[1] > 0:
-            # Reference behaviour kept for parity: prompt speech that never got N text tokens to pair with is
-            # silently dropped (the prompt's voice then conditions the LM only partially).
-            logger.warning("bistream: %d prompt speech tokens dropped (too little text to interleave them)",
-                           prompt_emb.shape[1])
-        if out and out[-1] == fill and not reference_quirks:
-            lm_input = self._empty()  # its embedding is already in the KV cache
-        lm_input = torch.cat([lm_input, text_cache, self._marker(TASK_ID_ROW)], dim=1)
-        max_len = int(n_received * self.cfg.max_token_text_ratio) if max_len is None else max_len
-        n_yielded = sum(1 for t in out if t < speech_size)
-        while n_yielded < max_len:
-            logp = self._step(lm_input, cache, step_log)
-            token = int(sampler(logp, out))
-            out.append(token)
-            if token == self.eos_id:
-                return
-            if token >= speech_size:
-                raise CadenzaError(f"bistream LM produced special id {token} in its final phase")
-            yield token
-            n_yielded += 1
-            lm_input = self._speech_step_input(token)
-        logger.warning("bistream: stopped at max_len=%d speech tokens without eos", max_len)
+        decoder = BistreamDecoder(self, prompt_text, prompt_speech, sampler, max_len=max_len,
+                                  reference_quirks=reference_quirks)
+        try:
+            for chunk in text_chunks:
+                decoder.feed_text(chunk)
+                yield from self._drive(decoder, step_log)
+            decoder.end_text()
+            yield from self._drive(decoder, step_log)
+        finally:
+            decoder.close()

@@ -45,7 +45,7 @@ class Qwen2DecoderLayer(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | None,
+        cache: KVCache | list[KVCache] | None,
         layer_idx: int,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -75,16 +75,19 @@ class Qwen2Model(nn.Module):
         self,
         inputs_embeds: torch.Tensor,
         positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | list[KVCache] | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """inputs_embeds ``[B, n, hidden]`` -> hidden states after the final norm ``[B, n, hidden]``.
 
         positions ``[B, n]`` (int) default to ``past .. past + n - 1`` where ``past`` = cached length (0 without a
-        cache). With a cache the n new keys/values are appended to it.
+        cache). With a cache the n new keys/values are appended to it. A list of B caches (one per row, any
+        lengths) runs one batched decode step (n = 1) for B independent requests.
         """
         b, n, _ = inputs_embeds.shape
-        if positions is None:
+        if isinstance(cache, list) and positions is None:
+            positions = torch.tensor([[c.length] for c in cache], device=inputs_embeds.device)
+        elif positions is None:
             past = cache.length if cache is not None else 0
             positions = torch.arange(past, past + n, device=inputs_embeds.device).expand(b, n)
         cos, sin = self.rotary(positions, inputs_embeds.dtype)
@@ -125,7 +128,7 @@ class Qwen2Encoder(nn.Module):
         self,
         inputs_embeds: torch.Tensor,
         positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | list[KVCache] | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``[B, n, hidden]`` -> last hidden state ``[B, n, hidden]`` (see ``Qwen2Model.forward``)."""

@@ -1,0 +1,62 @@
+"""A mid-size CosyVoice 2 with random weights, shared by the benchmarks (no download needed).
+
+Sizes (about 1/4 of the release in width): Qwen2 LM 384-d, 6 layers, 6 heads / 2 KV heads, FFN 1024;
+flow encoder 256-d, 4 heads, FFN 1024, 3 + 4 blocks; U-Net 128 channels, 2 heads x 64, 2 blocks per level,
+4 mid blocks; HiFT 128 base channels. Everything else (rates, chunking, 10 Euler steps, CFG) as released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from cadenza.engine.cosyvoice2 import CosyVoice2Engine
+from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.scheduler import SchedulerConfig
+from cadenza.engine.token2wav import StreamSchedule
+from cadenza.models.cosyvoice2.config import (
+    CosyVoice2Config,
+    EstimatorConfig,
+    FlowConfig,
+    FlowEncoderConfig,
+    HiFTConfig,
+    LMConfig,
+    Qwen2Config,
+)
+from cadenza.models.cosyvoice2.model import CosyVoice2Model
+from cadenza.models.cosyvoice2.speakers import SpeakerStore
+
+TOKENS_PER_SECOND = 25
+
+
+def midsize_config() -> CosyVoice2Config:
+    qwen = Qwen2Config(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2,
+                       intermediate_size=1024, vocab_size=4000)
+    lm = LMConfig(qwen=qwen, llm_input_size=384, llm_output_size=384)
+    flow = FlowConfig(
+        input_size=256,
+        encoder=FlowEncoderConfig(input_size=256, output_size=256, attention_heads=4, linear_units=1024, num_blocks=3),
+        estimator=EstimatorConfig(channels=(128,), attention_head_dim=64, n_blocks=2, num_mid_blocks=4, num_heads=2),
+    )
+    return dataclasses.replace(CosyVoice2Config(), lm=lm, flow=flow,
+                               hift=HiFTConfig(base_channels=128, f0_cond_channels=128))
+
+
+def midsize_engine(schedule: StreamSchedule | None = None, max_active: int = 8, seed: int = 0) -> CosyVoice2Engine:
+    torch.manual_seed(seed)
+    model = CosyVoice2Model(midsize_config()).eval()
+    with torch.no_grad():  # random weights large enough that the LM's distribution is not flat
+        for p in model.lm.parameters():
+            p.mul_(3.0)
+    return CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=schedule,
+                            scheduler_config=SchedulerConfig(max_active=max_active, max_queued=64))
+
+
+def fixed_length_request(engine: CosyVoice2Engine, seconds: float, seed: int) -> SynthesisRequest:
+    """A request that makes exactly ``seconds`` of audio: eos is masked until, and forced at, that length."""
+    n_tokens = int(seconds * TOKENS_PER_SECOND)
+    text = torch.randint(0, engine.config.lm.qwen.vocab_size, (1, max(1, n_tokens // 10)), generator=torch.Generator().manual_seed(seed))
+    req = engine.build(text_ids=text, voice=None, mode="benchmark", seed=seed)
+    req.min_tokens = req.max_tokens = n_tokens
+    return req
