@@ -1,0 +1,134 @@
+"""The MiniCPM-4 transformer stack shared by all four VoxCPM 2 networks (spec §c.3).
+
+Pre-norm blocks ``h = x + a·Attn(RMSNorm(x))``, ``y = h + a·SwiGLU(RMSNorm(h))`` with ``a = scale_depth /
+sqrt(layers)`` under muP (1 otherwise), a final RMSNorm, grouped-query attention without biases, and LongRoPE
+(or no positional encoding at all for the residual LM's ``no_rope``). Parameter names match the reference
+(``layers.{i}.self_attn.q_proj`` ...), so the checkpoint's ``base_lm.*``, ``residual_lm.*``,
+``feat_encoder.encoder.*`` and ``feat_decoder.estimator.decoder.*`` keys load unchanged.
+
+Why not ``cadenza.layers.attention.GQASelfAttention``: it always applies RoPE (the RALM has none), rotates in the
+input dtype (MiniCPM rotates in float32) and has no bidirectional mode (LocEnc / LocDiT attend both ways).
+Every projection is a plain ``nn.Linear`` so LoRA can wrap them in place.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadenza.layers.attention import causal_mask_with_past
+from cadenza.layers.kv_cache import KVCache
+from cadenza.layers.longrope import LongRoPE, apply_rotary_fp32
+from cadenza.layers.rms_norm import RMSNorm
+from cadenza.layers.swiglu import SwiGLU
+from cadenza.models.voxcpm2.config import MiniCPM4Config
+
+Rope = tuple[torch.Tensor, torch.Tensor]
+
+
+class MiniCPMAttention(nn.Module):
+    """GQA self-attention: ``num_attention_heads`` query heads share ``num_key_value_heads`` kv heads
+    (query head j uses kv head ``j // groups``). q/o width is ``heads * head_dim``, which may differ from hidden."""
+
+    def __init__(self, cfg: MiniCPM4Config) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(
+        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | None = None, layer_idx: int = 0
+    ) -> torch.Tensor:
+        """x ``[B, n, hidden]`` -> ``[B, n, hidden]``.
+
+        ``rope``: cos/sin ``[n, head_dim]`` of the n new positions, or None (no positional encoding).
+        ``causal``: query i sees keys ``<= past + i``; otherwise every key (bidirectional, no cache expected).
+        With a ``cache`` the new keys (after RoPE) and values are appended and attention covers past + new.
+        """
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rotary_fp32(q, *rope), apply_rotary_fp32(k, *rope)
+        past = 0
+        if cache is not None:
+            past = cache.layer_length(layer_idx)
+            k, v = cache.append(layer_idx, k, v)
+        mask, is_causal = None, False
+        if causal and n > 1:
+            if past == 0:
+                is_causal = True
+            else:  # SDPA's is_causal aligns the triangle top-left, wrong when keys include a past
+                mask = causal_mask_with_past(n, past, x.device)
+        out = F.scaled_dot_product_attention(
+            q.contiguous(), k.contiguous(), v.contiguous(), attn_mask=mask, is_causal=is_causal,
+            enable_gqa=self.num_heads != self.num_kv_heads,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+
+class MiniCPMDecoderLayer(nn.Module):
+    """One pre-norm block (names ``self_attn``, ``mlp``, ``input_layernorm``, ``post_attention_layernorm``)."""
+
+    def __init__(self, cfg: MiniCPM4Config) -> None:
+        super().__init__()
+        self.self_attn = MiniCPMAttention(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.use_mup = cfg.use_mup
+        self.residual_scale = cfg.residual_scale
+
+    def forward(
+        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | None, layer_idx: int
+    ) -> torch.Tensor:
+        """x ``[B, n, hidden]`` -> ``[B, n, hidden]``."""
+        h = self.self_attn(self.input_layernorm(x), rope, causal, cache, layer_idx)
+        x = x + (h * self.residual_scale if self.use_mup else h)
+        h = self.mlp(self.post_attention_layernorm(x))
+        return x + (h * self.residual_scale if self.use_mup else h)
+
+
+class MiniCPMModel(nn.Module):
+    """Optional token embedding + decoder layers + final RMSNorm, driven by input embeddings.
+
+    ``embed_tokens`` exists only when ``vocab_size > 0`` (the TSLM); the other stacks have no embedding (the
+    reference's ``nn.Identity``, which owns no parameters). ``rope`` is None for ``no_rope`` stacks.
+    """
+
+    def __init__(self, cfg: MiniCPM4Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.vocab_size > 0 else None
+        self.layers = nn.ModuleList(MiniCPMDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        rs = cfg.rope_scaling
+        self.rope = None if cfg.no_rope else LongRoPE(
+            cfg.head_dim, cfg.rope_theta, rs.short_factor, rs.long_factor,
+            cfg.max_position_embeddings, rs.original_max_position_embeddings,
+        )
+
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache for this stack (one per request); ``capacity`` positions are reserved on first use."""
+        return KVCache(self.cfg.num_hidden_layers, capacity)
+
+    def forward(self, inputs_embeds: torch.Tensor, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
+        """``[B, n, hidden]`` -> hidden states after the final norm ``[B, n, hidden]``.
+
+        Positions are ``past .. past + n - 1`` where ``past`` is the cache length (0 without a cache), so a decode
+        step is simply a call with ``n = 1`` and the request's cache.
+        """
+        n = inputs_embeds.shape[1]
+        rope = None
+        if self.rope is not None:
+            past = cache.length if cache is not None else 0
+            positions = torch.arange(past, past + n, device=inputs_embeds.device)
+            rope = self.rope(positions, inputs_embeds.dtype)
+        x = inputs_embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rope, causal, cache, i)
+        return self.norm(x)
