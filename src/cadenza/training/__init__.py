@@ -1,0 +1,1 @@
+"""Training code (never imported by inference): the launcher, data preparation and one stage per component."""
