@@ -1,8 +1,27 @@
-"""Cadenza: streaming, zero-shot voice-cloning speech synthesis with language models."""
+"""Cadenza: streaming, zero-shot voice-cloning speech synthesis with language models.
 
-from cadenza.api import Audio, Cadenza, load
-from cadenza.errors import AudioError, CadenzaError, CheckpointError, InputError, TextError, UnknownSpeakerError
+``Cadenza``, ``Audio`` and ``load`` are imported on first use, so ``import cadenza.text`` (pure Python) does not pull
+in torch.
+"""
+
+from cadenza.errors import (
+    AudioError,
+    CadenzaError,
+    CheckpointError,
+    EngineBusyError,
+    InputError,
+    TextError,
+    UnknownSpeakerError,
+)
 
 __version__ = "0.1.0"
-__all__ = ["Audio", "AudioError", "Cadenza", "CadenzaError", "CheckpointError", "InputError", "TextError",
-           "UnknownSpeakerError", "load", "__version__"]
+__all__ = ["Audio", "AudioError", "Cadenza", "CadenzaError", "CheckpointError", "EngineBusyError", "InputError",
+           "TextError", "UnknownSpeakerError", "load", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("Audio", "Cadenza", "load"):
+        from cadenza import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'cadenza' has no attribute {name!r}")
