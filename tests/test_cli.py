@@ -43,3 +43,17 @@ def test_errors_are_one_clear_line(cv2_dir, tmp_path):
     assert proc.returncode == 2 and "no text tokenizer" in proc.stderr and "--text-ids" in proc.stderr
     proc = _cadenza("synth", "--model", str(cv2_dir), "--text-ids", "1,x", "-o", str(tmp_path / "x.wav"))
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
+
+
+def test_text_file_long_form(cv2_dir, tmp_path):
+    from toy_model import build_toy_model_dir
+
+    model = build_toy_model_dir(cv2_dir, tmp_path / "model")
+    text = tmp_path / "story.txt"
+    text.write_text("Chapter one. It was 3 pm and raining.\n\nThe story ended on 2024-01-01, as planned.\n" * 3)
+    out = tmp_path / "story.wav"
+    proc = _cadenza("synth", "--model", str(model), "--text-file", str(text), "--seed", "3", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sf.info(out).duration > 0
+    proc = _cadenza("synth", "--model", str(model), "--text-file", str(tmp_path / "nope.txt"), "-o", str(out))
+    assert proc.returncode == 2 and "cannot read text file" in proc.stderr

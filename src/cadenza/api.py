@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +19,18 @@ from cadenza.audio.io import AudioSource, load_audio, save_wav
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
+from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.request import SynthesisRequest
-from cadenza.errors import CheckpointError, InputError
-from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
+from cadenza.errors import CheckpointError, InputError, TextError
+from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
+from cadenza.text import normalize as normalize_text
+from cadenza.text import split_text
 
 log = logging.getLogger(__name__)
+
+SEGMENT_TOKENS = 80  # text tokens per segment (the reference splits at 60-80)
 
 # Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
 PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
@@ -134,8 +139,9 @@ class Cadenza:
         speaker: str | None = None,
         seed: int | None = None,
         speed: float = 1.0,
+        normalize: bool = True,
     ) -> SynthesisRequest:
-        """Resolve arguments into a request. Modes:
+        """Resolve arguments into one request (no splitting: see ``requests`` for long text). Modes:
 
         * ``prompt_wav`` + ``prompt_text``: zero-shot cloning (the transcript conditions the LM);
         * ``prompt_wav`` alone: cross-lingual cloning (voice only; use it when the transcript is unknown);
@@ -145,24 +151,66 @@ class Cadenza:
         eng = self.engine
         if (text is None) == (text_ids is None):
             raise InputError("give exactly one of text or text_ids")
+        if text is not None and normalize:
+            text = normalize_text(check_speakable(text))
+            if prompt_text is not None and prompt_text.strip():
+                prompt_text = normalize_text(prompt_text)
         ids = eng.frontend.text_ids(text) if text is not None else eng.check_text_ids(text_ids)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         return eng.build(text_ids=ids, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
                          seed=seed, speed=speed)
 
-    def synthesize(self, text: str | None = None, **kwargs) -> Audio:
-        """Speak ``text`` (or ``text_ids=[...]`` when the model has no tokenizer files); see ``request``."""
-        return Audio(self.engine.synthesize(self.request(text, **kwargs)), self.sample_rate)
+    def segments(self, text: str, normalize: bool = True) -> list[str]:
+        """Text -> normalised segments of at most ``SEGMENT_TOKENS`` tokens, cut at sentence then clause ends."""
+        text = check_speakable(text)
+        if normalize:
+            text = normalize_text(text)
+        tokenizer = self.engine.frontend.tokenizer
+        pieces = split_text(text, SEGMENT_TOKENS, count_tokens=lambda s: len(tokenizer.encode(s)))
+        pieces = [p for p in pieces if is_speakable(p)]
+        if not pieces:
+            raise TextError("text has nothing to speak after normalisation")
+        return pieces
+
+    def requests(self, text: str | None = None, *, text_ids: Sequence[int] | None = None, normalize: bool = True,
+                 prompt_wav: PromptAudio | None = None, prompt_text: str | None = None,
+                 prompt_text_ids: Sequence[int] | None = None, instruct: str | None = None,
+                 speaker: str | None = None, seed: int | None = None, speed: float = 1.0) -> list[SynthesisRequest]:
+        """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
+        if (text is None) == (text_ids is None):
+            raise InputError("give exactly one of text or text_ids")
+        if normalize and prompt_text is not None and prompt_text.strip():
+            prompt_text = normalize_text(prompt_text)
+        voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
+        eng = self.engine
+        if text is not None:
+            ids = [eng.frontend.text_ids(s) for s in self.segments(text, normalize)]
+        else:
+            ids = [eng.check_text_ids(text_ids)]
+        return [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
+                          seed=None if seed is None else seed + k, speed=speed) for k, t in enumerate(ids)]
+
+    def synthesize(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
+                   **kwargs) -> Audio:
+        """Speak ``text`` (any length: it is normalised and split into segments; ``normalize=False`` keeps it as
+        is), or ``text_ids=[...]`` when the model has no tokenizer files. Voice arguments: see ``request``.
+        ``progress(done, total)`` is called after each segment."""
+        reqs = self.requests(text, **kwargs)
+        on_segment = None if progress is None else (lambda done: progress(done, len(reqs)))
+        return Audio(synthesize_segments(self.engine.scheduler, reqs, on_segment=on_segment), self.sample_rate)
 
     def synthesize_stream(self, text: str | Iterable[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
-        """Like ``synthesize`` but yields float32 chunks as soon as each is ready.
+        """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments.
 
         ``text`` may also be an iterable of text pieces (e.g. tokens streamed from an upstream LLM): the LM then
         interleaves text and speech as they arrive (bi-streaming) and audio starts before the text ends. Closing
         the returned generator cancels the request and frees its state.
         """
         if text is None or isinstance(text, str):
-            return self.engine.stream(self.request(text, **kwargs))
+            if kwargs.get("speed", 1.0) != 1.0:
+                raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
+            return stream_segments(self.engine.scheduler, self.requests(text, **kwargs))
+        kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
         return self._bistream(iter(text), **kwargs)
 
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,

@@ -13,6 +13,7 @@ import numpy as np
 from cadenza.errors import CadenzaError
 
 MODEL_ENV = "CADENZA_MODEL"
+MAX_TEXT_FILE_CHARS = 1_000_000
 
 
 def _ids(value: str) -> list[int]:
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arg(synth)
     text = synth.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="text to speak")
+    text.add_argument("--text-file", help="a UTF-8 text file of any length (split into segments, with a progress bar)")
     text.add_argument("--text-ids", type=_ids, help="text token ids (for model folders without tokenizer files)")
     synth.add_argument("--prompt-wav", help="voice to clone (any rate; 0.5-30 s)")
     prompt_text = synth.add_mutually_exclusive_group()
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=int, help="random seed (same seed, same audio)")
     synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (non-streaming only)")
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
+    synth.add_argument("--no-normalize", dest="normalize", action="store_false",
+                       help="speak the text as written (no number/date/unit expansion)")
     synth.add_argument("-o", "--output", required=True, help="output WAV path")
 
     vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
@@ -72,23 +76,46 @@ def _load(args):
     return Cadenza.from_pretrained(args.model, device=args.device)
 
 
+def _read_text_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_TEXT_FILE_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CadenzaError(f"cannot read text file {path}: {exc}") from exc
+    if len(text) > MAX_TEXT_FILE_CHARS:
+        raise CadenzaError(f"{path} is longer than {MAX_TEXT_FILE_CHARS} characters")
+    return text
+
+
 def _synth(args) -> None:
+    from tqdm import tqdm
+
     from cadenza.api import Audio
 
     tts = _load(args)
+    text = _read_text_file(args.text_file) if args.text_file else args.text
     kwargs = dict(text_ids=args.text_ids, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
                   prompt_text_ids=args.prompt_text_ids, instruct=args.instruct, speaker=args.speaker,
                   seed=args.seed, speed=args.speed)
+    if args.text_ids is None:
+        kwargs["normalize"] = args.normalize
     start = time.perf_counter()
     if args.stream:
         chunks, first = [], None
-        for chunk in tts.synthesize_stream(args.text, **kwargs):
+        for chunk in tts.synthesize_stream(text, **kwargs):
             first = first if first is not None else time.perf_counter() - start
             chunks.append(chunk)
         audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
         print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
+    elif args.text_file:
+        with tqdm(desc="segments", unit="seg", disable=None) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            audio = tts.synthesize(text, progress=progress, **kwargs)
     else:
-        audio = tts.synthesize(args.text, **kwargs)
+        audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
     audio.save(args.output)
     rtf = elapsed / audio.duration if audio.duration else float("nan")

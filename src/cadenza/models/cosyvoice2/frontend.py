@@ -29,6 +29,11 @@ _UNSPEAKABLE = re.compile(r"^[\W_]*$")
 _TAG = re.compile(r"\[[a-z_-]+\]|</?[a-z]+>|<\|[a-z_]+\|>")
 
 
+def is_speakable(text: str) -> bool:
+    stripped = text.strip()
+    return bool(stripped) and (not _UNSPEAKABLE.match(stripped) or bool(_TAG.search(stripped)))
+
+
 def check_speakable(text: str, what: str = "text") -> str:
     if not isinstance(text, str):
         raise TextError(f"{what} must be a string, not {type(text).__name__}")
