@@ -175,7 +175,8 @@ def generate_latents(
             on_step(step)
         steps.append(step)
     patches = torch.cat([s.patch for s in steps]).float()
-    context = layout.context_patches(options.context_patches).to(patches.device)
+    # The reference takes the context from its runtime-dtype copy of the prompt: round it the same way (bf16 parity)
+    context = layout.context_patches(options.context_patches).to(patches.device, model.dtype).float()
     return GenerationResult(
         patches=patches,
         context=context,

@@ -36,8 +36,9 @@ class LocalDiT(nn.Module):
     ) -> torch.Tensor:
         """x ``[N, D, P]`` noisy patch, mu ``[N, k·Hd]`` (k condition tokens, 2 in VoxCPM 2), t ``[N]``,
         cond ``[N, D, P']`` prefix patch, dt ``[N]`` (0 unless mean mode) -> velocity ``[N, D, P]``."""
-        xs = self.in_proj(x.transpose(1, 2))
-        cs = self.cond_proj(cond.transpose(1, 2))
+        # contiguous() as in the reference: bf16 CPU matmuls round differently on transposed (strided) inputs
+        xs = self.in_proj(x.transpose(1, 2).contiguous())
+        cs = self.cond_proj(cond.transpose(1, 2).contiguous())
         temb = self.time_mlp(self.time_embeddings(t).to(xs.dtype))
         temb = temb + self.delta_time_mlp(self.time_embeddings(dt).to(xs.dtype))
         mu_tokens = mu.view(xs.size(0), -1, xs.size(-1))

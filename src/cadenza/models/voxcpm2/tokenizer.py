@@ -106,6 +106,10 @@ class VoxCPM2Tokenizer:
             log.warning("characters without a token in %r mapped to %s: %s", text, self.unk_token, unknown)
         return ids
 
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids`` (the inverse of ``encode`` up to the leading ``▁``; special tokens are skipped)."""
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
     def _split(self, text: str) -> list[tuple[str, str]]:
         """``(source text, token)`` pairs after the CJK split (source = the characters the token stands for)."""
         enc = self._tok.encode(text, add_special_tokens=False)

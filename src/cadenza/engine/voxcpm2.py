@@ -1,0 +1,223 @@
+"""Runs VoxCPM 2 requests: text (+ voice audio) -> 48 kHz speech, whole or streamed.
+
+::
+
+    engine = VoxCPM2Engine.from_pretrained("VoxCPM2")           # the released folder, unchanged
+    req = engine.build("(A warm, low voice)Hello there.", seed=1)  # voice design
+    audio = engine.synthesize(req)                                # float32 [n] at engine.sample_rate (48000)
+    for chunk in engine.stream(engine.build("Hi!", reference_wav="me.wav")):
+        ...                                                       # 7680-sample chunks (160 ms) as they are made
+
+Modes (from the arguments): plain text; voice design (text starting with ``(description)``); reference cloning
+(``reference_wav``); continuation (``prompt_wav`` + its transcript ``prompt_text``); combined (both). A description
+with reference audio is the reference's "controllable cloning"; a description with a continuation prompt is refused
+(as the reference CLI refuses ``--control`` with a prompt transcript).
+
+Thread-safety: the engine may be shared by threads. Requests own all their state; model work is serialised by one
+re-entrant lock taken per unit of work (prompt encoding, one generated patch, one decoder call, one final decode)
+and never held across a ``yield``, so concurrent streams interleave patch by patch. There is no batching across
+requests (VoxCPM's DiT step dominates and batch-1 CPU inference gains little from it). LoRA changes take the same
+lock; make them only while no request runs (a request in flight would otherwise mix adapters).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cadenza.errors import InputError, TextError
+from cadenza.models.voxcpm2 import lora as lora_ops
+from cadenza.models.voxcpm2.audio_vae import AudioVAE
+from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae
+from cadenza.models.voxcpm2.generate import GenerationOptions, GenerationResult
+from cadenza.models.voxcpm2.layouts import VoicePrompt, make_layout
+from cadenza.models.voxcpm2.loader import load_voxcpm2
+from cadenza.models.voxcpm2.model import VoxCPM2Model
+from cadenza.models.voxcpm2.prompt import PromptAudio, build_voice_prompt
+from cadenza.models.voxcpm2.request import VoxCPM2Request
+from cadenza.models.voxcpm2.request_text import prepare_prompt_text, prepare_text
+from cadenza.models.voxcpm2.retry import RetryOutcome, RetryPolicy, generate_with_retry, stream_with_retry
+from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
+
+log = logging.getLogger(__name__)
+
+CFG_RANGE = (0.1, 10.0)  # reference CLI limits
+TIMESTEPS_RANGE = (1, 100)
+DEFAULT_MAX_LEN = 4096  # patches; the reference's VoxCPM.generate default
+
+
+def _check_range(name: str, value, lo, hi, integer: bool = False) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not (lo <= value <= hi) or (not integer and not math.isfinite(value)):
+        raise InputError(f"{name} must be {'an integer' if integer else 'a number'} in [{lo}, {hi}], got {value!r}")
+
+
+class VoxCPM2Engine:
+    """Model + AudioVAE + tokenizer. Stateless between requests (see the module docstring)."""
+
+    def __init__(self, model: VoxCPM2Model, vae: AudioVAE, tokenizer: VoxCPM2Tokenizer,
+                 directory: Path | None = None) -> None:
+        self.model = model.eval()
+        self.vae = vae.eval()
+        self.tokenizer = tokenizer
+        self.directory = directory
+        self.config = model.config
+        self.lock = threading.RLock()
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | str | None = None, lora: str | Path | None = None) -> VoxCPM2Engine:
+        """Load a VoxCPM 2 model directory (``config.json``, ``model.safetensors``, ``audiovae.pth``/``.safetensors``,
+        ``tokenizer.json``).
+
+        ``dtype``: None = float32 on CPU (the reference keeps the config's bf16 there: slower and less accurate on
+        most CPUs) and the config's dtype (bf16 in the release) on accelerators; ``"bf16"``/``"fp16"``/``"fp32"`` or a
+        torch dtype to choose. The AudioVAE always runs in float32. ``lora``: a LoRA checkpoint folder to apply.
+        """
+        loaded = load_voxcpm2(directory, device=device, dtype=dtype)
+        vae = load_audio_vae(loaded.files.directory, device=device)  # reads audio_vae_config of config.json
+        engine = cls(loaded.model, vae, loaded.tokenizer, loaded.files.directory)
+        if lora is not None:
+            engine.load_lora(lora)
+        return engine
+
+    @property
+    def sample_rate(self) -> int:
+        """Output rate of every waveform (48000 for the release)."""
+        return self.vae.out_sample_rate
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    # -- requests ------------------------------------------------------------------------------------------------
+    def voice(self, *, reference_wav: PromptAudio | None = None, prompt_wav: PromptAudio | None = None,
+              prompt_text: str | None = None) -> VoicePrompt | None:
+        """Encode voice audio once for reuse in many ``build(..., voice=...)`` calls (the reference's prompt cache).
+        None when no audio is given."""
+        if prompt_text is not None:
+            prompt_text = prepare_prompt_text(prompt_text)
+        with self.lock:
+            return build_voice_prompt(self.vae, self.config.patch_size, reference_wav, prompt_wav, prompt_text)
+
+    def build(
+        self,
+        text: str,
+        *,
+        reference_wav: PromptAudio | None = None,
+        prompt_wav: PromptAudio | None = None,
+        prompt_text: str | None = None,
+        voice: VoicePrompt | None = None,
+        seed: int | None = None,
+        cfg_value: float = 2.0,
+        inference_timesteps: int = 10,
+        retry: bool = True,
+        normalize: bool = False,
+        min_len: int = 2,
+        max_len: int = DEFAULT_MAX_LEN,
+        retry_max_attempts: int = 3,
+        retry_ratio: float = 6.0,
+        stream_holdback: int = RetryPolicy.max_holdback_patches,
+        reference_stream_onset: bool = False,
+        noise: torch.Tensor | Sequence[torch.Tensor] | None = None,
+    ) -> VoxCPM2Request:
+        """Validate the arguments, encode voice audio and tokenize: a request ready for ``synthesize``/``stream``.
+
+        ``voice``: a prompt from ``engine.voice(...)`` instead of the audio arguments. ``seed``: None draws a fresh
+        one (kept in ``request.seed``). ``retry``: the reference's bad-case retry (``retry_max_attempts`` attempts,
+        bad = at least ``retry_ratio`` patches per target-text token); for streams, ``stream_holdback`` bounds the
+        patches withheld to keep retry possible (see ``models/voxcpm2/retry.py``). ``reference_stream_onset``:
+        start continuation streams from a cold decoder like the reference (default: warmed on the prompt tail, so
+        streams equal ``synthesize``). ``noise``: replay these ``[N, 1, D, P]`` draws in the first attempt (tests).
+        Raises ``TextError`` / ``AudioError`` / ``InputError`` with the reason.
+        """
+        _check_range("cfg_value", cfg_value, *CFG_RANGE)
+        _check_range("inference_timesteps", inference_timesteps, *TIMESTEPS_RANGE, integer=True)
+        if seed is None:
+            seed = secrets.randbits(32)  # the reference's seeds are 32-bit too
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InputError(f"seed must be a non-negative integer, got {seed!r}")
+        prepared = prepare_text(text, normalize)
+        if voice is not None and (reference_wav is not None or prompt_wav is not None or prompt_text is not None):
+            raise InputError("give either voice= (a prepared voice) or reference_wav / prompt_wav / prompt_text")
+        if voice is None:
+            voice = self.voice(reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text)
+        if prepared.is_voice_design and voice is not None and voice.prompt_patches is not None:
+            raise InputError(
+                f"a voice description ({prepared.description!r}) cannot be combined with a continuation prompt "
+                "(prompt_wav + prompt_text): the continued recording already fixes the voice. Use the description "
+                "alone (voice design), or with reference_wav (controllable cloning)")
+        options = GenerationOptions(min_len=min_len, max_len=max_len, inference_timesteps=inference_timesteps,
+                                    cfg_value=float(cfg_value))
+        policy = RetryPolicy(enabled=retry, max_attempts=retry_max_attempts, ratio=retry_ratio,
+                             max_holdback_patches=stream_holdback)
+        layout, target_len = make_layout(self.tokenizer, self.config, prepared.text, voice)
+        capacity = self.config.max_length
+        if len(layout) + min_len + 1 >= capacity:
+            raise TextError(f"the text and voice prompt take {len(layout)} of the model's {capacity} positions, "
+                            "leaving no room for speech: split the text or use a shorter prompt")
+        return VoxCPM2Request(text=prepared, voice=voice, layout=layout, target_len=target_len, options=options,
+                              retry=policy, seed=seed, reference_onset=reference_stream_onset, noise=noise)
+
+    # -- running them --------------------------------------------------------------------------------------------
+    def synthesize(self, request: VoxCPM2Request) -> np.ndarray:
+        """The whole utterance: float32 ``[n]`` at ``sample_rate`` (``request.outcome`` tells what happened)."""
+        outcome = generate_with_retry(self.model, request.layout, request.target_len, request.options,
+                                      request.retry, request.seed, request.noise, self.lock)
+        request.outcome = outcome
+        return self.decode(outcome.result)
+
+    def stream(self, request: VoxCPM2Request) -> Iterator[np.ndarray]:
+        """Float32 chunks of ``patch_size · 1920`` samples, one per generated patch, as soon as each is ready.
+        Closing the iterator (or dropping it) stops generation and frees the request's state."""
+        request.outcome = RetryOutcome()
+        return stream_with_retry(
+            self.model, self.vae, request.layout, request.target_len, request.options, request.retry, request.seed,
+            request.noise, outcome=request.outcome, reference_onset=request.reference_onset, lock=self.lock,
+        )
+
+    @torch.inference_mode()
+    def decode(self, result: GenerationResult) -> np.ndarray:
+        """Latents (+ continuation context) -> waveform, context audio cut off (spec §c.10)."""
+        with self.lock:
+            wav = self.vae.decode(result.latents)
+        skip = result.context_len * self.config.patch_size * self.vae.decode_hop_length
+        return wav[0, 0, skip:].float().cpu().numpy()
+
+    # -- LoRA ----------------------------------------------------------------------------------------------------
+    def load_lora(self, path: str | Path, config: lora_ops.LoRAConfig | None = None) -> lora_ops.LoRAConfig:
+        """Apply a LoRA checkpoint folder (``lora_config.json`` + ``lora_weights.safetensors``); strict keys."""
+        with self.lock:
+            return lora_ops.load_lora(self.model, path, config)
+
+    def set_lora_enabled(self, enabled: bool) -> None:
+        with self.lock:
+            lora_ops.set_lora_enabled(self.model, enabled)
+
+    def merge_lora(self) -> None:
+        """Fold the adapters into the weights (faster; ``unmerge_lora`` undoes it up to rounding)."""
+        with self.lock:
+            lora_ops.merge_lora(self.model)
+
+    def unmerge_lora(self) -> None:
+        with self.lock:
+            lora_ops.unmerge_lora(self.model)
+
+    def remove_lora(self) -> None:
+        """Back to the base model (adapters unmerged and removed)."""
+        with self.lock:
+            lora_ops.remove_lora(self.model)
+
+    def close(self) -> None:
+        """Nothing to stop (no worker thread); present for symmetry with the CosyVoice 2 engine."""

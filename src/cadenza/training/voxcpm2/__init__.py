@@ -1,0 +1,9 @@
+"""VoxCPM 2 fine-tuning pieces (spec §d): the sequence packer and the diffusion + stop losses."""
+
+from cadenza.training.voxcpm2.losses import LossOutput, TrainingNoise, flow_matching_loss, voxcpm2_losses
+from cadenza.training.voxcpm2.packer import PackedBatch, TrainingSample, VoxCPM2Packer
+
+__all__ = [
+    "LossOutput", "PackedBatch", "TrainingNoise", "TrainingSample", "VoxCPM2Packer", "flow_matching_loss",
+    "voxcpm2_losses",
+]
