@@ -1,0 +1,107 @@
+"""The supervised FSQ speech tokenizer (CosyVoice 2 paper, §2.2) as PyTorch modules.
+
+Pipeline: whisper log-mel ``[B, 128, T]`` (100 Hz) -> strided convs (25 Hz) -> Encoder1 (rotary transformer)
+-> down-projection to D dims -> ``round(K * tanh(.))``: D integers in ``[-K, K]`` -> one id in the ``(2K + 1)``-ary
+system (:mod:`cadenza.layers.fsq_codes`). Training adds: up-projection -> Encoder2 -> CTC head over characters, so
+the codes are forced to carry what an ASR model needs (the "supervised" in the name).
+
+:class:`SpeechTokenizerModel` is what inference needs (and what ``speech_tokenizer.safetensors`` holds);
+:class:`SupervisedSpeechTokenizer` wraps it with the training-only parts.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from cadenza.errors import InputError
+from cadenza.layers.fsq import ScalarQuantizer
+from cadenza.layers.fsq_codes import codes_to_index, index_to_codes
+from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
+from cadenza.models.speech_tokenizer.encoder import ConvDownsampler, TransformerEncoder, valid_mask
+
+
+class SpeechTokenizerModel(nn.Module):
+    """Log-mel -> 25 Hz token ids. Parameter groups: ``downsample``, ``encoder`` (Encoder1), ``quantizer``
+    (``in_proj`` = down-projection to D, ``out_proj`` = up-projection back to H, used by training and
+    :meth:`embed_ids`)."""
+
+    def __init__(self, cfg: SpeechTokenizerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.downsample = ConvDownsampler(cfg)
+        self.encoder = TransformerEncoder(cfg, cfg.encoder1_layers)
+        self.quantizer = ScalarQuantizer(cfg.hidden_size, cfg.hidden_size, cfg.fsq_dims, cfg.fsq_scale)
+
+    def token_lengths(self, mel_lengths: torch.Tensor) -> torch.Tensor:
+        """Mel frames ``[B]`` -> token count ``[B]`` (``frames // downsample``)."""
+        return torch.div(mel_lengths, self.cfg.downsample, rounding_mode="floor")
+
+    def encode(self, mel: torch.Tensor, mel_lengths: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``mel [B, n_mels, T]`` (+ real lengths ``[B]``, default all T) -> Encoder1 output ``[B, T', H]`` and the
+        bool mask of real tokens ``[B, T']``, ``T' = T // downsample``."""
+        if mel.dim() != 3 or mel.shape[1] != self.cfg.n_mels:
+            raise InputError(f"log-mel must be [batch, {self.cfg.n_mels}, frames], got {tuple(mel.shape)}")
+        if mel.shape[-1] < self.cfg.downsample:
+            raise InputError(f"log-mel has {mel.shape[-1]} frames, fewer than one token "
+                             f"({self.cfg.downsample} frames, {self.cfg.downsample * 10} ms)")
+        if mel_lengths is None:
+            mel_lengths = torch.full((mel.shape[0],), mel.shape[-1], dtype=torch.long, device=mel.device)
+        x = self.downsample(mel)
+        mask = valid_mask(self.token_lengths(mel_lengths).clamp(min=1), x.shape[1])
+        return self.encoder(x, mask), mask
+
+    def codes(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Encoder1 output ``[..., H]`` -> integer-valued codes ``[..., D]`` in ``[-K, K]``."""
+        return self.quantizer.codes(hidden)
+
+    def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """``mel [B, n_mels, T]`` -> ids ``[B, T // downsample]`` int64 in ``[0, codebook_size)``; positions past
+        an utterance's own ``mel_lengths[b] // downsample`` hold -1."""
+        hidden, mask = self.encode(mel, mel_lengths)
+        ids = codes_to_index(self.codes(hidden), self.cfg.fsq_scale)
+        return ids.masked_fill(~mask, -1)
+
+    def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids ``[...]`` -> up-projected code vectors ``[..., H]`` (the input of Encoder2)."""
+        codes = index_to_codes(ids, self.cfg.fsq_scale, self.cfg.fsq_dims).to(self.quantizer.out_proj.weight.dtype)
+        return self.quantizer.out_proj(codes / self.cfg.fsq_scale)
+
+
+class SupervisedOutput(NamedTuple):
+    """Training forward of :class:`SupervisedSpeechTokenizer` (a named tuple, which DDP and pytree traverse).
+
+    Attributes:
+        log_probs: ``[B, T', vocab_size]`` CTC log-probabilities (blank = 0).
+        lengths: ``[B]`` real token frames per utterance.
+        ids: ``[B, T']`` token ids (-1 on padding), without gradient.
+    """
+
+    log_probs: torch.Tensor
+    lengths: torch.Tensor
+    ids: torch.Tensor
+
+
+class SupervisedSpeechTokenizer(nn.Module):
+    """Tokenizer + (up-projection ->) Encoder2 -> linear CTC head; the straight-through estimator lets the ASR
+    gradient reach Encoder1 through the rounding."""
+
+    def __init__(self, cfg: SpeechTokenizerConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size < 2:
+            raise InputError("the supervised tokenizer needs an ASR vocabulary: set vocab_size (blank + symbols)")
+        self.cfg = cfg
+        self.tokenizer = SpeechTokenizerModel(cfg)
+        self.encoder2 = TransformerEncoder(cfg, cfg.encoder2_layers)
+        self.asr_head = nn.Linear(cfg.hidden_size, cfg.vocab_size)
+
+    def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor) -> SupervisedOutput:
+        hidden, mask = self.tokenizer.encode(mel, mel_lengths)
+        with torch.no_grad():
+            ids = codes_to_index(self.tokenizer.codes(hidden), self.cfg.fsq_scale).masked_fill(~mask, -1)
+        x = self.encoder2(self.tokenizer.quantizer(hidden), mask)
+        log_probs = torch.log_softmax(self.asr_head(x).float(), dim=-1)
+        return SupervisedOutput(log_probs=log_probs, lengths=mask.sum(1), ids=ids)

@@ -1,0 +1,96 @@
+"""Typed settings of HiFT GAN training (spec §8.4): discriminators and loss weights.
+
+The generator's own sizes are :class:`cadenza.models.cosyvoice2.config.HiFTConfig`; :func:`config_from_mapping`
+builds any of these frozen dataclasses from a YAML section (lists become tuples, unknown keys are errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from cadenza.errors import InputError
+
+T = TypeVar("T")
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def config_from_mapping(cls: type[T], data: Mapping[str, Any] | None, what: str) -> T:
+    """``cls(**data)`` with nested lists turned into tuples; unknown keys raise ``InputError`` naming ``what``."""
+    data = dict(data or {})
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"unknown keys in {what}: {unknown}; known keys are {sorted(known)}")
+    try:
+        return cls(**{k: _tuples(v) for k, v in data.items()})
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"invalid {what}: {exc}") from exc
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise InputError(msg)
+
+
+@dataclass(frozen=True)
+class DiscriminatorConfig:
+    """Multi-period (HiFi-GAN) + multi-resolution STFT-magnitude discriminators.
+
+    Attributes:
+        periods: one period discriminator per entry (the waveform is folded into ``[T / p, p]``).
+        period_channels: conv widths of a period discriminator; all but the last conv are strided.
+        period_kernel, period_stride: along the folded time axis.
+        resolutions: ``(n_fft, hop, win)`` of each spectrogram discriminator.
+        spec_channels: conv width of the spectrogram discriminators.
+        lrelu_slope: leaky-ReLU slope after every conv.
+    """
+
+    periods: tuple[int, ...] = (2, 3, 5, 7, 11)
+    period_channels: tuple[int, ...] = (32, 128, 512, 1024, 1024)
+    period_kernel: int = 5
+    period_stride: int = 3
+    resolutions: tuple[tuple[int, int, int], ...] = ((1024, 120, 600), (2048, 240, 1200), (512, 50, 240))
+    spec_channels: int = 32
+    lrelu_slope: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(len(self.periods) > 0 and all(p > 0 for p in self.periods), "periods must be positive")
+        _check(len(self.period_channels) >= 2 and all(c > 0 for c in self.period_channels),
+               "period_channels needs at least two positive widths")
+        _check(self.period_kernel > 0 and self.period_kernel % 2 == 1, "period_kernel must be odd")
+        _check(self.period_stride > 0 and self.spec_channels > 0, "period_stride and spec_channels must be positive")
+        _check(all(len(r) == 3 and r[2] <= r[0] and r[1] > 0 for r in self.resolutions),
+               "resolutions must be (n_fft, hop, win) with win <= n_fft")
+
+
+@dataclass(frozen=True)
+class HiFTLossConfig:
+    """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0``) and the mel
+    of the reconstruction loss (n_fft 1920, hop 480, 80 bins, up to Nyquist: the reference's ``fmax: null``).
+
+    ``L_fm`` already contains the factor 2 of the reference's ``feature_loss``, so with ``fm_weight`` 2 feature
+    matching counts 4x, as in the reference.
+    """
+
+    adv_weight: float = 1.0
+    fm_weight: float = 2.0
+    mel_weight: float = 45.0
+    tpr_weight: float = 1.0
+    tpr_tau: float = 0.04
+    f0_weight: float = 1.0
+    mel_n_fft: int = 1920
+    mel_hop: int = 480
+    mel_win: int = 1920
+    mel_bins: int = 80
+    mel_fmin: float = 0.0
+    mel_fmax: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight"):
+            _check(getattr(self, name) >= 0, f"{name} must be >= 0")
+        _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")

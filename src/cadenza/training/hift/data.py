@@ -1,0 +1,70 @@
+"""HiFT training data (the reference's ``data_pipeline_gan``): whole utterances with an f0 track, cut into random
+fixed-length crops in ``train_step`` (per-item random streams, see ``cadenza.training.seeding``).
+
+Crops start on a mel-frame boundary so that the utterance's f0 track (stored by ``cadenza data prepare``, or
+computed here with YIN) slices exactly onto the crop's frames; the reference starts anywhere and re-runs pyworld on
+the crop. Audio shorter than a crop is zero-padded (f0 0 = unvoiced there), as in the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from cadenza.audio.pitch import yin_f0
+from cadenza.training.seeding import item_generator
+from cadenza.training.wav_manifest import SourceItems, UtteranceSource
+
+SALT_CROP = 11
+
+
+class HiFTUtterances(SourceItems):
+    """Item: ``{"index": i, "wav": [samples], "f0": [samples // hop]}`` at ``sample_rate``; the stored f0 is used
+    when it has the right length, otherwise YIN runs here (in the DataLoader worker)."""
+
+    def __init__(self, source: UtteranceSource, indices: Sequence[int], sample_rate: int, hop: int,
+                 f0_range: tuple[float, float]) -> None:
+        super().__init__(source, list(indices), sample_rate)
+        self.hop = hop
+        self.f0_range = f0_range
+
+    def __getitem__(self, i: int) -> dict:
+        item = super().__getitem__(i)
+        frames = item["wav"].shape[0] // self.hop
+        f0 = item["f0"]
+        if f0 is None or abs(f0.shape[0] - frames) > 1:
+            f0 = yin_f0(item["wav"], self.sample_rate, self.hop, frames, fmin=self.f0_range[0], fmax=self.f0_range[1])
+        item["f0"] = torch.nn.functional.pad(f0[:frames], (0, max(0, frames - f0.shape[0])))
+        return item
+
+
+@dataclass
+class CropBatch:
+    """``speech [B, L]``, ``f0 [B, L / hop]`` and the NSF source randomness ``rand_ini [B, H]``,
+    ``sine_noise [B, L, H]`` of one step (CPU tensors)."""
+
+    speech: torch.Tensor
+    f0: torch.Tensor
+    rand_ini: torch.Tensor
+    sine_noise: torch.Tensor
+
+
+def crop_batch(items: Sequence[dict], segment: int, hop: int, harmonics: int, seed: int, step: int) -> CropBatch:
+    """Random ``segment``-sample crops (starting on a multiple of ``hop``) and their source noise, each drawn from
+    the item's own stream ``item_generator(seed, step, index)``."""
+    frames = segment // hop
+    speech, f0, rand_ini, noise = [], [], [], []
+    for item in items:
+        g = item_generator(seed, step, int(item["index"]), SALT_CROP)
+        wav, track = item["wav"], item["f0"]
+        starts = max(0, (wav.shape[0] - segment) // hop)
+        k = int(torch.randint(0, starts + 1, (1,), generator=g))
+        w = wav[k * hop: k * hop + segment]
+        t = track[k: k + frames]
+        speech.append(torch.nn.functional.pad(w, (0, segment - w.shape[0])))
+        f0.append(torch.nn.functional.pad(t, (0, frames - t.shape[0])))
+        rand_ini.append(torch.rand(harmonics, generator=g))
+        noise.append(torch.randn(segment, harmonics, generator=g))
+    return CropBatch(torch.stack(speech), torch.stack(f0), torch.stack(rand_ini), torch.stack(noise))

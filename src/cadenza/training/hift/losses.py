@@ -1,0 +1,67 @@
+"""HiFT GAN losses (spec §8.4): least-squares adversarial, feature matching, mel L1, truncated pointwise
+relativistic (TPR) and f0 L1."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cadenza.audio.mel import flow_prompt_mel
+from cadenza.models.cosyvoice2.config import MelConfig
+from cadenza.training.hift.config import HiFTLossConfig
+
+
+def discriminator_adv_loss(real_scores: list[torch.Tensor], fake_scores: list[torch.Tensor]) -> torch.Tensor:
+    """LSGAN: ``sum_d mean((1 - D(real))^2) + mean(D(fake)^2)``."""
+    return sum(torch.mean((1 - dr) ** 2) + torch.mean(dg**2) for dr, dg in zip(real_scores, fake_scores))
+
+
+def generator_adv_loss(fake_scores: list[torch.Tensor]) -> torch.Tensor:
+    """LSGAN: ``sum_d mean((1 - D(fake))^2)``."""
+    return sum(torch.mean((1 - dg) ** 2) for dg in fake_scores)
+
+
+def feature_matching_loss(real_maps: list[list[torch.Tensor]], fake_maps: list[list[torch.Tensor]]) -> torch.Tensor:
+    """``2 * sum over every feature map of mean |real - fake|`` (the factor 2 is the reference's ``feature_loss``).
+
+    Real maps are detached: they carry no generator gradient, and the discriminator is not trained by this loss.
+    """
+    total = sum(torch.mean(torch.abs(r.detach() - g)) for rd, gd in zip(real_maps, fake_maps) for r, g in zip(rd, gd))
+    return 2 * total
+
+
+def tpr_loss(scores_a: list[torch.Tensor], scores_b: list[torch.Tensor], tau: float) -> torch.Tensor:
+    """Truncated pointwise relativistic loss ``sum_d min(tau, L_d)``.
+
+    ``L_d = mean(((a - b) - m)^2 over the points where a < b + m)`` with ``m = median(a - b)``. The discriminator
+    uses ``(a, b) = (D(real), D(fake))``, the generator ``(D(fake), D(real))``.
+    Differs from the reference only where no point qualifies: the reference's mean over an empty set is NaN (and
+    poisons the step); here that discriminator contributes 0.
+    """
+    total = scores_a[0].new_zeros(())
+    for a, b in zip(scores_a, scores_b):
+        diff = a - b
+        m = torch.median(diff)
+        selected = (diff < m).to(diff.dtype)  # a < b + m
+        # Masked mean without a host sync; an empty selection gives 0.
+        rel = (((diff - m) ** 2) * selected).sum() / selected.sum().clamp(min=1)
+        total = total + (tau - F.relu(tau - rel))
+    return total
+
+
+def loss_mel_config(cfg: HiFTLossConfig, sample_rate: int) -> MelConfig:
+    """The mel of the reconstruction loss as a :class:`MelConfig` (same transform as the flow's prompt mel)."""
+    return MelConfig(n_fft=cfg.mel_n_fft, num_mels=cfg.mel_bins, sampling_rate=sample_rate, hop_size=cfg.mel_hop,
+                     win_size=cfg.mel_win, fmin=cfg.mel_fmin, fmax=cfg.mel_fmax, center=False)
+
+
+def mel_l1_loss(real: torch.Tensor, fake: torch.Tensor, mel_cfg: MelConfig) -> torch.Tensor:
+    """L1 between the log-mels of ``real`` and ``fake`` waveforms ``[B, L]`` (the real one without gradient)."""
+    with torch.no_grad():
+        mel_real = flow_prompt_mel(real, mel_cfg)
+    return F.l1_loss(flow_prompt_mel(fake, mel_cfg), mel_real)
+
+
+def f0_l1_loss(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """L1 between predicted f0 ``[B, F]`` and the pitch tracker's target ``[B, F]`` (0 Hz on unvoiced frames)."""
+    return F.l1_loss(predicted, target)

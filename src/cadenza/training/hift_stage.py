@@ -1,0 +1,203 @@
+"""Training stage "hift": the HiFT vocoder as a GAN (spec §8.4), exported as a release-layout ``hift.pt``.
+
+Generator sizes and the input mel come from the ``model:`` section (the CosyVoice 2 config the vocoder belongs to,
+see ``model_files``); the optimiser from ``train.optim`` (the recipe: Adam, lr 2e-4, clip 5; the same settings drive
+the generator's and the discriminator's optimisers). Stage settings (``hift:`` section, ``HiFTStageConfig``)::
+
+    hift:
+      segment_samples: 24480      # crop length (51 mel frames)
+      weight_norm: true           # weight-normalised convs while training, as the reference (false: plain convs)
+      init_hift: null             # hift.pt or a model directory to start from (fine-tuning)
+      f0_range: [70, 800]         # YIN search range when the data has no stored f0
+      discriminator: {}           # DiscriminatorConfig fields
+      loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
+      data_format: auto           # auto | shards | manifest (see wav_manifest)
+      manifest: manifest.jsonl
+      shard_sample_rate: 24000
+
+One ``train_step`` = the reference's two turns on one batch: a discriminator step (generator output without
+gradient), then a generator step. The export writes ``hift.pt`` (parametrization weight-norm names, loadable by
+``HiFTGenerator.load_reference_state_dict`` and the model loader) and the model's ``cosyvoice2.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cadenza.audio.mel import flow_prompt_mel
+from cadenza.errors import InputError
+from cadenza.loading import read_torch_state_dict
+from cadenza.models.cosyvoice2.hift import HiFTGenerator
+from cadenza.models.cosyvoice2.nsf_source import SourceNoise
+from cadenza.training.checkpoint import atomic_torch_save
+from cadenza.training.config import TrainConfig, dataclass_from_dict
+from cadenza.training.hift.config import DiscriminatorConfig, HiFTLossConfig, config_from_mapping
+from cadenza.training.hift.data import HiFTUtterances, crop_batch
+from cadenza.training.hift.discriminators import HiFTDiscriminator
+from cadenza.training.hift.losses import (
+    discriminator_adv_loss,
+    f0_l1_loss,
+    feature_matching_loss,
+    generator_adv_loss,
+    loss_mel_config,
+    mel_l1_loss,
+    tpr_loss,
+)
+from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
+from cadenza.training.model_files import check_writable, resolve_model, write_model_config
+from cadenza.training.optim import Optimization
+from cadenza.training.stage import TrainingStage, Wrap, register
+from cadenza.training.wav_manifest import MANIFEST_NAME, open_utterances
+
+EXPORT_NAME = "hift.pt"
+
+
+@dataclass(frozen=True)
+class HiFTStageConfig:
+    segment_samples: int = 24480
+    weight_norm: bool = True
+    init_hift: str | None = None
+    f0_range: tuple[float, float] = (70.0, 800.0)
+    discriminator: dict = field(default_factory=dict)
+    loss: dict = field(default_factory=dict)
+    data_format: str = "auto"
+    manifest: str = MANIFEST_NAME
+    shard_sample_rate: int = 24000
+
+    def __post_init__(self) -> None:
+        if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
+            raise InputError(f"hift.f0_range must be [low, high] Hz with 0 < low < high, got {self.f0_range!r}")
+
+
+class GeneratorForward(nn.Module):
+    """The generator's training forward as one module call (one DDP forward): ``mel [B, n_mels, F]`` and the source
+    noise -> ``(speech [B, hop * F], f0 [B, F])``. The f0 predictor learns only from the f0 loss: the sine source
+    is built without gradient, as in the reference."""
+
+    def __init__(self, generator: HiFTGenerator) -> None:
+        super().__init__()
+        self.generator = generator
+
+    def forward(self, mel: torch.Tensor, rand_ini: torch.Tensor, sine_noise: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        f0 = self.generator.f0_predictor(mel)
+        source = self.generator.source_from_f0(f0, noise=SourceNoise(rand_ini, sine_noise))
+        return self.generator.decode(mel, source), f0
+
+
+@register
+class HiFTStage(TrainingStage):
+    name = "hift"
+
+    def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
+        super().__init__(config, data_dir)
+        self.train_cfg = TrainConfig.from_dict(config.get("train"))
+        self.cfg = dataclass_from_dict(HiFTStageConfig, config.get("hift"), "hift")
+        self.disc_cfg = config_from_mapping(DiscriminatorConfig, self.cfg.discriminator, "hift.discriminator")
+        self.loss_cfg = config_from_mapping(HiFTLossConfig, self.cfg.loss, "hift.loss")
+        self.source = resolve_model(config.get("model"))
+        check_writable(self.source.config)
+        self.model_cfg = self.source.config.hift
+        self.mel_cfg = self.source.config.mel
+        if self.cfg.segment_samples <= 0 or self.cfg.segment_samples % self.model_cfg.hop_length:
+            raise InputError(f"hift.segment_samples {self.cfg.segment_samples} must be a positive multiple of the "
+                             f"vocoder's {self.model_cfg.hop_length} samples per mel frame")
+        self._dataset: HiFTUtterances | None = None
+
+    def build_generator(self) -> HiFTGenerator:
+        """The generator as trained: from ``init_hift`` if given, weight-normalised if configured."""
+        generator = HiFTGenerator(self.model_cfg)
+        if self.cfg.init_hift:
+            path = Path(self.cfg.init_hift).expanduser()
+            generator.load_reference_state_dict(read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path))
+        return apply_weight_norm(generator) if self.cfg.weight_norm else generator
+
+    def setup(self, device: torch.device, wrap: Wrap) -> None:
+        self.device = torch.device(device)
+        self.generator = self.build_generator().to(self.device).train()
+        self.discriminator = HiFTDiscriminator(self.disc_cfg).to(self.device).train()
+        self.g_forward = wrap(GeneratorForward(self.generator))
+        self.d_forward = wrap(self.discriminator)
+        optim, steps = self.train_cfg.optim, self.train_cfg.max_steps
+        self.opt_g = Optimization(self.generator.parameters(), optim, steps)
+        self.opt_d = Optimization(self.discriminator.parameters(), optim, steps)
+        self.loss_mel = loss_mel_config(self.loss_cfg, self.model_cfg.sampling_rate)
+
+    def dataset(self) -> HiFTUtterances:
+        if self._dataset is None:
+            source = open_utterances(self.data_dir, self.cfg.data_format, self.cfg.manifest,
+                                     self.cfg.shard_sample_rate)
+            self._dataset = HiFTUtterances(source, range(len(source)), self.model_cfg.sampling_rate,
+                                           self.model_cfg.hop_length, self.cfg.f0_range)
+        return self._dataset
+
+    def collate(self, items: Sequence[dict]) -> list[dict]:
+        return list(items)  # crops are drawn in train_step, where the step (and so the random stream) is known
+
+    def train_step(self, batch: list[dict], step: int) -> dict[str, float]:
+        # Always float32: the iSTFT/complex path and the GAN losses are not bf16-safe (the launcher's
+        # mixed_precision autocast is switched off here).
+        with torch.autocast(self.device.type, enabled=False):
+            return self._train_step(batch, step)
+
+    def _train_step(self, batch: list[dict], step: int) -> dict[str, float]:
+        crops = crop_batch(batch, self.cfg.segment_samples, self.model_cfg.hop_length,
+                           self.model_cfg.nb_harmonics + 1, self.train_cfg.seed, step)
+        speech = crops.speech.to(self.device)
+        f0_target = crops.f0.to(self.device)
+        rand_ini, sine_noise = crops.rand_ini.to(self.device), crops.sine_noise.to(self.device)
+        with torch.no_grad():
+            mel = flow_prompt_mel(speech, self.mel_cfg)  # the generator's input, from the crop (as the reference)
+        lc = self.loss_cfg
+
+        # Discriminator turn.
+        with torch.no_grad():
+            fake, _ = self.g_forward(mel, rand_ini, sine_noise)
+        real_scores, fake_scores, _, _ = self.d_forward(speech, fake)
+        loss_d_adv = discriminator_adv_loss(real_scores, fake_scores)
+        loss_d_tpr = tpr_loss(real_scores, fake_scores, lc.tpr_tau)
+        loss_d = loss_d_adv + lc.tpr_weight * loss_d_tpr
+        lr = self.opt_g.lr
+        grad_d = self.opt_d.step(loss_d)
+
+        # Generator turn (it also leaves gradients in the discriminator; its next step clears them).
+        fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise)
+        real_scores, fake_scores, real_maps, fake_maps = self.d_forward(speech, fake)
+        loss_adv = generator_adv_loss(fake_scores)
+        loss_fm = feature_matching_loss(real_maps, fake_maps)
+        loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
+        loss_tpr = tpr_loss(fake_scores, real_scores, lc.tpr_tau)
+        loss_f0 = f0_l1_loss(f0_pred, f0_target)
+        loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
+                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0)
+        grad_g = self.opt_g.step(loss_g)
+
+        metrics = {"loss": loss_g, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
+                   "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel, "loss_tpr": loss_tpr,
+                   "loss_f0": loss_f0}
+        return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": grad_d,
+                "lr": lr}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": {k: v.detach().cpu() for k, v in self.generator.state_dict().items()},
+                "discriminator": {k: v.detach().cpu() for k, v in self.discriminator.state_dict().items()},
+                "optim_g": self.opt_g.state_dict(), "optim_d": self.opt_d.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.load_state_dict(state["generator"], strict=True)
+        self.discriminator.load_state_dict(state["discriminator"], strict=True)
+        self.opt_g.load_state_dict(state["optim_g"])
+        self.opt_d.load_state_dict(state["optim_d"])
+
+    def export(self, out_dir: Path) -> None:
+        """``hift.pt`` in the release layout + the model's ``cosyvoice2.yaml`` (as the other stages write it)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(release_state_dict(self.generator), out / EXPORT_NAME)
+        write_model_config(out, self.source.config, self.source.tokenizer_dir)

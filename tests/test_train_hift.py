@@ -1,0 +1,254 @@
+"""HiFT GAN training: the YIN f0 tracker, discriminators and losses, the "hift" stage end to end on synthetic
+harmonic audio, and the export of a release-layout hift.pt that the normal loaders read."""
+
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+
+import pytest
+import soundfile as sf
+import torch
+
+from cadenza.audio.mel import flow_prompt_mel
+from cadenza.audio.pitch import yin_f0
+from cadenza.errors import InputError
+from cadenza.layers.weight_norm import fold_weight_norm, weight_norm_key_shapes
+from cadenza.loading import load_into
+from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
+from cadenza.models.cosyvoice2.hift import HiFTGenerator
+from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
+from cadenza.training.hift.config import DiscriminatorConfig
+from cadenza.training.hift.data import crop_batch
+from cadenza.training.hift.discriminators import HiFTDiscriminator
+from cadenza.training.hift.losses import tpr_loss
+from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
+from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
+
+SR = 24000
+TINY_G = {"base_channels": 16, "f0_cond_channels": 16}
+TINY_D = {"period_channels": [4, 8, 16, 16], "spec_channels": 4}
+CONFIG = {"train": {"optim": {"lr": 2e-3}},
+          "model": {"config": "official", "overrides": {"hift": {"base_channels": 16, "f0_predictor": {"cond_channels": 16}}}},
+          "hift": {"discriminator": TINY_D, "segment_samples": 2880}}
+
+
+@contextmanager
+def _single_thread():
+    # Tiny models: one thread avoids oversubscription on shared CI cores.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with _single_thread():
+        yield
+
+
+def _harmonic(f0: torch.Tensor, harmonics: int = 8) -> torch.Tensor:
+    """Sum of harmonics (amplitude 1/k) of a per-sample f0 track ``[N]``."""
+    phase = 2 * math.pi * torch.cumsum(f0, 0) / SR
+    return sum(torch.sin(k * phase + k) / k for k in range(1, harmonics + 1))
+
+
+# ---------------------------------------------------------------------------------------------- pitch
+
+
+@pytest.mark.parametrize("f0", [80.0, 100.0, 150.0, 220.0, 330.0, 440.0, 600.0])
+def test_yin_tracks_steady_tones(f0):
+    t = torch.arange(SR) / SR
+    for wav in (torch.sin(2 * math.pi * f0 * t), _harmonic(torch.full((SR,), f0), 11)):
+        track = yin_f0(wav, SR, 480)
+        assert track.shape == (SR // 480,)
+        assert ((track - f0).abs() / f0).max() < 5e-3  # measured: < 1e-3 (sub-sample parabolic refinement)
+
+
+def test_yin_follows_a_glide_and_rejects_noise_and_silence():
+    t = torch.arange(SR) / SR
+    f0 = 100 + 200 * t  # 100 -> 300 Hz in one second
+    track = yin_f0(_harmonic(f0), SR, 480, n_frames=50)
+    centres = (torch.arange(50) * 480 + 240) / SR  # mel frame centres
+    expected = 100 + 200 * centres
+    assert ((track - expected).abs() / expected).max() < 0.02
+    noise = torch.randn(SR, generator=torch.Generator().manual_seed(0))
+    assert (yin_f0(noise, SR, 480) == 0).float().mean() > 0.9
+    assert (yin_f0(torch.zeros(SR), SR, 480) == 0).all()
+    half = torch.cat([_harmonic(torch.full((SR // 2,), 200.0)), torch.zeros(SR // 2)])
+    track = yin_f0(half, SR, 480)
+    assert (track[:20] > 0).all() and (track[30:] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------- parts
+
+
+def test_discriminator_outputs_and_tpr_loss():
+    cfg = DiscriminatorConfig(period_channels=(4, 8, 16, 16), spec_channels=4)
+    disc = HiFTDiscriminator(cfg)
+    real, fake = torch.randn(2, 2880), torch.randn(2, 2880)
+    rs, fs, rm, fm = disc(real, fake)
+    assert len(rs) == len(fs) == len(cfg.periods) + len(cfg.resolutions) == len(rm) == len(fm)
+    for r, f in zip(rs, fs):
+        assert r.shape == f.shape and r.shape[0] == 2
+    # Scoring real and fake together equals scoring them separately (no batch coupling).
+    alone, _ = disc.discriminators[0](real)
+    assert torch.allclose(rs[0], alone, atol=1e-5)
+
+    tau = 0.04
+    same = [torch.randn(2, 30)]
+    assert float(tpr_loss(same, same, tau)) == 0.0  # nothing below the median: 0, not the reference's NaN
+    loss = tpr_loss([torch.randn(2, 30) * 5], [torch.randn(2, 30)], tau)
+    assert 0 < float(loss) <= tau
+
+
+def test_release_export_round_trips_both_ways():
+    torch.manual_seed(0)
+    cfg = HiFTConfig(**TINY_G)
+    plain = HiFTGenerator(cfg)
+    names = plain.weight_norm_module_names()
+    expected = weight_norm_key_shapes({k: v.shape for k, v in plain.state_dict().items()}, names)
+    exported = release_state_dict(plain)  # unfolds plain convs into g / v
+    assert list(exported) == list(expected)
+    assert all(exported[k].shape == s for k, s in expected.items())
+    folded = fold_weight_norm(exported)
+    for k, v in plain.state_dict().items():
+        assert torch.allclose(folded[k], v, rtol=1e-6, atol=1e-7), k
+
+    normed = apply_weight_norm(HiFTGenerator(cfg))
+    exported = release_state_dict(normed)  # already parametrised: the state dict is the release layout
+    assert list(exported) == list(expected)
+    reloaded = HiFTGenerator(cfg)
+    reloaded.load_reference_state_dict(exported)
+    mel = torch.randn(1, 80, 6)
+    noise = draw_source_noise(1, 6 * cfg.hop_length, cfg.nb_harmonics + 1, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        # torch's fused weight-norm kernel and the loader's fold differ by float rounding (~1e-9 on weights).
+        assert torch.allclose(reloaded(mel, noise=noise)[0], normed(mel, noise=noise)[0], atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- stage
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    with _single_thread():
+        d = tmp_path_factory.mktemp("hift_data")
+        (d / "wavs").mkdir()
+        g = torch.Generator().manual_seed(0)
+        rows = []
+        t = torch.arange(SR) / SR
+        for i in range(6):
+            f0 = 120 + 40 * i + 60 * torch.sin(2 * math.pi * 0.7 * t)
+            wav = 0.3 * _harmonic(f0) * (t < 0.7) + 0.02 * torch.randn(SR, generator=g)
+            sf.write(d / "wavs" / f"{i}.wav", wav.numpy(), SR)
+            rows.append({"audio": f"wavs/{i}.wav", "text": "a steady vowel", "speaker": f"s{i % 2}"})
+        (d / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        return d
+
+
+def test_hift_stage_trains_and_exports_a_loadable_hift_pt(data_dir, tmp_path):
+    torch.manual_seed(0)
+    stage = HiFTStage(CONFIG, data_dir)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    assert stage.model_cfg == HiFTConfig(**TINY_G)
+    dataset = stage.dataset()
+    item = dataset[0]
+    assert item["f0"].shape == (item["wav"].shape[0] // 480,) and (item["f0"][:30] > 100).all()  # 0.7 s voiced
+    crops = crop_batch([item, dataset[1]], 2880, 480, 9, seed=5, step=3)
+    assert crops.speech.shape == (2, 2880) and crops.f0.shape == (2, 6) and crops.sine_noise.shape == (2, 2880, 9)
+    again = crop_batch([item, dataset[1]], 2880, 480, 9, seed=5, step=3)
+    assert torch.equal(again.speech, crops.speech) and torch.equal(again.sine_noise, crops.sine_noise)
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=3, shuffle=True, collate_fn=stage.collate,
+                                         drop_last=True)
+    metrics: list[dict[str, float]] = []
+    while len(metrics) < 14:
+        for batch in loader:
+            metrics.append(stage.train_step(batch, len(metrics)))
+    assert all(math.isfinite(m["loss"]) and math.isfinite(m["loss_d"]) for m in metrics)
+    mel_first = sum(m["loss_mel"] for m in metrics[:3]) / 3
+    mel_last = sum(m["loss_mel"] for m in metrics[-5:]) / 5
+    assert mel_last < 0.7 * mel_first, (mel_first, mel_last)
+    d_first = sum(m["loss_d"] for m in metrics[:3]) / 3
+    d_last = sum(m["loss_d"] for m in metrics[-5:]) / 5
+    assert d_last < d_first, (d_first, d_last)
+
+    stage.export(tmp_path)
+    written = CosyVoice2Config.from_files(tmp_path / "cosyvoice2.yaml", tmp_path / "CosyVoice-BlankEN" / "config.json")
+    assert written.hift == stage.model_cfg
+    state = torch.load(tmp_path / EXPORT_NAME, map_location="cpu", weights_only=True)
+    assert any(k.endswith(".parametrizations.weight.original1") for k in state)
+    cfg = HiFTConfig(**TINY_G)
+    reloaded = HiFTGenerator(cfg).eval()
+    reloaded.load_reference_state_dict(state)
+    via_loader = HiFTGenerator(cfg).eval()  # the model loader's path (loader.py)
+    load_into(via_loader, fold_weight_norm(state), "hift.pt")
+
+    mel = flow_prompt_mel(crop_batch(batch[:1], 2880, 480, 9, 0, 0).speech, stage.mel_cfg)
+    noise = draw_source_noise(1, mel.shape[-1] * cfg.hop_length, cfg.nb_harmonics + 1,
+                              torch.Generator().manual_seed(7))
+    stage.generator.eval()
+    with torch.no_grad():
+        trained = stage.generator(mel, noise=noise)[0]
+        assert torch.allclose(reloaded(mel, noise=noise)[0], trained, atol=1e-6)
+        assert torch.allclose(via_loader(mel, noise=noise)[0], trained, atol=1e-6)
+
+        resumed = HiFTStage(CONFIG, data_dir)
+        resumed.setup(torch.device("cpu"), lambda m: m)
+        resumed.load_state_dict(stage.state_dict())
+        resumed.generator.eval()
+        assert torch.equal(resumed.generator(mel, noise=noise)[0], trained)
+
+    # Fine-tuning starts from an exported file.
+    warm = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "init_hift": str(tmp_path), "weight_norm": False}},
+                     data_dir)
+    warm.setup(torch.device("cpu"), lambda m: m)
+    warm.generator.eval()
+    with torch.no_grad():
+        assert torch.allclose(warm.generator(mel, noise=noise)[0], trained, atol=1e-6)
+
+
+def test_stage_config_errors(data_dir):
+    with pytest.raises(InputError, match="unknown keys"):
+        HiFTStage({**CONFIG, "hift": {"segment": 3}}, data_dir)
+    with pytest.raises(InputError, match="unknown keys in hift.discriminator"):
+        HiFTStage({**CONFIG, "hift": {"discriminator": {"channels": 3}}}, data_dir)
+    with pytest.raises(InputError, match="multiple of"):
+        HiFTStage({**CONFIG, "hift": {"segment_samples": 1000}}, data_dir)
+
+
+def test_hift_stage_reads_a_prepared_corpus(data_dir, tmp_path):
+    """The manifest folder is also a ``jsonl`` corpus: prepare it into shards (with f0) and train from those."""
+    from cadenza.data.prepare import prepare
+    from cadenza.training.wav_manifest import ShardSource
+
+    with _single_thread():
+        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False)
+    stage = HiFTStage(CONFIG, tmp_path)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    dataset = stage.dataset()
+    assert isinstance(dataset.source, ShardSource) and len(dataset) == 6
+    assert dataset.source.meta(0).text == "a steady vowel" and dataset.source.meta(1).speaker in ("s0", "s1")
+    item = dataset[0]
+    stored = dataset.source.load(0, SR)[1]
+    assert stored is not None and torch.equal(item["f0"], stored[: item["f0"].shape[0]])  # the stored track is used
+    metrics = stage.train_step(stage.collate([dataset[i] for i in range(3)]), 0)
+    assert math.isfinite(metrics["loss"])
+
+
+def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
+    """``configs/train/hift_tiny.yaml`` is valid and its stage trains, checkpoints and exports via the launcher."""
+    from pathlib import Path
+
+    from cadenza.training.launcher import train
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "train" / "hift_tiny.yaml"
+    out = train("hift", config, data_dir, tmp_path, max_steps=2)
+    assert all((out / name).is_file() for name in ("hift.pt", "cosyvoice2.yaml"))
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert lines and math.isfinite(json.loads(lines[-1])["loss"])
