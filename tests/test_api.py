@@ -191,3 +191,19 @@ def test_fixture_folder_takes_token_ids(cv2_dir):
         tts.synthesize("Hello")
     with pytest.raises(CheckpointError, match="campplus.onnx|speech_tokenizer"):
         tts.synthesize(text_ids=[5, 6], prompt_wav=(_tone(2.0), SR_PROMPT))
+
+
+def test_store_voices_are_usable_as_speakers(cv2_dir, tmp_path, prompt_wav):
+    from cadenza.voices import VoiceStore
+
+    model_dir = build_toy_model_dir(cv2_dir, tmp_path / "model")
+    with VoiceStore(tmp_path / "voices") as store:
+        store.add("Narrator", prompt_wav, "Just by listening a few minutes a day.", consent="I consent to cloning.")
+    with Cadenza.from_pretrained(model_dir, voices_dir=tmp_path / "voices") as tts:
+        req = tts.request(TEXT, speaker="Narrator", seed=2)
+        assert req.mode == "zero_shot" and req.lm_prompt_speech.shape[1] > 0
+        direct = tts.request(TEXT, prompt_wav=prompt_wav, prompt_text="Just by listening a few minutes a day.", seed=2)
+        # the store keeps the prompt as 16-bit WAV, so features agree up to quantisation
+        assert torch.allclose(req.voice.embedding, direct.voice.embedding, atol=1e-3)
+        with pytest.raises(UnknownSpeakerError, match="unknown voice"):
+            tts.request(TEXT, speaker="Nobody")

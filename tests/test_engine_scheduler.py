@@ -132,3 +132,22 @@ def test_bistream_failure_of_the_text_source_reaches_the_consumer(tts):
     handle.fail(RuntimeError("upstream LLM died"))
     with pytest.raises(RuntimeError, match="upstream LLM died"):
         list(handle)
+
+
+def test_finished_requests_free_their_slot_at_once(cv2_dir):
+    tts = Cadenza.from_pretrained(cv2_dir)
+    sched = Scheduler(tts.engine.model, StreamSchedule(), SchedulerConfig(max_active=1, max_queued=4))
+    try:
+        for seed in range(3):  # with one slot, each request can only run if the previous one released it
+            audio = np.concatenate(list(sched.submit(tts.request(text_ids=TEXTS[2], seed=seed), stream=False)))
+            assert len(audio) > 0
+            assert sched.load == (0, 0)
+    finally:
+        sched.close()
+
+
+def test_bistream_with_no_text_ends(tts):
+    req = tts.engine.build_bistream(voice=None, mode="default_voice", seed=3)
+    handle = tts.engine.stream_bistream(req)
+    handle.end_text()
+    assert list(handle) == []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from toy_model import build_toy_model_dir
 
 from cadenza import Cadenza
+
+from toy_model import build_toy_model_dir
 
 PARAGRAPHS = (
     "Chapter IV. On 2024-03-15 the committee met at 3:45 pm. It approved a budget of $1,234.56 for 12 new chairs.\n\n"

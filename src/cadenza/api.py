@@ -27,6 +27,8 @@ from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_di
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
+from cadenza.voices import VoiceStore
+from cadenza.voices.prompts import VoicePrompts
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +56,16 @@ class Audio:
 class Cadenza:
     """A loaded speech model. Thread-safe for concurrent ``synthesize`` calls (no per-request state is shared)."""
 
-    def __init__(self, engine: CosyVoice2Engine, directory: Path) -> None:
+    def __init__(self, engine: CosyVoice2Engine, directory: Path, voices: VoiceStore | None = None) -> None:
         self.engine = engine
         self.directory = directory
+        self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
+        self.voice_prompts = VoicePrompts(self, voices) if voices is not None else None
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Cadenza:
-        """Load a released CosyVoice 2 directory (unchanged)."""
+    def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                        voices_dir: str | os.PathLike | None = None) -> Cadenza:
+        """Load a released CosyVoice 2 directory (unchanged); ``voices_dir`` opens a saved-voice store."""
         directory = Path(path).expanduser()
         if directory.is_dir() and not is_cosyvoice2_dir(directory):
             inspect_directory(directory)  # raises with the list of what is missing
@@ -68,7 +73,8 @@ class Cadenza:
         model = load_cosyvoice2_weights(files, device=device, dtype=dtype)
         frontend = CosyVoice2Frontend(files, model.config)
         speakers = SpeakerStore(files.spk2info or directory / "spk2info.pt")
-        return cls(CosyVoice2Engine(model, frontend, speakers), directory)
+        voices = VoiceStore(voices_dir) if voices_dir is not None else None
+        return cls(CosyVoice2Engine(model, frontend, speakers), directory, voices)
 
     @property
     def sample_rate(self) -> int:
@@ -111,8 +117,13 @@ class Cadenza:
         lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids") if prompt_text_ids is not None else None
         transcript_given = prompt_text is not None or prompt_text_ids is not None
         if speaker is not None:
-            voice, mode = eng.speakers.get(speaker), "speaker"
-            lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
+            if self.voice_prompts is not None:  # the voice store first, then the model's spk2info.pt
+                resolved = self.voice_prompts.resolve(speaker)
+                voice, mode = resolved.prompt, resolved.mode
+            else:
+                voice, mode = eng.speakers.get(speaker), "speaker"
+            lm_text = voice.prompt_text
+            lm_speech = None if mode == "cross_lingual" else voice.llm_prompt_speech
         elif prompt_wav is not None:
             voice = self.voice_from_audio(prompt_wav, prompt_text)
             mode = "zero_shot" if transcript_given else "cross_lingual"
@@ -160,13 +171,14 @@ class Cadenza:
         return eng.build(text_ids=ids, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
                          seed=seed, speed=speed)
 
-    def segments(self, text: str, normalize: bool = True) -> list[str]:
-        """Text -> normalised segments of at most ``SEGMENT_TOKENS`` tokens, cut at sentence then clause ends."""
+    def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
+        """Text -> normalised segments of at most ``max_tokens`` (default ``SEGMENT_TOKENS``) tokens, cut at
+        sentence, then clause ends."""
         text = check_speakable(text)
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
-        pieces = split_text(text, SEGMENT_TOKENS, count_tokens=lambda s: len(tokenizer.encode(s)))
+        pieces = split_text(text, max_tokens or SEGMENT_TOKENS, count_tokens=lambda s: len(tokenizer.encode(s)))
         pieces = [p for p in pieces if is_speakable(p)]
         if not pieces:
             raise TextError("text has nothing to speak after normalisation")

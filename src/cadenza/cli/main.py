@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
 from cadenza.errors import CadenzaError
 
 MODEL_ENV = "CADENZA_MODEL"
@@ -27,6 +28,8 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=os.environ.get(MODEL_ENV),
                         help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--voices-dir", help="saved-voice store (the one `cadenza serve` uses; default "
+                        "$CADENZA_VOICES_DIR or ~/.local/share/cadenza/voices when it exists)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("--seed", type=int)
     vc.add_argument("-o", "--output", required=True)
 
+    add_serve_parser(sub)
+
     spk = sub.add_parser("speakers", help="list saved speakers, or save a new one with --add")
     _model_arg(spk)
     spk.add_argument("--add", metavar="ID", help="save --prompt-wav/--prompt-text under this id")
@@ -73,7 +78,8 @@ def _load(args):
 
     if not args.model:
         raise CadenzaError(f"no model: pass --model DIR or set ${MODEL_ENV}")
-    return Cadenza.from_pretrained(args.model, device=args.device)
+    voices = args.voices_dir or (str(default_voices_dir()) if default_voices_dir().is_dir() else None)
+    return Cadenza.from_pretrained(args.model, device=args.device, voices_dir=voices)
 
 
 def _read_text_file(path: str) -> str:
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        {"synth": _synth, "vc": _vc, "speakers": _speakers}[args.command](args)
+        {"synth": _synth, "vc": _vc, "speakers": _speakers, "serve": run_serve}[args.command](args)
     except CadenzaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -157,7 +157,7 @@ class Scheduler:
     def load(self) -> tuple[int, int]:
         """(active, queued) request counts."""
         with self._cond:
-            return len(self._active), len(self._queued)
+            return sum(not j.done for j in self._active), len(self._queued)
 
     def close(self) -> None:
         with self._cond:
@@ -215,6 +215,7 @@ class Scheduler:
         while True:
             with self._cond:
                 while not self._closed:
+                    self._active = [j for j in self._active if not j.done]  # finished jobs free their slot now
                     while self._queued and len(self._active) < self.config.max_active:
                         self._active.append(self._queued.popleft())
                     if any(self._has_work(j) for j in self._active):
@@ -273,6 +274,8 @@ class Scheduler:
             except Exception as exc:
                 with self._cond:
                     self._finish(job, exc)
+            if job.decoder is not None and job.decoder.finished and not job.lm_done:
+                job.lm_done = True  # e.g. a bistream request whose text ended with nothing to say
         active = [j for j in active if not j.done]
         lm_jobs = [j for j in active if j.decoder is not None and not j.lm_done and j.decoder.next_input() is not None]
         for job in active:

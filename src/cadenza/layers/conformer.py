@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from cadenza.layers.relpos_attention import RelPositionMultiHeadedAttention
+from cadenza.layers.stream_cache import StreamCache
 
 ESPNET_LAYER_NORM_EPS = 1e-12
 
@@ -38,7 +39,13 @@ class ConformerBlock(nn.Module):
         self.norm_ff = nn.LayerNorm(d_model, eps=ESPNET_LAYER_NORM_EPS)
         self.norm_mha = nn.LayerNorm(d_model, eps=ESPNET_LAYER_NORM_EPS)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, pos_emb: torch.Tensor) -> torch.Tensor:
-        """x ``[B, T, d]``, mask bool ``[B, 1, T]`` / ``[B, T, T]`` (True = attend), pos_emb ``[1, 2T-1, d]``."""
-        x = x + self.self_attn(self.norm_mha(x), mask, pos_emb)
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, pos_emb: torch.Tensor, cache: StreamCache | None = None
+    ) -> torch.Tensor:
+        """x ``[B, T, d]``, mask bool ``[B, 1, T]`` / ``[B, T, T]`` (True = attend), pos_emb ``[1, 2T-1, d]``.
+
+        With ``cache`` (incremental inference) x are the ``T`` positions after the cached ones; mask and pos_emb
+        then cover cached + new keys (see ``RelPositionMultiHeadedAttention.forward``).
+        """
+        x = x + self.self_attn(self.norm_mha(x), mask, pos_emb, cache)
         return x + self.feed_forward(self.norm_ff(x))

@@ -17,16 +17,22 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
 
 
 def chunk_mask(
-    size: int, chunk_size: int, num_left_chunks: int = -1, device: torch.device | None = None
+    size: int,
+    chunk_size: int,
+    num_left_chunks: int = -1,
+    device: torch.device | None = None,
+    query_start: int = 0,
 ) -> torch.Tensor:
-    """``[size, size]``: query ``i`` may attend key ``j`` iff ``j < (i // chunk_size + 1) * chunk_size``.
+    """``[size - query_start, size]``: query ``i`` may attend key ``j`` iff ``j < (i // chunk_size + 1) * chunk_size``.
 
+    Rows are the queries ``query_start .. size-1`` (all of them by default; an incremental caller that has cached
+    the keys of the first ``query_start`` positions only needs the rows of the new ones).
     ``num_left_chunks >= 0`` additionally limits the look-back to that many whole chunks before the query's own
     chunk; ``< 0`` keeps all left context. (The reference's ``subsequent_chunk_mask`` ignores its
     ``num_left_chunks`` argument; every released config uses -1, where both agree.)
     """
     pos = torch.arange(size, device=device)
-    chunk_index = torch.div(pos, chunk_size, rounding_mode="trunc")
+    chunk_index = torch.div(pos[query_start:], chunk_size, rounding_mode="trunc")
     allowed = pos[None, :] < ((chunk_index + 1) * chunk_size)[:, None]
     if num_left_chunks >= 0:
         start = ((chunk_index - num_left_chunks).clamp(min=0) * chunk_size)[:, None]
@@ -34,17 +40,20 @@ def chunk_mask(
     return allowed
 
 
-def attention_mask(key_mask: torch.Tensor, chunk_size: int = 0, num_left_chunks: int = -1) -> torch.Tensor:
+def attention_mask(
+    key_mask: torch.Tensor, chunk_size: int = 0, num_left_chunks: int = -1, query_start: int = 0
+) -> torch.Tensor:
     """Combine a key padding mask ``[B, 1, T]`` with an optional chunk mask.
 
-    Returns ``[B, 1, T]`` (key padding only) when ``chunk_size <= 0``, else ``[B, T, T]``. Rows with no allowed key
+    Returns ``[B, 1, T]`` (key padding only) when ``chunk_size <= 0``, else ``[B, T - query_start, T]`` (the rows of
+    queries ``query_start ..``, see ``chunk_mask``). Rows with no allowed key
     (only possible for an all-padding sequence) are opened fully, as the reference does, so that softmax stays
     finite; such rows are masked again downstream.
     """
     mask = key_mask
     if chunk_size > 0:
         size = key_mask.size(-1)
-        mask = key_mask & chunk_mask(size, chunk_size, num_left_chunks, key_mask.device).unsqueeze(0)
+        mask = key_mask & chunk_mask(size, chunk_size, num_left_chunks, key_mask.device, query_start).unsqueeze(0)
     empty_rows = ~mask.any(dim=-1, keepdim=True)
     return mask | empty_rows
 

@@ -2,7 +2,8 @@
 
 The module scales its input by ``sqrt(d_model)`` and returns, next to it, the sinusoidal embeddings of the relative
 positions ``+(T-1) .. -(T-1)`` (key to the left of the query = positive), which ``RelPositionMultiHeadedAttention``
-turns into position scores with its ``rel_shift`` trick.
+turns into position scores with its ``rel_shift`` trick. Queries that follow cached keys (incremental inference)
+take a wider ``window`` of rows: ``+(past+T-1) .. -(T-1)``.
 
 The table is a plain attribute, not a buffer: state dicts stay parameters-only and a model built on the ``meta``
 device needs nothing materialised. It is always computed on the CPU in float32 with ``max_len`` rows (like the
@@ -62,13 +63,22 @@ class EspnetRelPositionalEncoding(nn.Module):
 
     def position_encoding(self, size: int, offset: int = 0, device=None, dtype=torch.float32) -> torch.Tensor:
         """``[1, 2 * (size + offset) - 1, d]``: relative positions ``+(size+offset-1) .. -(size+offset-1)``."""
-        table = self._table_for(size + offset, torch.device(device or "cpu"), dtype)
-        center = table.size(1) // 2
-        return table[:, center - size - offset + 1 : center + size + offset]
+        return self.window(size + offset - 1, size + offset - 1, device, dtype)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[B, T, d]`` -> scaled x ``[B, T, d]`` and pos_emb ``[1, 2T-1, d]`` (``offset`` widens it, see above)."""
-        pos_emb = self.position_encoding(x.size(1), offset, x.device, x.dtype)
+    def window(self, most_left: int, most_right: int, device=None, dtype=torch.float32) -> torch.Tensor:
+        """``[1, most_left + most_right + 1, d]``: the rows of relative positions ``+most_left .. -most_right``.
+
+        ``T`` queries that follow ``past`` cached keys need ``most_left = past + T - 1``, ``most_right = T - 1``.
+        """
+        table = self._table_for(max(most_left, most_right) + 1, torch.device(device or "cpu"), dtype)
+        center = table.size(1) // 2  # the row of relative position 0
+        return table[:, center - most_left : center + most_right + 1]
+
+    def forward(self, x: torch.Tensor, offset: int = 0, past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ``[B, T, d]`` -> scaled x ``[B, T, d]`` and pos_emb ``[1, past + 2T - 1, d]``: relative positions
+        ``+(past+T-1) .. -(T-1)`` for queries that follow ``past`` cached keys (``offset`` widens both ends)."""
+        size = x.size(1)
+        pos_emb = self.window(past + size + offset - 1, size + offset - 1, x.device, x.dtype)
         return x * self.xscale, pos_emb
 
     def extra_repr(self) -> str:

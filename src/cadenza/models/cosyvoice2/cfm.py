@@ -7,18 +7,22 @@ classifier-free guidance ``v = (1 + w) v_cond - w v_uncond``.
 The initial noise is **fixed**: frames ``[0, T)`` of one ``[1, mel, noise_frames]`` standard-normal tensor drawn
 once from a private ``torch.Generator`` seeded with ``noise_seed`` (the reference draws it with
 ``torch.manual_seed(0)``, reseeding every global RNG as a side effect; we do not). Using the same noise from frame
-0 on every call is what makes re-running the flow on a growing token prefix reproduce earlier frames.
+0 on every call is what makes re-running the flow on a growing token prefix reproduce earlier frames, and what
+lets incremental inference (one ``StreamCache`` per Euler step, ``frame_offset`` = cached frames) take the noise of
+the new frames only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import InputError
+from cadenza.layers.stream_cache import StreamCache
 from cadenza.models.cosyvoice2.config import CFMConfig
 
 
@@ -55,8 +59,8 @@ class ConditionalFlowMatching(nn.Module):
         self.rand_noise = fixed_noise(mel_bins, cfg.noise_frames, cfg.noise_seed)
         self._noise_copy: torch.Tensor | None = None  # rand_noise on the last device/dtype used
 
-    def initial_noise(self, frames: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """``[1, mel, frames]``: the first ``frames`` frames of the fixed noise."""
+    def initial_noise(self, frames: int, device: torch.device, dtype: torch.dtype, start: int = 0) -> torch.Tensor:
+        """``[1, mel, frames - start]``: frames ``start .. frames-1`` of the fixed noise."""
         if frames > self.rand_noise.size(2):
             raise InputError(
                 f"the flow can generate at most {self.rand_noise.size(2)} mel frames per call "
@@ -67,7 +71,7 @@ class ConditionalFlowMatching(nn.Module):
             with torch.inference_mode(False):
                 noise = self.rand_noise.to(device=device, dtype=dtype)
             self._noise_copy = noise
-        return noise[:, :, :frames]
+        return noise[:, :, start:frames]
 
     @torch.inference_mode()
     def forward(
@@ -79,11 +83,18 @@ class ConditionalFlowMatching(nn.Module):
         n_timesteps: int | None = None,
         temperature: float = 1.0,
         streaming: bool = False,
+        caches: Sequence[StreamCache] | None = None,
+        frame_offset: int = 0,
     ) -> torch.Tensor:
-        """mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]`` -> mel ``[B, mel, T]`` float32."""
-        z = self.initial_noise(mu.size(2), mu.device, mu.dtype).expand(mu.size(0), -1, -1) * temperature
+        """mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]`` -> mel ``[B, mel, T]`` float32.
+
+        Incremental: the T frames start at ``frame_offset`` of the utterance (their noise is taken from there) and
+        ``caches`` holds one estimator ``StreamCache`` per Euler step (positioned by the caller).
+        """
+        frames = frame_offset + mu.size(2)
+        z = self.initial_noise(frames, mu.device, mu.dtype, frame_offset).expand(mu.size(0), -1, -1) * temperature
         t_span = time_grid(n_timesteps or self.n_timesteps, self.t_scheduler, mu.device, mu.dtype)
-        return self.solve_euler(z, t_span, mu, mask, spks, cond, streaming)
+        return self.solve_euler(z, t_span, mu, mask, spks, cond, streaming, caches)
 
     def solve_euler(
         self,
@@ -94,8 +105,14 @@ class ConditionalFlowMatching(nn.Module):
         spks: torch.Tensor,
         cond: torch.Tensor,
         streaming: bool = False,
+        caches: Sequence[StreamCache] | None = None,
     ) -> torch.Tensor:
-        """Euler steps over ``t_span`` with CFG; x ``[B, mel, T]`` at t_span[0] -> x at t_span[-1] (float32)."""
+        """Euler steps over ``t_span`` with CFG; x ``[B, mel, T]`` at t_span[0] -> x at t_span[-1] (float32).
+
+        ``caches``: one estimator ``StreamCache`` per step (incremental inference), or None."""
+        steps = t_span.numel() - 1
+        if caches is not None and len(caches) != steps:
+            raise ValueError(f"need one stream cache per Euler step ({steps}), got {len(caches)}")
         # The reference advances t by accumulating dt (t += dt, dt = t_span[k+1] - t) rather than reading t_span[k];
         # kept for bit-level agreement of the time embedding.
         t = t_span[0].unsqueeze(0)
@@ -107,11 +124,11 @@ class ConditionalFlowMatching(nn.Module):
         spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
         cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
         w = self.inference_cfg_rate
-        steps = t_span.numel() - 1
         for step in range(1, steps + 1):
             x_in = torch.cat([x, x], dim=0)
             t_in = t.expand(2 * b)
-            v = self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming)
+            cache = None if caches is None else caches[step - 1]
+            v = self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming, cache=cache)
             v_cond, v_uncond = torch.split(v, [b, b], dim=0)
             v = (1.0 + w) * v_cond - w * v_uncond
             x = x + dt * v
@@ -129,24 +146,36 @@ class ConditionalFlowMatching(nn.Module):
         cond: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         streaming: bool = False,
+        *,
+        loss_mask: torch.Tensor | None = None,
+        chunk_sizes: torch.Tensor | None = None,
+        t: torch.Tensor | None = None,
+        z: torch.Tensor | None = None,
+        cfg_keep: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Training loss (spec §8.3). x1, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]``.
 
         ``t ~ U(0,1)`` (no cosine warping), ``y = (1 - (1 - sigma_min) t) z + t x1``, target
         ``u = x1 - (1 - sigma_min) z``; with probability ``training_cfg_rate`` per utterance mu, spks and cond are
-        zeroed. Returns (masked MSE averaged over valid frames x mel bins, y). Random draws, in order: t, z, the CFG
-        keep mask, all from ``generator`` when given.
+        zeroed. Returns (masked MSE averaged over the frames of ``loss_mask`` (default ``mask``) x mel bins, y).
+        Random draws, in order: t, z, the CFG keep mask, all from ``generator`` when given; a caller that needs
+        per-utterance streams (reproducible across batch layouts) passes ``t [B]``, ``z`` (like x1) and
+        ``cfg_keep [B]`` (bool) instead. ``chunk_sizes [B]``: per-row estimator attention chunk (see the estimator).
         """
         b = mu.size(0)
-        t = torch.rand(b, 1, 1, device=mu.device, dtype=mu.dtype, generator=generator)
-        z = torch.randn(x1.shape, device=x1.device, dtype=x1.dtype, generator=generator)
+        t = torch.rand(b, device=mu.device, dtype=mu.dtype, generator=generator) if t is None else t.to(mu)
+        t = t.view(b, 1, 1)
+        z = torch.randn(x1.shape, device=x1.device, dtype=x1.dtype, generator=generator) if z is None else z.to(x1)
         y = (1 - (1 - self.sigma_min) * t) * z + t * x1
         u = x1 - (1 - self.sigma_min) * z
-        if self.training_cfg_rate > 0:
-            keep = torch.rand(b, device=x1.device, generator=generator) > self.training_cfg_rate
+        if self.training_cfg_rate > 0 or cfg_keep is not None:
+            if cfg_keep is None:
+                cfg_keep = torch.rand(b, device=x1.device, generator=generator) > self.training_cfg_rate
+            keep = cfg_keep.to(device=mu.device, dtype=mu.dtype)
             mu = mu * keep.view(-1, 1, 1)
             spks = None if spks is None else spks * keep.view(-1, 1)
             cond = None if cond is None else cond * keep.view(-1, 1, 1)
-        pred = self.estimator(y, mask, mu, t.view(b), spks, cond, streaming=streaming)
-        loss = F.mse_loss(pred * mask, u * mask, reduction="sum") / (torch.sum(mask) * u.size(1))
+        pred = self.estimator(y, mask, mu, t.view(b), spks, cond, streaming=streaming, chunk_sizes=chunk_sizes)
+        weight = mask if loss_mask is None else loss_mask
+        loss = F.mse_loss(pred * weight, u * weight, reduction="sum") / (torch.sum(weight) * u.size(1)).clamp(min=1)
         return loss, y

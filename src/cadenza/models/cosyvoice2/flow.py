@@ -4,6 +4,9 @@
 to mel-sized ``mu`` and samples the mel with conditional flow matching, conditioned on ``mu``, the projected
 speaker x-vector and the prompt mel (placed in the first frames of ``cond``). The prompt frames are dropped from
 the output. Submodule names equal the released ``flow.pt`` keys, so ``load_state_dict(strict=True)`` works.
+
+``encode_tokens`` and ``prompt_condition`` are shared with the incremental streaming path
+(``flow_incremental.IncrementalFlow``), which runs the same modules chunk by chunk with caches.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import InputError
+from cadenza.layers.stream_cache import StreamCache
 from cadenza.models.cosyvoice2.cfm import ConditionalFlowMatching
 from cadenza.models.cosyvoice2.config import FlowConfig
 from cadenza.models.cosyvoice2.flow_encoder import UpsampleConformerEncoder
@@ -38,13 +42,26 @@ class TokenToMelFlow(nn.Module):
     def encode(self, tokens: torch.Tensor, finalize: bool, streaming: bool) -> torch.Tensor:
         """tokens ``[1, T]`` (prompt + target) -> ``mu [1, mel, ratio * T']`` with ``T' = T`` if ``finalize`` else
         ``T - pre_lookahead_len`` (the last tokens then only serve as look-ahead context)."""
+        n = tokens.size(1) - (0 if finalize else self.cfg.pre_lookahead_len)
+        return self.encode_tokens(tokens[:, :n], tokens[:, n:], streaming)
+
+    def encode_tokens(
+        self, tokens: torch.Tensor, context: torch.Tensor, streaming: bool, cache: StreamCache | None = None
+    ) -> torch.Tensor:
+        """tokens ``[1, T]`` -> ``mu [1, mel, ratio * T]``; context ``[1, <= pre_lookahead_len]`` look-ahead tokens
+        (may be empty: zeros are used); cache: the tokens continue a cached stream (see the encoder)."""
         x = self.input_embedding(torch.clamp(tokens, min=0))
-        if finalize:
-            h, _ = self.encoder(x, streaming=streaming)
-        else:
-            n = self.cfg.pre_lookahead_len
-            h, _ = self.encoder(x[:, :-n], context=x[:, -n:], streaming=streaming)
+        ctx = self.input_embedding(torch.clamp(context, min=0)) if context.size(1) else None
+        h, _ = self.encoder(x, context=ctx, streaming=streaming, cache=cache)
         return self.encoder_proj(h).transpose(1, 2).contiguous()
+
+    def prompt_condition(self, prompt_feat: torch.Tensor, start: int, end: int, like: torch.Tensor) -> torch.Tensor:
+        """``cond [1, mel, end - start]`` for frames ``start .. end-1``: the prompt mel ``[1, P_mel, mel]`` on its
+        frames, zeros after (device/dtype of ``like``)."""
+        cond = torch.zeros(1, end - start, self.cfg.output_size, device=like.device, dtype=like.dtype)
+        if start < prompt_feat.size(1):
+            cond[:, : prompt_feat.size(1) - start] = prompt_feat[:, start:end]
+        return cond.transpose(1, 2)
 
     @torch.inference_mode()
     def inference(
@@ -79,25 +96,32 @@ class TokenToMelFlow(nn.Module):
         prompt_frames, total = prompt_feat.size(1), mu.size(2)
         if prompt_frames > total:
             raise InputError(f"prompt mel has {prompt_frames} frames but prompt + tokens only give {total}")
-        cond = torch.zeros(1, total, self.cfg.output_size, device=mu.device, dtype=mu.dtype)
-        cond[:, :prompt_frames] = prompt_feat
-        cond = cond.transpose(1, 2)
+        cond = self.prompt_condition(prompt_feat, 0, total, mu)
         mask = torch.ones(1, 1, total, device=mu.device, dtype=mu.dtype)
         mel = self.decoder(mu, mask, spks, cond, streaming=streaming)
         return mel[:, :, prompt_frames:].float()
 
     def _check_inputs(self, token, prompt_token, prompt_feat, embedding, finalize: bool) -> None:
-        if token.dim() != 2 or token.size(0) != 1 or prompt_token.dim() != 2 or prompt_token.size(0) != 1:
-            raise InputError("token and prompt_token must be [1, T] tensors (batch size 1)")
-        if any(ids.numel() and ids.dtype.is_floating_point for ids in (token, prompt_token)):
-            raise InputError("speech tokens must be integer tensors")
+        self.check_prompt(prompt_token, prompt_feat, embedding)
+        self.check_tokens(token, "token")
+        n_tokens = token.size(1) + prompt_token.size(1)
+        if n_tokens == 0 or (not finalize and n_tokens <= self.cfg.pre_lookahead_len):
+            raise InputError(f"not enough speech tokens ({n_tokens}) for a flow call (finalize={finalize})")
+
+    def check_prompt(self, prompt_token, prompt_feat, embedding) -> None:
+        """Raise ``InputError`` unless prompt_token ``[1, P]`` int, prompt_feat ``[1, frames, mel]`` and embedding
+        ``[1, spk_embed_dim]`` are usable."""
+        self.check_tokens(prompt_token, "prompt_token")
         if prompt_feat.dim() != 3 or prompt_feat.size(0) != 1 or prompt_feat.size(2) != self.cfg.output_size:
             raise InputError(f"prompt_feat must be [1, frames, {self.cfg.output_size}], got {tuple(prompt_feat.shape)}")
         if embedding.dim() != 2 or embedding.shape != (1, self.cfg.spk_embed_dim):
             raise InputError(f"embedding must be [1, {self.cfg.spk_embed_dim}], got {tuple(embedding.shape)}")
-        n_tokens = token.size(1) + prompt_token.size(1)
-        if n_tokens == 0 or (not finalize and n_tokens <= self.cfg.pre_lookahead_len):
-            raise InputError(f"not enough speech tokens ({n_tokens}) for a flow call (finalize={finalize})")
-        for name, ids in (("token", token), ("prompt_token", prompt_token)):
-            if ids.numel() and int(ids.max()) >= self.cfg.vocab_size:
-                raise InputError(f"{name} contains ids >= vocab_size {self.cfg.vocab_size}")
+
+    def check_tokens(self, ids, name: str) -> None:
+        """Raise ``InputError`` unless ``ids`` is a ``[1, n]`` integer tensor of ids < vocab_size."""
+        if ids.dim() != 2 or ids.size(0) != 1:
+            raise InputError(f"{name} must be a [1, T] tensor (batch size 1), got {tuple(ids.shape)}")
+        if ids.numel() and ids.dtype.is_floating_point:
+            raise InputError(f"{name} must be integer speech tokens")
+        if ids.numel() and int(ids.max()) >= self.cfg.vocab_size:
+            raise InputError(f"{name} contains ids >= vocab_size {self.cfg.vocab_size}")

@@ -7,6 +7,9 @@ so no time resampling happens; multi-level configs are built the way Matcha buil
 
 Convolutions are always causal; attention is full (key padding only) or, with ``streaming=True``, chunk-causal
 with ``static_chunk_size`` frames per chunk, so a prefix of the output does not depend on later frames.
+That is what incremental inference uses: with a ``StreamCache`` the input frames continue a cached stream
+(``cache.start`` frames before them) and every conv / attention layer continues from its cached state. Only the
+single-level U-Net can do that (Matcha's down/up-samplers look ahead).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import torch
 from torch import nn
 
 from cadenza.layers.masks import attention_mask, mask_to_bias
+from cadenza.layers.per_sample_masks import per_sample_attention_mask
+from cadenza.layers.stream_cache import StreamCache
 from cadenza.models.cosyvoice2.config import EstimatorConfig
 from cadenza.models.cosyvoice2.flow_estimator_blocks import (
     CONV_KERNEL,
@@ -75,20 +80,41 @@ class CausalConditionalDecoder(nn.Module):
         self.final_block = CausalBlock1D(up_channels[-1], up_channels[-1])
         self.final_proj = nn.Conv1d(up_channels[-1], cfg.out_channels, 1)
 
-    def attention_bias(self, mask: torch.Tensor, streaming: bool, dtype: torch.dtype) -> torch.Tensor:
-        """mask ``[B, 1, T]`` (float or bool) -> additive bias ``[B, 1, 1 or T, T]`` for every head."""
+    @property
+    def supports_cache(self) -> bool:
+        """Incremental inference needs causal resampling, i.e. a single-level U-Net (CosyVoice 2's)."""
+        return len(self.down_blocks) == 1
+
+    def attention_bias(
+        self, mask: torch.Tensor, streaming: bool, dtype: torch.dtype, past: int = 0,
+        chunk_sizes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """mask ``[B, 1, T]`` (float or bool) -> additive bias ``[B, 1, 1 or T, K]`` for every head.
+
+        ``past`` cached frames (all valid) precede the T frames; the bias then covers the last ``K <= past + T`` keys:
+        with a limited left context (``num_decoding_left_chunks >= 0``) keys that no new query may see are left out,
+        so attention cost stays bounded. ``chunk_sizes [B]`` (training, no past): each row's chunk in frames.
+        """
+        if chunk_sizes is not None:
+            allowed = per_sample_attention_mask(mask.bool(), chunk_sizes, self.num_decoding_left_chunks)
+            return mask_to_bias(allowed, dtype).unsqueeze(1)
         chunk = self.static_chunk_size if streaming else 0
-        allowed = attention_mask(mask.bool(), chunk, self.num_decoding_left_chunks)
+        keys = mask.bool()
+        if past:
+            keys = torch.cat([keys.new_ones(keys.size(0), 1, past), keys], dim=2)
+        allowed = attention_mask(keys, chunk, self.num_decoding_left_chunks, query_start=past)
+        if past and chunk and self.num_decoding_left_chunks >= 0:
+            allowed = allowed[..., max(0, (past // chunk - self.num_decoding_left_chunks) * chunk) :]
         return mask_to_bias(allowed, dtype).unsqueeze(1)
 
+    @staticmethod
     def _transformers(
-        self, h: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor, streaming: bool
+        h: torch.Tensor, blocks: nn.ModuleList, bias: torch.Tensor, cache: StreamCache | None = None
     ) -> torch.Tensor:
         """Run a transformer stack on ``[B, C, T]`` (the blocks work on ``[B, T, C]``)."""
         h = h.transpose(1, 2).contiguous()
-        bias = self.attention_bias(mask, streaming, h.dtype)
         for block in blocks:
-            h = block(h, bias)
+            h = block(h, bias, cache)
         return h.transpose(1, 2).contiguous()
 
     def forward(
@@ -100,11 +126,18 @@ class CausalConditionalDecoder(nn.Module):
         spks: torch.Tensor | None = None,
         cond: torch.Tensor | None = None,
         streaming: bool = False,
+        cache: StreamCache | None = None,
+        chunk_sizes: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """x, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]`` (1 = valid frame); t ``[B]``; spks ``[B, mel]``.
+        """x, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]`` (1 = valid frame); t ``[B]``; spks ``[B, mel]``; cache:
+        the T frames follow ``cache.start`` cached ones (needs ``streaming``), ``cache.commit`` of them are kept;
+        chunk_sizes ``[B]`` (training with mixed masks): each row's attention chunk in frames (0 = full, 1 = causal)
+        instead of ``streaming``.
 
         Returns the predicted velocity ``[B, out_channels, T]`` (zero on masked frames).
         """
+        if cache is not None and (chunk_sizes is not None or not (streaming and self.supports_cache)):
+            raise ValueError("an incremental estimator call needs streaming=True and a single-level U-Net")
         temb = self.time_mlp(self.time_embeddings(t).to(t.dtype))
         parts = [x, mu]
         if spks is not None:
@@ -112,29 +145,36 @@ class CausalConditionalDecoder(nn.Module):
         if cond is not None:
             parts.append(cond)
         h = torch.cat(parts, dim=1)
+        biases: dict[int, torch.Tensor] = {}  # one attention bias per U-Net level, shared by its stacks
+
+        def bias_for(level_mask: torch.Tensor) -> torch.Tensor:
+            if id(level_mask) not in biases:
+                past = 0 if cache is None else cache.start
+                biases[id(level_mask)] = self.attention_bias(level_mask, streaming, x.dtype, past, chunk_sizes)
+            return biases[id(level_mask)]
 
         hiddens, masks = [], [mask]
         for resnet, blocks, downsample in self.down_blocks:
             mask_down = masks[-1]
-            h = resnet(h, mask_down, temb)
-            h = self._transformers(h, blocks, mask_down, streaming)
+            h = resnet(h, mask_down, temb, cache)
+            h = self._transformers(h, blocks, bias_for(mask_down), cache)
             hiddens.append(h)
-            h = downsample(h * mask_down)
+            h = downsample(h * mask_down, cache)
             masks.append(mask_down[:, :, ::2])
         masks = masks[:-1]
         mask_mid = masks[-1]
 
         for resnet, blocks in self.mid_blocks:
-            h = resnet(h, mask_mid, temb)
-            h = self._transformers(h, blocks, mask_mid, streaming)
+            h = resnet(h, mask_mid, temb, cache)
+            h = self._transformers(h, blocks, bias_for(mask_mid), cache)
 
         mask_up = mask
         for resnet, blocks, upsample in self.up_blocks:
             mask_up = masks.pop()
             skip = hiddens.pop()
             h = torch.cat([h[:, :, : skip.size(-1)], skip], dim=1)
-            h = resnet(h, mask_up, temb)
-            h = self._transformers(h, blocks, mask_up, streaming)
-            h = upsample(h * mask_up)
-        h = self.final_block(h, mask_up)
+            h = resnet(h, mask_up, temb, cache)
+            h = self._transformers(h, blocks, bias_for(mask_up), cache)
+            h = upsample(h * mask_up, cache)
+        h = self.final_block(h, mask_up, cache)
         return self.final_proj(h * mask_up) * mask

@@ -1,10 +1,13 @@
 """Building blocks of the flow estimator U-Net (spec §4.3), with the checkpoint's submodule names.
 
-* ``CausalConv1d``: Conv1d that left-pads ``kernel - 1`` zeros (a class of its own so a streaming caller can later
-  replace the zeros with the previous chunk's tail).
+* ``CausalConv1d``: Conv1d that left-pads ``kernel - 1`` zeros, or with a ``StreamCache`` the previous call's
+  committed input tail (incremental inference).
 * ``CausalBlock1D`` / ``CausalResnetBlock1D``: Matcha-TTS resnet blocks with causal convs and channel LayerNorm.
 * ``BasicTransformerBlock``: the diffusers block as Matcha-TTS configures it (self-attention + exact-GELU FF,
   no cross-attention), keys ``norm1, attn1.to_q/k/v, attn1.to_out.0, norm3, ff.net.0.proj, ff.net.2``.
+
+Every block takes an optional ``cache`` (``StreamCache``); without it the computation is the plain full-sequence
+one, with it the input frames continue the cached stream (see ``layers/stream_cache.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from cadenza.layers.stream_cache import StreamCache
 
 FF_MULT = 4  # diffusers FeedForward default: inner width = 4 x dim
 CONV_KERNEL = 3  # every causal conv of the U-Net
@@ -59,8 +64,10 @@ class CausalConv1d(nn.Conv1d):
         super().__init__(in_channels, out_channels, kernel_size, padding=0)
         self.causal_padding = kernel_size - 1
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, (self.causal_padding, 0), value=0.0))
+    def forward(self, x: torch.Tensor, cache: StreamCache | None = None) -> torch.Tensor:
+        if cache is None:
+            return super().forward(F.pad(x, (self.causal_padding, 0), value=0.0))
+        return super().forward(cache.left_context(self, x, self.causal_padding))
 
 
 class Transpose(nn.Module):
@@ -86,9 +93,12 @@ class CausalBlock1D(nn.Module):
             CausalConv1d(dim, dim_out, CONV_KERNEL), Transpose(1, 2), nn.LayerNorm(dim_out), Transpose(1, 2), nn.Mish()
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: StreamCache | None = None) -> torch.Tensor:
         """x ``[B, C_in, T]``, mask ``[B, 1, T]`` (float) -> ``[B, C_out, T]``."""
-        return self.block(x * mask) * mask
+        h = self.block[0](x * mask, cache)
+        for layer in self.block[1:]:
+            h = layer(h)
+        return h * mask
 
 
 class CausalResnetBlock1D(nn.Module):
@@ -101,11 +111,13 @@ class CausalResnetBlock1D(nn.Module):
         self.block2 = CausalBlock1D(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, time_emb: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, time_emb: torch.Tensor, cache: StreamCache | None = None
+    ) -> torch.Tensor:
         """x ``[B, C_in, T]``, mask ``[B, 1, T]``, time_emb ``[B, time_emb_dim]``."""
-        h = self.block1(x, mask)
+        h = self.block1(x, mask, cache)
         h = h + self.mlp(time_emb).unsqueeze(-1)
-        h = self.block2(h, mask)
+        h = self.block2(h, mask, cache)
         return h + self.res_conv(x * mask)
 
 
@@ -137,10 +149,23 @@ class SelfAttention(nn.Module):
         """x ``[B, T, dim]`` -> q, k, v each ``[B, H, T, head_dim]``."""
         return self._heads(self.to_q(x)), self._heads(self.to_k(x)), self._heads(self.to_v(x))
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x ``[B, T, dim]``, bias ``[B, 1, T, T]`` (additive) -> ``[B, T, dim]``."""
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, cache: StreamCache | None = None) -> torch.Tensor:
+        """x ``[B, T, dim]``, bias ``[B, 1, T, T]`` (additive) -> ``[B, T, dim]``.
+
+        With ``cache`` the T positions follow the cached ones and bias is ``[B, 1, T, K]`` for the last ``K <= past + T``
+        keys; the keys/values of the first ``cache.commit`` positions are kept.
+        """
         q, k, v = self.project_qkv(x)
-        out = attend(q, k, v, bias)  # [B, H, T, head_dim]
+        if cache is None:
+            out = attend(q, k, v, bias)  # [B, H, T, head_dim]
+        else:
+            kv = cache.kv(self)
+            past = kv.length
+            k, v = kv.append(0, k, v)
+            if bias is not None and bias.size(-1) < k.size(2):  # limited left context: only the keys bias covers
+                k, v = k[:, :, k.size(2) - bias.size(-1) :], v[:, :, v.size(2) - bias.size(-1) :]
+            out = attend(q, k, v, bias)
+            kv.crop(past + cache.commit)
         batch, heads, _, head_dim = out.shape
         out = out.transpose(1, 2).reshape(batch, -1, heads * head_dim).to(q.dtype)
         return self.to_out[1](self.to_out[0](out))
@@ -181,9 +206,9 @@ class BasicTransformerBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
         self.ff = FeedForward(dim)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, cache: StreamCache | None = None) -> torch.Tensor:
         """x ``[B, T, dim]``, bias additive attention bias ``[B, 1, T, T]`` -> ``[B, T, dim]``."""
-        x = self.attn1(self.norm1(x), bias) + x
+        x = self.attn1(self.norm1(x), bias, cache) + x
         return self.ff(self.norm3(x)) + x
 
 
@@ -194,7 +219,9 @@ class Downsample1D(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(dim, dim, 3, 2, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: StreamCache | None = None) -> torch.Tensor:
+        if cache is not None:
+            raise ValueError(f"{type(self).__name__} looks ahead and cannot run incrementally")
         return self.conv(x)
 
 
@@ -205,5 +232,7 @@ class Upsample1D(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(dim, dim, 4, 2, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: StreamCache | None = None) -> torch.Tensor:
+        if cache is not None:
+            raise ValueError(f"{type(self).__name__} looks ahead and cannot run incrementally")
         return self.conv(x)

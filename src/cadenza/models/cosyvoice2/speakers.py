@@ -53,7 +53,7 @@ def validate_speaker_id(speaker_id: str) -> str:
     return speaker_id
 
 
-def _entry_to_prompt(speaker_id: str, entry: dict) -> SpeakerPrompt:
+def entry_to_prompt(speaker_id: str, entry: dict) -> SpeakerPrompt:
     empty = torch.zeros(1, 0, dtype=torch.long)
     try:
         if "flow_embedding" in entry:  # zero-shot entry (add_zero_shot_spk)
@@ -95,7 +95,7 @@ class SpeakerStore:
         if speaker_id not in self._entries:
             known = ", ".join(self.ids()[:20]) or "none saved"
             raise UnknownSpeakerError(f"unknown speaker {speaker_id!r} (known: {known})")
-        return _entry_to_prompt(speaker_id, self._entries[speaker_id])
+        return entry_to_prompt(speaker_id, self._entries[speaker_id])
 
     def add(self, speaker_id: str, prompt: SpeakerPrompt) -> None:
         self._entries[validate_speaker_id(speaker_id)] = prompt.to_entry()

@@ -1,0 +1,84 @@
+"""``cadenza data prepare`` (corpus -> shards) and ``cadenza data extract`` (more features for prepared shards)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from cadenza.errors import CadenzaError
+
+LAYOUTS = ("ljspeech", "libritts", "jsonl")
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("data", help="prepare training data (see docs/training.md)")
+    _arguments(p)
+    return p
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="data_command", required=True)
+    prep = sub.add_parser("prepare", help="validate a corpus and write feature shards (resumable)")
+    prep.add_argument("--corpus", required=True, help="corpus folder, or a JSONL manifest for --layout jsonl")
+    prep.add_argument("--layout", required=True, choices=LAYOUTS)
+    prep.add_argument("--out", required=True, help="output folder (re-run with the same --out to resume)")
+    prep.add_argument("--model", help="model folder whose speech_tokenizer_v2.onnx / campplus.onnx / "
+                                      "CosyVoice-BlankEN tokenizer fill speech_tokens / spk_emb / text_ids")
+    prep.add_argument("--extractor", action="append", default=[], metavar="MODULE:FACTORY[=ARG]",
+                      help="an extra feature extractor (repeatable)")
+    prep.add_argument("--shard-size", type=int, default=256)
+    prep.add_argument("--min-seconds", type=float, default=0.5)
+    prep.add_argument("--max-seconds", type=float, default=30.0)
+    prep.add_argument("--no-wav", action="store_true", help="do not store the 24 kHz waveform (HiFT needs it)")
+    prep.add_argument("--no-f0", action="store_true", help="do not compute f0")
+    prep.add_argument("--part", type=int, default=0, help="this process's part (with --num-parts)")
+    prep.add_argument("--num-parts", type=int, default=1, help="split the shards between several processes")
+    prep.add_argument("--no-progress", action="store_true")
+
+    ext = sub.add_parser("extract", help="add features to prepared shards (sidecar files; resumable)")
+    ext.add_argument("--data", required=True, help="a prepared data folder")
+    ext.add_argument("--model", help="use this model folder's frontend files (tokens, x-vectors, text ids)")
+    ext.add_argument("--extractor", action="append", default=[], metavar="MODULE:FACTORY[=ARG]")
+    ext.add_argument("--no-progress", action="store_true")
+
+
+def run_data(args: argparse.Namespace) -> int:
+    from cadenza.data.extractors import load_extractor, model_dir_extractors
+    from cadenza.data.prepare import add_features, prepare
+    from cadenza.data.validate import DataLimits
+
+    extractors = [load_extractor(spec) for spec in args.extractor]
+    if args.data_command == "prepare":
+        limits = DataLimits(min_seconds=args.min_seconds, max_seconds=args.max_seconds)
+        summary = prepare(args.corpus, args.layout, args.out, model_dir=args.model, extractors=extractors,
+                          shard_size=args.shard_size, limits=limits, wav=not args.no_wav, f0=not args.no_f0,
+                          part=args.part, num_parts=args.num_parts, progress=not args.no_progress)
+        keys = ("accepted", "rejected", "rejected_by_category", "seconds", "processed_shards", "skipped_shards", "complete")
+        print(json.dumps({k: summary[k] for k in keys if k in summary}), file=sys.stderr)
+        return 0
+    if args.model:
+        extractors = model_dir_extractors(args.model) + extractors
+    if not extractors:
+        raise CadenzaError("cadenza data extract needs --model and/or --extractor")
+    for ex in extractors:
+        print(json.dumps(add_features(args.data, ex, progress=not args.no_progress)), file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cadenza data", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    _arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return run_data(args)
+    except CadenzaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

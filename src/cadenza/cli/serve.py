@@ -1,0 +1,92 @@
+"""``cadenza serve``: the OpenAI-compatible speech server (needs ``pip install 'cadenza[server]'``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from cadenza.errors import CadenzaError, MissingDependencyError
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "CADENZA_API_KEY"
+VOICES_ENV = "CADENZA_VOICES_DIR"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WS_MAX_MESSAGE_BYTES = 1 * 2**20  # WebSocket messages carry text pieces and small JSON only
+
+
+def default_voices_dir() -> Path:
+    """``$CADENZA_VOICES_DIR``, else ``$XDG_DATA_HOME/cadenza/voices`` (``~/.local/share/cadenza/voices``)."""
+    if os.environ.get(VOICES_ENV):
+        return Path(os.environ[VOICES_ENV]).expanduser()
+    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data_home / "cadenza" / "voices"
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from exc
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``serve`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
+    p = subparsers.add_parser("serve", help="run the OpenAI-compatible speech server (HTTP + WebSocket)")
+    p.add_argument("--model", default=os.environ.get("CADENZA_MODEL"),
+                   help="model directory (a released CosyVoice 2 folder); default $CADENZA_MODEL")
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    p.add_argument("--port", type=_positive, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}; prefer the variable: "
+                        "command lines are visible to other users)")
+    p.add_argument("--max-concurrency", type=_positive, default=16,
+                   help="synthesis requests in flight at once; more get HTTP 429 (default 16)")
+    p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
+                                                      "~/.local/share/cadenza/voices)")
+    p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest voice upload in MiB (default 10)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run_serve)
+    return p
+
+
+def run_serve(args: argparse.Namespace) -> None:
+    """Load the model and serve until interrupted (Ctrl-C / SIGTERM). Raises ``CadenzaError`` on bad settings."""
+    try:
+        import uvicorn
+
+        from cadenza.server import ServerConfig, create_app
+    except ImportError as exc:
+        raise MissingDependencyError(f"the server needs the 'server' extra ({exc.name} is missing): "
+                                     "pip install 'cadenza[server]'") from exc
+    from cadenza.api import Cadenza
+    from cadenza.voices import VoiceStore
+
+    if not args.model:
+        raise CadenzaError("no model: pass --model DIR or set $CADENZA_MODEL")
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    try:
+        config = ServerConfig(api_key=api_key, max_concurrency=args.max_concurrency,
+                              max_upload_bytes=int(args.max_upload_mb * 2**20))
+    except ValueError as exc:
+        raise CadenzaError(f"bad server setting: {exc}") from exc
+    if api_key is None and args.host not in LOOPBACK:
+        log.warning("listening on %s without an API key: anyone who can reach it can use it (set $%s)",
+                    args.host, API_KEY_ENV)
+    voices_dir = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
+    tts = Cadenza.from_pretrained(args.model, device=args.device)
+    voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
+    print(f"serving {args.model} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
+    try:
+        uvicorn.run(create_app(tts, voices, config), host=args.host, port=args.port, log_level=args.log_level,
+                    ws_max_size=WS_MAX_MESSAGE_BYTES, timeout_graceful_shutdown=10)
+    finally:
+        voices.close()
+        tts.close()

@@ -1,0 +1,188 @@
+"""Incremental streaming flow: chunk k costs the same whatever k is (spec §7.2, §9).
+
+The reference streams by re-running the whole flow over prompt + every token so far and keeping the new frames,
+which is quadratic in the utterance length. With ``streaming=True`` every attention is chunk-causal (a query in
+chunk c sees keys ``< (c+1) * chunk``), every convolution is causal and the CFM noise is fixed from frame 0, so
+the frames of *complete* chunks never change once their tokens (and the ``pre_lookahead_len`` tokens after them)
+are known. ``IncrementalFlow`` keeps, per request, the state those frames leave behind and computes only new
+frames:
+
+* encoder (``StreamCache`` in tokens, viewed x``ratio`` for the upsampled half): the look-ahead layer's input
+  history, conformer keys/values and projected relative positions, the upsampler's causal tail;
+* ``mu`` frames that are final but not yet committed by the estimator (when its chunk is not ``ratio`` x the
+  encoder's);
+* estimator: one ``StreamCache`` per Euler step, each holding both CFG rows: every causal conv's input tail and
+  every transformer block's keys/values.
+
+A push that ends inside a chunk commits only the complete chunks before it; the tokens of the partial chunk are
+kept and recomputed with the next push. With the engine's schedule (first hop ends on a chunk boundary, hops are
+multiples of the chunk) nothing is ever recomputed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.errors import InputError
+from cadenza.layers.stream_cache import StreamCache
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+
+
+class IncrementalFlow:
+    """One streaming request's flow state: ``push`` token chunks, get their mel frames.
+
+    After pushes of chunks ``t_1 .. t_k`` (each followed by look-ahead = the next real tokens, up to
+    ``pre_lookahead_len``) the concatenated outputs equal ``flow.inference(t_1 ++ .. ++ t_k ++ lookahead,
+    streaming=True, finalize=False)`` on those frames, and a ``final=True`` push equals ``flow.inference(all tokens,
+    streaming=True, finalize=True)`` on its frames (float32 round-off apart). Nothing is stored on ``flow``, so
+    any number of sessions may share it (one at a time per thread).
+    """
+
+    def __init__(
+        self,
+        flow: TokenToMelFlow,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        reserve_tokens: int = 0,
+    ) -> None:
+        """prompt_token ``[1, P]`` int; prompt_feat ``[1, ratio * P, mel]``; embedding ``[1, spk_embed_dim]``;
+        reserve_tokens: expected number of tokens to push (sizes the key/value buffers once; they grow by doubling
+        beyond it, which costs a copy and up to 2x memory)."""
+        cfg = flow.cfg
+        if not flow.decoder.estimator.supports_cache:
+            raise InputError("incremental streaming needs the single-level (causal) estimator U-Net")
+        flow.check_prompt(prompt_token, prompt_feat, embedding)
+        if prompt_feat.size(1) != cfg.token_mel_ratio * prompt_token.size(1):
+            raise InputError(
+                f"prompt_feat has {prompt_feat.size(1)} frames; incremental streaming needs exactly "
+                f"token_mel_ratio x prompt tokens = {cfg.token_mel_ratio * prompt_token.size(1)}"
+            )
+        weight = flow.spk_embed_affine_layer.weight
+        self._flow = flow
+        self._ratio = cfg.token_mel_ratio
+        self._lookahead_len = cfg.pre_lookahead_len
+        self._token_chunk = cfg.encoder.static_chunk_size
+        self._frame_chunk = cfg.estimator.static_chunk_size
+        with torch.inference_mode():
+            self._spks = flow.speaker_projection(embedding.to(device=weight.device, dtype=weight.dtype))
+        self._prompt_feat = prompt_feat.to(device=weight.device, dtype=weight.dtype)
+        self._pending = prompt_token.to(device=weight.device, dtype=torch.long)  # tokens after the committed ones
+        self._promised = self._pending.new_zeros(1, 0)  # look-ahead tokens the committed state relies on
+        self._tokens_done = 0  # tokens whose encoder state is committed (a multiple of the token chunk)
+        self._mu_tail = None  # final mu of frames [frames_done, ratio * tokens_done): not yet in the estimator
+        self._frames_done = 0  # frames whose estimator state is committed (a multiple of the frame chunk)
+        self._emitted = prompt_feat.size(1)  # frames returned so far (the prompt's are never returned)
+        reserve = prompt_token.size(1) + max(0, reserve_tokens)
+        self._encoder_cache = StreamCache(reserve=reserve)
+        self._step_caches = [StreamCache(reserve=self._ratio * reserve) for _ in range(flow.decoder.n_timesteps)]
+        self._finished = False
+        self._closed = False
+
+    @property
+    def frames_emitted(self) -> int:
+        """Mel frames returned so far (``ratio`` x the tokens pushed)."""
+        return self._emitted - self._prompt_feat.size(1)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the caches (what ``close`` frees)."""
+        return sum(c.nbytes for c in (self._encoder_cache, *self._step_caches)) + sum(
+            t.numel() * t.element_size() for t in (self._pending, self._mu_tail) if t is not None
+        )
+
+    @torch.inference_mode()
+    def push(self, tokens: torch.Tensor, lookahead: torch.Tensor | None = None, final: bool = False) -> torch.Tensor:
+        """tokens ``[1, n]`` int, lookahead ``[1, <= pre_lookahead_len]`` (the real next tokens; None on the final
+        push) -> mel ``[1, mel, ratio * n]`` float32 of the new tokens.
+
+        A shorter look-ahead than announced before is completed with the announced tokens (they are known to come
+        next); a look-ahead that contradicts earlier ones raises ``InputError``.
+        """
+        if self._closed or self._finished:
+            raise InputError("this IncrementalFlow is " + ("closed" if self._closed else "finished (final push done)"))
+        device = self._pending.device
+        tokens = self._check_tokens(tokens, "tokens").to(device)
+        lookahead = self._pending.new_zeros(1, 0) if lookahead is None else self._check_tokens(lookahead, "lookahead")
+        if final and lookahead.size(1):
+            raise InputError("the final push takes no look-ahead tokens")
+        if lookahead.size(1) > self._lookahead_len:
+            raise InputError(f"at most {self._lookahead_len} look-ahead tokens, got {lookahead.size(1)}")
+        if tokens.size(1) == 0 and not final:
+            raise InputError("a non-final push needs at least one token")
+        frames = self._ratio * (self._tokens_done + self._pending.size(1) + tokens.size(1))
+        if frames > self._flow.decoder.rand_noise.size(2):
+            raise InputError(f"the flow can generate at most {self._flow.decoder.rand_noise.size(2)} mel frames per "
+                             f"utterance (prompt included), this push would reach {frames}")
+        context = self._merge_lookahead(tokens, lookahead.to(device), final)
+        ids = torch.cat([self._pending, tokens], dim=1)
+        if ids.size(1) == 0:
+            self._finished = final
+            return self._prompt_feat.new_zeros(1, self._prompt_feat.size(2), 0).float()
+        try:
+            return self._compute(ids, context, final)
+        except BaseException:
+            self.close()  # the caches may be half-updated: the session cannot continue
+            raise
+
+    def _compute(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> torch.Tensor:
+        """Encode the pending + new tokens ``ids`` and run the CFM on the frames after the committed ones."""
+        start, total = self._tokens_done, self._tokens_done + ids.size(1)
+        # Tokens whose look-ahead is complete; of those, only complete chunks become final.
+        known = total if final else min(total, total + context.size(1) - self._lookahead_len)
+        commit = max(start, known // self._token_chunk * self._token_chunk)
+        self._encoder_cache.at(start, commit - start)
+        mu = self._flow.encode_tokens(ids, context, streaming=True, cache=self._encoder_cache)
+        if self._mu_tail is not None:
+            mu = torch.cat([self._mu_tail, mu], dim=2)
+
+        r = self._ratio
+        f_start, f_end = self._frames_done, r * total
+        f_commit = max(f_start, r * commit // self._frame_chunk * self._frame_chunk)
+        for cache in self._step_caches:
+            cache.at(f_start, f_commit - f_start)
+        cond = self._flow.prompt_condition(self._prompt_feat, f_start, f_end, mu)
+        mask = torch.ones(1, 1, f_end - f_start, device=mu.device, dtype=mu.dtype)
+        mel = self._flow.decoder(mu, mask, self._spks, cond, streaming=True, caches=self._step_caches,
+                                 frame_offset=f_start)
+        out = mel[:, :, self._emitted - f_start :].float()
+
+        self._emitted = f_end
+        self._pending = ids[:, commit - start :]
+        self._tokens_done = commit
+        self._mu_tail = mu[:, :, f_commit - f_start : r * commit - f_start] if r * commit > f_commit else None
+        self._frames_done = f_commit
+        self._finished = final
+        return out
+
+    def _merge_lookahead(self, tokens: torch.Tensor, lookahead: torch.Tensor, final: bool) -> torch.Tensor:
+        """Check the new tokens against the look-ahead announced before; return this push's look-ahead context."""
+        seq = torch.cat([tokens, lookahead], dim=1)
+        promised = self._promised
+        overlap = min(seq.size(1), promised.size(1))
+        if not torch.equal(seq[:, :overlap], promised[:, :overlap]):
+            raise InputError("the pushed tokens differ from the look-ahead tokens given before them")
+        if final and promised.size(1) > tokens.size(1):
+            raise InputError("the final push ends before the look-ahead tokens announced earlier")
+        longer = seq if seq.size(1) >= promised.size(1) else promised
+        self._promised = longer[:, tokens.size(1) :]
+        return self._promised[:, : self._lookahead_len]
+
+    def _check_tokens(self, ids: torch.Tensor, name: str) -> torch.Tensor:
+        self._flow.check_tokens(ids, name)
+        return ids.long()
+
+    def close(self) -> None:
+        """Free every cached tensor; the session cannot be used afterwards."""
+        for cache in (self._encoder_cache, *self._step_caches):
+            cache.free()
+        self._pending = self._pending.new_zeros(1, 0)
+        self._promised = self._pending
+        self._mu_tail = None
+        self._closed = True
+
+    def __enter__(self) -> IncrementalFlow:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

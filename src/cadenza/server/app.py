@@ -1,0 +1,131 @@
+"""``create_app(tts, voices, config)``: the FastAPI application (OpenAI speech, voices, WebSocket, metrics).
+
+Endpoints: ``POST /v1/audio/speech``, ``WS /v1/audio/speech/stream``, ``POST/GET /v1/audio/voices``,
+``GET/DELETE /v1/audio/voices/{id}``, ``GET /v1/models``, ``GET /metrics`` (all behind the API key when one is
+configured) and ``GET /health`` (open, for load balancers). Two ASGI middlewares wrap everything: a request-body
+limit (413 before a big upload lands in memory) and request counting for ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cadenza.server import openai_speech, voices_api, websocket
+from cadenza.server.auth import require_api_key
+from cadenza.server.config import ServerConfig
+from cadenza.server.errors import APIError, install_error_handlers
+from cadenza.server.metrics import CONTENT_TYPE, Metrics
+from cadenza.server.state import ServerState
+from cadenza.voices import VoiceStore
+
+FORM_OVERHEAD_BYTES = 256 * 1024  # multipart boundaries + name/transcript/consent fields around the audio file
+
+
+class BodyLimit:
+    """413 for request bodies over ``max_bytes``: at once from ``Content-Length``, else while they stream in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    def _error(self) -> APIError:
+        return APIError(413, f"request body larger than {self.max_bytes} bytes", code="request_too_large")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers", ())).get(b"content-length")
+        try:
+            declared = int(length) if length is not None else None
+        except ValueError:
+            declared = None
+        if declared is not None and declared > self.max_bytes:
+            await self._error().response()(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise HTTPException(413, self._error().message)  # FastAPI re-raises HTTPException as is
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class CountRequests:
+    """Counts HTTP answers by route template and status for ``/metrics`` (WebSockets count themselves)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                route = scope.get("route")
+                self.metrics.count_request(getattr(route, "path", "other"), message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counting)
+
+
+def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
+    protected, public = APIRouter(), APIRouter()
+
+    @protected.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        name = request.app.state.cadenza.config.model_name
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": int(started),
+                                                         "owned_by": "cadenza"}]})
+
+    @protected.get("/metrics")
+    async def metrics(request: Request) -> PlainTextResponse:
+        state: ServerState = request.app.state.cadenza
+        active, queued = state.load()
+        text = state.metrics.render(active, queued, state.admission.inflight)
+        return PlainTextResponse(text, media_type=CONTENT_TYPE)
+
+    @public.get("/health")
+    async def health(request: Request) -> JSONResponse:
+        state: ServerState = request.app.state.cadenza
+        active, queued = state.load()
+        return JSONResponse({"status": "ok", "model": state.config.model_name, "sample_rate": state.sample_rate,
+                             "active": active, "queued": queued, "inflight": state.admission.inflight})
+
+    return protected, public
+
+
+def create_app(tts, voices: VoiceStore, config: ServerConfig | None = None) -> FastAPI:
+    """The server for ``tts`` (a ``Cadenza``) with saved voices in ``voices``.
+
+    The caller owns ``tts`` and ``voices`` (close them after the server stops).
+    """
+    from cadenza import __version__
+
+    config = config or ServerConfig()
+    app = FastAPI(title="Cadenza speech server", version=__version__)
+    state = ServerState(tts, voices, config)
+    app.state.cadenza = state
+    install_error_handlers(app, config.retry_after_s)
+    auth = [Depends(require_api_key)]
+    protected, public = _info_router(time.time())
+    app.include_router(openai_speech.router, dependencies=auth)
+    app.include_router(voices_api.router, dependencies=auth)
+    app.include_router(protected, dependencies=auth)
+    app.include_router(public)
+    app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
+    app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES)
+    app.add_middleware(CountRequests, metrics=state.metrics)
+    return app

@@ -1,0 +1,212 @@
+"""Audio encoders for the speech endpoint: float32 chunks in, encoded bytes out, chunk by chunk.
+
+``pcm`` (raw 16-bit little-endian mono) and ``wav`` are written by hand; ``mp3``, ``opus`` (in Ogg), ``aac`` (ADTS)
+and ``flac`` go through PyAV (FFmpeg). Every encoder is a streaming one: ``encode(chunk)`` returns whatever bytes
+are ready (possibly none: codecs work on fixed frames and have look-ahead), ``finish()`` flushes the rest.
+An encoder is used by one thread at a time; an abandoned one (client gone) is simply dropped -- FFmpeg state is
+freed with the object, never closed from another thread while a worker may still be encoding.
+
+PyAV writes into a sink without ``seek``, so FFmpeg's muxers never go back to patch headers: the output is
+playable while it is produced. Streamed WAV uses the usual streaming convention (RIFF and data sizes 0xFFFFFFFF,
+"until the end of the stream"); when the total length is known up front the sizes are exact.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Protocol
+
+import numpy as np
+
+FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
+               "wav": "audio/wav", "pcm": "audio/pcm"}
+# format -> (FFmpeg muxer, codec, bit rate or None, muxer options). Bit rates suit 24 kHz mono speech.
+_AV_FORMATS = {
+    "mp3": ("mp3", "libmp3lame", 64_000, {}),
+    # Ogg collects 1 s of packets per page by default; short pages keep the stream flowing.
+    "opus": ("ogg", "libopus", 32_000, {"page_duration": "100000"}),
+    "aac": ("adts", "aac", 64_000, {}),
+    "flac": ("flac", "flac", None, {}),
+}
+# Opus encodes only at these rates; others are resampled by PyAV to the next one up.
+_OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+STREAMING_SIZE = 0xFFFFFFFF
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """float32 [-1, 1] -> 16-bit little-endian PCM bytes (clipped; symmetric 32767 scaling, as ``save_wav``)."""
+    x = np.clip(np.nan_to_num(np.asarray(samples, dtype=np.float32)), -1.0, 1.0)
+    return (np.round(x * 32767.0).astype("<i2")).tobytes()
+
+
+def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
+    """44-byte PCM16 mono WAV header; ``num_samples=None`` writes the streaming sizes (0xFFFFFFFF)."""
+    data = STREAMING_SIZE if num_samples is None else 2 * num_samples
+    riff = STREAMING_SIZE if num_samples is None else 36 + data
+    return (b"RIFF" + struct.pack("<I", riff) + b"WAVE" + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate,
+            2 * sample_rate, 2, 16) + b"data" + struct.pack("<I", data))
+
+
+class Encoder(Protocol):
+    def encode(self, samples: np.ndarray) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+
+class PcmEncoder:
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        return pcm16(samples)
+
+    def finish(self) -> bytes:
+        return b""
+
+
+class WavEncoder:
+    """The header goes out with the first bytes; ``total_samples`` (if known) makes its sizes exact."""
+
+    def __init__(self, sample_rate: int, total_samples: int | None = None) -> None:
+        self.sample_rate, self._header = sample_rate, wav_header(sample_rate, total_samples)
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        out, self._header = self._header + pcm16(samples), b""
+        return out
+
+    def finish(self) -> bytes:
+        out, self._header = self._header, b""  # no audio at all: still a valid (empty) file
+        return out
+
+
+class _Sink:
+    """A write-only file for PyAV: no ``seek``, so muxers stream instead of patching headers at the end."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts.clear()
+        return out
+
+
+class AVEncoder:
+    """mp3 / opus / aac / flac through PyAV. Input float32 mono at ``sample_rate``."""
+
+    def __init__(self, fmt: str, sample_rate: int) -> None:
+        try:
+            import av
+        except ImportError as exc:  # pragma: no cover - av is part of the server extra
+            from cadenza.errors import MissingDependencyError
+
+            raise MissingDependencyError(f"the {fmt} format needs PyAV: pip install 'cadenza[server]'") from exc
+        self._av = av
+        muxer, codec, bit_rate, options = _AV_FORMATS[fmt]
+        rate = sample_rate
+        if codec == "libopus" and rate not in _OPUS_RATES:
+            rate = next((r for r in _OPUS_RATES if r >= rate), _OPUS_RATES[-1])
+        self.sample_rate = sample_rate
+        self._sink = _Sink()
+        self._container = av.open(self._sink, mode="w", format=muxer, options=dict(options))
+        self._stream = self._container.add_stream(codec, rate=rate, layout="mono")
+        if bit_rate:
+            self._stream.bit_rate = bit_rate
+        self._pts = 0
+        self._closed = False
+
+    def _mux(self, frame) -> bytes:
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        return self._sink.take()
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        if np.asarray(samples).size == 0:
+            return b""
+        # 16-bit first, with our scaling: FLAC then holds exactly the samples of the pcm/wav formats.
+        x = np.frombuffer(pcm16(samples), dtype="<i2").astype(np.int16)
+        frame = self._av.AudioFrame.from_ndarray(x.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.pts = self.sample_rate, self._pts
+        self._pts += x.size
+        return self._mux(frame)
+
+    def finish(self) -> bytes:
+        if self._closed:
+            return b""
+        out = self._mux(None)
+        self._container.close()
+        self._closed = True
+        return out + self._sink.take()
+
+
+def make_encoder(fmt: str, sample_rate: int, total_samples: int | None = None) -> Encoder:
+    """An encoder for ``fmt`` (one of ``FORMATS``). ``total_samples``: the length, when known in advance (WAV)."""
+    if fmt == "pcm":
+        return PcmEncoder(sample_rate)
+    if fmt == "wav":
+        return WavEncoder(sample_rate, total_samples)
+    if fmt in _AV_FORMATS:
+        return AVEncoder(fmt, sample_rate)
+    raise ValueError(f"unknown audio format {fmt!r}; supported: {', '.join(FORMATS)}")
+
+
+# Containers we let FFmpeg open, recognised by their first bytes -> the demuxer to use. Naming the demuxer keeps
+# FFmpeg from probing: an upload can never select demuxers that open other files or URLs (HLS playlists, concat).
+_MAGIC = ((b"fLaC", 0, "flac"), (b"OggS", 0, "ogg"), (b"\x1a\x45\xdf\xa3", 0, "matroska"), (b"ftyp", 4, "mov"),
+          (b"RIFF", 0, "wav"), (b"ID3", 0, "mp3"))
+
+
+def _demuxer(data: bytes) -> str | None:
+    for magic, offset, name in _MAGIC:
+        if data[offset:offset + len(magic)] == magic:
+            return name
+    if len(data) >= 2 and data[0] == 0xFF and data[1] & 0xF6 == 0xF0:
+        return "aac"  # ADTS sync word, layer 0
+    if len(data) >= 2 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0:
+        return "mp3"  # MPEG audio frame sync
+    return None
+
+
+def decode_with_av(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:
+    """Decode audio that libsndfile cannot read (m4a/AAC, WebM/Opus from browsers, ...) to mono float32.
+
+    Only the containers in ``_MAGIC`` (and raw ADTS/MP3) are accepted. Decoding stops past ``max_seconds`` (+1 s,
+    so that the caller's duration check still sees "too long"). Raises ``AudioError`` when it cannot be decoded.
+    """
+    import io
+
+    import av
+
+    from cadenza.errors import AudioError
+
+    demuxer = _demuxer(data)
+    if demuxer is None:
+        raise AudioError("cannot decode the uploaded audio: not a supported format (WAV, FLAC, MP3, Ogg, M4A/MP4, "
+                         "WebM/Matroska, AAC)")
+    try:
+        with av.open(io.BytesIO(data), mode="r", format=demuxer) as container:
+            if not container.streams.audio:
+                raise AudioError("the upload holds no audio stream")
+            stream = container.streams.audio[0]
+            rate = stream.codec_context.sample_rate or stream.rate
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+            parts, total = [], 0
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    arr = out.to_ndarray().reshape(-1)
+                    parts.append(arr)
+                    total += arr.size
+                if total > (max_seconds + 1.0) * rate:
+                    break
+    except AudioError:
+        raise
+    except (av.error.FFmpegError, ValueError, OSError, IndexError, TypeError) as exc:
+        raise AudioError(f"cannot decode the uploaded audio: not a supported format, or corrupt ({exc})") from exc
+    if not parts or not rate:
+        raise AudioError("the uploaded audio contains no samples")
+    return np.concatenate(parts).astype(np.float32), int(rate)

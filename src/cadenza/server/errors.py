@@ -1,0 +1,111 @@
+"""OpenAI-style error answers: ``{"error": {"message", "type", "param", "code"}}`` with the right HTTP status.
+
+Every failure path of the server ends here: our own ``APIError``, Cadenza's errors (bad text, audio, voice: 400;
+a full engine queue: 429 with ``Retry-After``), FastAPI's validation errors (422 turned into 400, as OpenAI
+answers), Starlette's HTTP errors (404, 405, 413) and, last, unexpected exceptions (500, details only in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cadenza.errors import (
+    AudioError,
+    CadenzaError,
+    EngineBusyError,
+    RequestCancelledError,
+    TextError,
+    UnknownSpeakerError,
+)
+
+log = logging.getLogger(__name__)
+
+INVALID_REQUEST = "invalid_request_error"
+
+
+class APIError(Exception):
+    """An error answer: HTTP ``status`` + OpenAI error fields (+ extra response headers)."""
+
+    def __init__(self, status: int, message: str, type: str = INVALID_REQUEST, param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def busy_error(message: str, retry_after_s: int) -> APIError:
+    return APIError(429, message, type="rate_limit_error", code="server_busy",
+                    headers={"Retry-After": str(retry_after_s)})
+
+
+def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None = None) -> APIError:
+    """Map any exception to the answer the client gets (unexpected ones become a bare 500)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, EngineBusyError):
+        return busy_error(f"the server is busy ({exc}); retry in a moment", retry_after_s)
+    if isinstance(exc, RequestCancelledError):
+        return APIError(503, f"the request was cancelled: {exc}", type="server_error", code="cancelled")
+    if isinstance(exc, UnknownSpeakerError):
+        return APIError(400, str(exc), param=param or "voice", code="voice_not_found")
+    if isinstance(exc, TextError):
+        return APIError(400, str(exc), param=param or "input", code="invalid_input")
+    if isinstance(exc, AudioError):
+        return APIError(400, str(exc), param=param or "audio", code="invalid_audio")
+    if isinstance(exc, CadenzaError):
+        return APIError(400, str(exc), param=param, code="invalid_value")
+    log.error("unexpected error", exc_info=exc)
+    return APIError(500, "internal server error (see the server log)", type="server_error", code="internal_error")
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    param = ".".join(loc) or None
+    msg = first.get("msg", "invalid value")
+    if first.get("type") == "extra_forbidden":
+        msg = "unrecognized request argument"
+    elif first.get("type") == "json_invalid":
+        msg, param = "the request body is not valid JSON", None
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return (f"{param}: {msg}{more}" if param else f"{msg}{more}"), param
+
+
+def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return APIError(400, message, param=param, code="invalid_value").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+        detail = exc.detail if isinstance(exc.detail, str) else "error"
+        return APIError(exc.status_code, detail, code=codes.get(exc.status_code),
+                        headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(CadenzaError)
+    async def _cadenza(request: Request, exc: CadenzaError) -> JSONResponse:
+        return from_exception(exc, retry_after_s).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return from_exception(exc, retry_after_s).response()

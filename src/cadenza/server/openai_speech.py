@@ -1,0 +1,257 @@
+"""``POST /v1/audio/speech``: OpenAI's text-to-speech endpoint, streamed as the audio is made.
+
+Fields as OpenAI's: ``model`` (any name; one model is served), ``input`` (<= ``max_input_chars``), ``voice`` (a
+saved voice's name or id, or ``{"id": ...}``), ``instructions`` (-> instruct mode), ``response_format``,
+``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI client's
+``extra_body``): ``seed`` (same seed, same audio) and ``stream`` (``false``: synthesise the whole utterance
+first, then send it with exact sizes and a ``Content-Length``).
+
+Speed: the model changes the speaking rate itself (its flow stretches the mel in time) between 0.5 and 2.0, and
+only on whole utterances; so ``speed != 1`` synthesises each segment whole before sending it, and values OpenAI
+allows outside 0.5-2.0 are refused with 400 rather than faked by resampling (which would shift the pitch).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import secrets
+import time
+from typing import Literal
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from cadenza.server.encoding import MEDIA_TYPES, make_encoder
+from cadenza.server.engine_stream import EngineStream
+from cadenza.server.errors import APIError, from_exception
+from cadenza.server.state import ServerState
+
+log = logging.getLogger(__name__)
+ENDPOINT = "/v1/audio/speech"
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+
+router = APIRouter()
+
+
+class VoiceId(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128)
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str = Field(min_length=1)
+    voice: str | VoiceId = Field(union_mode="left_to_right")
+    instructions: str | None = Field(default=None, max_length=4096)
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio", "sse"] = "audio"
+    seed: int | None = Field(default=None, ge=0, lt=2**62)
+    stream: bool = True
+
+
+def _plan(state: ServerState, body: SpeechRequest, seed: int) -> tuple[list, int]:
+    """(engine requests, text token count). Blocking: resolves the voice (may compute its features)."""
+    ref = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
+    voice = state.prompts.resolve(ref)
+    frontend = state.tts.engine.frontend
+    segments = state.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
+    instructions = body.instructions if body.instructions and body.instructions.strip() else None
+    requests, n_text = [], 0
+    for i, segment in enumerate(segments):
+        ids = frontend.text_ids(segment)
+        n_text += ids.shape[1]
+        requests.append(state.prompts.build(ids, voice, instructions, seed=seed + i, speed=body.speed))
+    return requests, n_text
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    """Returns when the client closes the connection (the request body has already been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _check(body: SpeechRequest, state: ServerState) -> None:
+    limit = state.config.max_input_chars
+    if len(body.input) > limit:
+        raise APIError(400, f"input is {len(body.input)} characters; the limit is {limit}", param="input",
+                       code="string_above_max_length")
+    if not MIN_SPEED <= body.speed <= MAX_SPEED:
+        raise APIError(400, f"speed {body.speed:g} is outside what this model supports ({MIN_SPEED:g} to "
+                       f"{MAX_SPEED:g}; the model changes the rate itself and we do not resample, which would "
+                       "change the pitch)", param="speed", code="unsupported_value")
+
+
+@router.post(ENDPOINT)
+async def create_speech(body: SpeechRequest, request: Request) -> Response:
+    state: ServerState = request.app.state.cadenza
+    started = time.perf_counter()
+    _check(body, state)
+    seed = body.seed if body.seed is not None else secrets.randbits(62)
+    slot = state.admission.acquire()
+    stream: EngineStream | None = None
+    try:
+        try:
+            requests, n_text = await anyio.to_thread.run_sync(_plan, state, body, seed, limiter=state.limiter)
+        except Exception as exc:
+            param = "instructions" if "instruct" in str(exc) else None
+            raise from_exception(exc, state.config.retry_after_s, param=param) from exc
+        engine_streaming = body.stream and body.speed == 1.0
+        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter,
+                              scheduler=state.tts.engine.scheduler)
+        sr = state.sample_rate
+        headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
+        if body.stream_format == "audio" and not body.stream:
+            try:
+                return await _whole(state, body, stream, request, headers, started)
+            finally:
+                stream.cancel()
+                slot.release()
+        encoder = make_encoder(body.response_format, sr)
+
+        def step(chunk: np.ndarray | None) -> tuple[bytes, bool]:
+            return (encoder.finish(), True) if chunk is None else (encoder.encode(chunk), False)
+
+        try:  # the first chunk before the headers: errors before any audio still get a proper status
+            first = await stream.map(step)
+        except Exception as exc:
+            raise from_exception(exc, state.config.retry_after_s) from exc
+        state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
+    except BaseException:
+        if stream is not None:
+            stream.cancel()
+        slot.release()
+        raise
+    finish = _Finish(state, stream, slot, started)
+    if body.stream_format == "sse":
+        return _Streaming(_sse(state, stream, step, first, finish, n_text), finish, media_type="text/event-stream",
+                          headers={**headers, "X-Accel-Buffering": "no"})
+    return _Streaming(_audio(stream, step, first, finish), finish, headers=headers,
+                      media_type=MEDIA_TYPES[body.response_format])
+
+
+class _Finish:
+    """Frees a streamed request exactly once: from the body generator's ``finally``, or -- when the client left
+    before the generator even started, so its ``finally`` never runs -- from the response's."""
+
+    def __init__(self, state: ServerState, stream: EngineStream, slot, started: float) -> None:
+        self.state, self.stream, self.slot, self.started = state, stream, slot, started
+        self.done = False
+
+    def __call__(self, completed: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.stream.cancel()  # no-op when it finished; frees the engine request when the client left
+        self.slot.release()
+        metrics = self.state.metrics
+        if completed:
+            audio_s = self.stream.samples / self.state.sample_rate
+            metrics.observe_synthesis(ENDPOINT, time.perf_counter() - self.started, audio_s)
+        else:
+            metrics.count_disconnect()
+
+
+class _Streaming(StreamingResponse):
+    def __init__(self, content, finish: _Finish, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self._finish = finish
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._finish(False)
+
+
+async def _audio(stream: EngineStream, step, first, finish: _Finish):
+    completed = False
+    try:
+        data, done = first
+        if data:
+            yield data
+        while not done:
+            data, done = await stream.map(step)
+            if data:
+                yield data
+        completed = True
+    except Exception:
+        completed = True  # a failure, not a disconnect: the connection is dropped, the client sees it truncated
+        log.exception("speech stream failed after the response started")
+        raise
+    finally:
+        finish(completed)
+
+
+def _event(payload: dict) -> bytes:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _Finish, n_text: int):
+    completed = False
+    try:
+        data, done = first
+        while True:
+            if data:
+                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            if done:
+                break
+            try:
+                data, done = await stream.map(step)
+            except Exception as exc:
+                yield _event({"type": "error", **from_exception(exc, state.config.retry_after_s).body()})
+                completed = True
+                return
+        n_out = stream.samples // state.tts.engine.token2wav.hop
+        yield _event({"type": "speech.audio.done",
+                      "usage": {"input_tokens": n_text, "output_tokens": n_out, "total_tokens": n_text + n_out}})
+        completed = True
+    finally:
+        finish(completed)
+
+
+async def _whole(state: ServerState, body: SpeechRequest, stream: EngineStream, request: Request,
+                 headers: dict, started: float) -> Response:
+    """Non-streamed answer: the whole utterance, encoded with exact sizes. A client that leaves cancels it."""
+    chunks: list[np.ndarray] = []
+    disconnected = False
+
+    async def collect() -> None:
+        while (chunk := await stream.next()) is not None:
+            if not chunks:
+                state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
+            chunks.append(chunk)
+        tg.cancel_scope.cancel()
+
+    async def watch() -> None:
+        nonlocal disconnected
+        await wait_for_disconnect(request)
+        disconnected = True
+        tg.cancel_scope.cancel()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            tg.start_soon(watch)
+    except Exception as exc:
+        raise from_exception(getattr(exc, "exceptions", [exc])[0], state.config.retry_after_s) from exc
+    if disconnected:
+        stream.cancel()
+        state.metrics.count_disconnect()
+        return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    state.metrics.observe_synthesis(ENDPOINT, time.perf_counter() - started, audio.size / state.sample_rate)
+
+    def encode() -> bytes:
+        enc = make_encoder(body.response_format, state.sample_rate, total_samples=audio.size)
+        return enc.encode(audio) + enc.finish()
+
+    data = await anyio.to_thread.run_sync(encode, limiter=state.limiter)
+    return Response(data, media_type=MEDIA_TYPES[body.response_format], headers=headers)

@@ -1,0 +1,150 @@
+"""Saved voices over HTTP: ``POST/GET /v1/audio/voices``, ``GET/DELETE /v1/audio/voices/{id}``.
+
+Creating a voice takes a multipart form: ``audio`` (the recording; ``audio_sample`` is accepted too), ``name``,
+``consent`` (the speaker's consent statement, required, stored verbatim with the time) and ``transcript``
+(optional: without it the voice is used cross-lingually). The recording is validated (size, duration, silence),
+stored, and its prompt features are computed right away with this model -- so a voice the model cannot use (e.g. a
+transcript with nothing to speak) is refused at creation, not at its first use.
+"""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.datastructures import UploadFile
+
+from cadenza.errors import AudioError, TextError, UnknownSpeakerError
+from cadenza.server.encoding import decode_with_av
+from cadenza.server.errors import APIError, from_exception
+from cadenza.server.state import ServerState
+from cadenza.voices import VoiceRecord
+from cadenza.voices.validation import decode_prompt
+
+router = APIRouter()
+AUDIO_FIELDS = ("audio", "audio_sample", "file")
+
+
+def _public(record: VoiceRecord) -> dict:
+    return {"object": "audio.voice", "id": record.id, "name": record.name, "transcript": record.transcript,
+            "consent": record.consent, "consent_at": record.consent_at, "created_at": int(record.created_at),
+            "duration": round(record.duration, 3), "sample_rate": record.sample_rate}
+
+
+def _add(state: ServerState, name: str, data: bytes, transcript: str | None, consent: str) -> VoiceRecord:
+    """Blocking: decode, validate, store, compute the prompt features (undoing the store if that fails)."""
+    cfg = state.config
+    try:
+        wav, sr = decode_prompt(data, cfg.max_upload_bytes, max_seconds=cfg.max_prompt_seconds)
+    except AudioError as exc:
+        if "cannot decode" not in str(exc):
+            raise
+        samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
+        wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
+    record = state.voices.add(name, (wav.numpy(), sr), transcript, consent)
+    try:
+        state.prompts.prompt(record)
+    except BaseException:
+        state.voices.delete(record.id)
+        state.prompts.forget(record.id)
+        raise
+    return record
+
+
+def _param_of(exc: Exception) -> str | None:
+    """Which form field an error is about (for the error's ``param``)."""
+    if isinstance(exc, AudioError):
+        return "audio"
+    if isinstance(exc, TextError):  # the model's check of the transcript
+        return "transcript"
+    msg = str(exc)
+    return next((f for f in ("name", "consent", "transcript") if f in msg), None)
+
+
+def _text_field(form, name: str, required: bool) -> str | None:
+    value = form.get(name)
+    if value is None:
+        if required:
+            what = "a consent statement (the speaker's permission to clone their voice)" if name == "consent" else name
+            raise APIError(400, f"missing form field '{name}': {what} is required", param=name, code="missing_field")
+        return None
+    if not isinstance(value, str):
+        raise APIError(400, f"form field '{name}' must be text, not a file", param=name, code="invalid_value")
+    return value
+
+
+@router.post("/v1/audio/voices", status_code=201)
+async def create_voice(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.cadenza
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        raise APIError(400, "send the voice as multipart/form-data with fields audio, name, consent and optional "
+                       "transcript", code="invalid_content_type")
+    try:
+        form = await request.form(max_files=1, max_fields=8)
+    except APIError:
+        raise
+    except Exception as exc:  # malformed multipart; the body-size limit raises HTTPException, handled upstream
+        if getattr(exc, "status_code", None) == 413:
+            raise
+        raise APIError(400, f"cannot parse the multipart form: {exc}", code="invalid_form") from exc
+    try:
+        upload = next((form[f] for f in AUDIO_FIELDS if f in form), None)
+        if not isinstance(upload, UploadFile):
+            raise APIError(400, "missing the audio file (multipart file field 'audio')", param="audio",
+                           code="missing_field")
+        name = _text_field(form, "name", True)
+        consent = _text_field(form, "consent", True)
+        transcript = _text_field(form, "transcript", False)
+        limit = state.config.max_upload_bytes
+        data = await upload.read(limit + 1)
+        if len(data) > limit:
+            raise APIError(413, f"the audio file is larger than the {limit / 2**20:.1f} MiB limit", param="audio",
+                           code="file_too_large")
+        if not data:
+            raise APIError(400, "the audio file is empty", param="audio", code="invalid_audio")
+        try:
+            record = await anyio.to_thread.run_sync(_add, state, name, data, transcript, consent,
+                                                    limiter=state.limiter)
+        except Exception as exc:
+            raise from_exception(exc, state.config.retry_after_s, param=_param_of(exc)) from exc
+    finally:
+        await form.close()
+    return JSONResponse(_public(record), status_code=201)
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.cadenza
+    records = await anyio.to_thread.run_sync(state.voices.list, limiter=state.limiter)
+    return JSONResponse([{"id": r.id, "name": r.name} for r in records])
+
+
+def _get(state: ServerState, voice: str) -> VoiceRecord:
+    try:
+        return state.voices.get(voice)
+    except UnknownSpeakerError as exc:
+        raise APIError(404, f"no saved voice {voice[:80]!r}", param="voice_id", code="voice_not_found") from exc
+
+
+@router.get("/v1/audio/voices/{voice}")
+async def get_voice(voice: str, request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.cadenza
+    return JSONResponse(_public(await anyio.to_thread.run_sync(_get, state, voice, limiter=state.limiter)))
+
+
+@router.delete("/v1/audio/voices/{voice}")
+async def delete_voice(voice: str, request: Request) -> JSONResponse:
+    state: ServerState = request.app.state.cadenza
+
+    def delete() -> str:
+        record = _get(state, voice)
+        try:
+            state.voices.delete(record.id)
+        except UnknownSpeakerError as exc:  # deleted by someone else in between
+            raise APIError(404, f"no saved voice {voice[:80]!r}", param="voice_id", code="voice_not_found") from exc
+        state.prompts.forget(record.id)
+        return record.id
+
+    voice_id = await anyio.to_thread.run_sync(delete, limiter=state.limiter)
+    return JSONResponse({"object": "audio.voice.deleted", "id": voice_id, "deleted": True})

@@ -1,0 +1,269 @@
+"""``VoiceStore``: saved voices in one SQLite file, with a per-model cache of computed prompt features.
+
+Layout of ``directory``::
+
+    voices.sqlite3                               one row per voice: id, name, transcript, consent, times, 16-bit WAV
+    cache/<voice id>/<model key>.safetensors     prompt features a model computed from that voice (optional)
+
+Concurrency: one connection per store object, guarded by a lock (SQLite calls are short; audio blobs are a few MB at
+most), WAL journal so readers never block the writer, ``busy_timeout`` so several processes sharing the directory
+wait for each other's write transactions instead of failing, and ``BEGIN IMMEDIATE`` for writes so two processes
+never deadlock upgrading read locks. Cache files are written to a temporary name and renamed into place, so a
+reader sees either no file or a whole one.
+
+Security: a voice's *name* never reaches the filesystem. Cache paths are built only from ids this store generated
+and re-validated (``voice_`` + 22 URL-safe characters) and from model keys of a strict format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from cadenza.errors import InputError, UnknownSpeakerError
+from cadenza.voices.validation import (
+    DEFAULT_MAX_AUDIO_BYTES,
+    ID_PREFIX,
+    ID_TOKEN_BYTES,
+    PromptInput,
+    decode_prompt,
+    looks_like_id,
+    validate_consent,
+    validate_model_key,
+    validate_transcript,
+    validate_voice_id,
+    validate_voice_name,
+    wav_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "voices.sqlite3"
+CACHE_DIR = "cache"
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS voices (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    transcript  TEXT,
+    consent     TEXT NOT NULL,
+    consent_at  REAL NOT NULL,
+    created_at  REAL NOT NULL,
+    sample_rate INTEGER NOT NULL,
+    num_samples INTEGER NOT NULL,
+    audio       BLOB NOT NULL
+)
+"""
+_COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples"
+
+
+@dataclass(frozen=True)
+class VoiceRecord:
+    """A saved voice (without its audio; read that with ``VoiceStore.audio``). Times are Unix seconds (UTC)."""
+
+    id: str
+    name: str
+    transcript: str | None
+    consent: str
+    consent_at: float
+    created_at: float
+    sample_rate: int
+    num_samples: int
+
+    @property
+    def duration(self) -> float:
+        return self.num_samples / self.sample_rate
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "duration": round(self.duration, 3)}
+
+
+class VoiceStore:
+    """Voices saved under ``directory`` (created if needed; shared safely by threads and processes).
+
+    ``max_audio_bytes`` bounds an encoded upload; ``max_seconds`` bounds the prompt's duration (the frontends read
+    at most 30 s). ``busy_timeout_s``: how long a write waits for another process's write to finish.
+    """
+
+    def __init__(self, directory: str | os.PathLike, max_audio_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
+                 max_seconds: float = 30.0, busy_timeout_s: float = 10.0) -> None:
+        self.directory = Path(directory).expanduser()
+        self.max_audio_bytes = int(max_audio_bytes)
+        self.max_seconds = float(max_seconds)
+        if self.max_audio_bytes <= 0 or self.max_seconds <= 0:
+            raise ValueError("max_audio_bytes and max_seconds must be positive")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # voices are biometric data: owner only
+        except OSError as exc:
+            raise InputError(f"cannot create the voice directory {self.directory}: {exc}") from exc
+        self._cache_root = self.directory / CACHE_DIR
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.directory / DB_NAME, timeout=busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across app crashes
+            with self._write():
+                self._db.execute(_SCHEMA)
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise InputError(f"{self.directory / DB_NAME} was written by a newer Cadenza (schema {version})")
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _write(self):
+        """A write transaction that takes SQLite's write lock up front (no read->write upgrade deadlocks)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> VoiceStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- voices --------------------------------------------------------------------------------------------------
+    def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str) -> VoiceRecord:
+        """Validate and save a voice. ``audio``: encoded file bytes (any format libsndfile reads) or
+        ``(samples, sample_rate)``. Raises ``InputError`` (bad name, name taken, no consent) or ``AudioError``."""
+        name = validate_voice_name(name)
+        transcript = validate_transcript(transcript)
+        consent = validate_consent(consent)
+        wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
+        blob = wav_bytes(wav, sr)
+        now = time.time()
+        voice_id = ID_PREFIX + secrets.token_urlsafe(ID_TOKEN_BYTES)
+        record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()))
+        try:
+            with self._write():
+                self._db.execute(
+                    f"INSERT INTO voices ({_COLUMNS}, audio) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, blob),
+                )
+        except sqlite3.IntegrityError as exc:
+            if "name" in str(exc):
+                raise InputError(f"a voice named {name!r} already exists (names are case-insensitive)") from exc
+            raise
+        return record
+
+    def list(self) -> list[VoiceRecord]:
+        """All voices, oldest first."""
+        return [VoiceRecord(*row) for row in self._query(f"SELECT {_COLUMNS} FROM voices ORDER BY created_at, id")]
+
+    def get(self, id_or_name: str) -> VoiceRecord:
+        """A voice by id, or else by name (case-insensitive). Raises ``UnknownSpeakerError``."""
+        if not isinstance(id_or_name, str):
+            raise UnknownSpeakerError(f"a voice is named by a string, not {type(id_or_name).__name__}")
+        column = "id" if looks_like_id(id_or_name) else "name"
+        key = id_or_name if column == "id" else unicodedata.normalize("NFC", id_or_name)
+        rows = self._query(f"SELECT {_COLUMNS} FROM voices WHERE {column} = ?", (key,))
+        if not rows:
+            raise UnknownSpeakerError(f"unknown voice {id_or_name[:80]!r}")
+        return VoiceRecord(*rows[0])
+
+    def __contains__(self, id_or_name: str) -> bool:
+        try:
+            self.get(id_or_name)
+        except UnknownSpeakerError:
+            return False
+        return True
+
+    def delete(self, voice_id: str) -> None:
+        """Delete a voice and its cached features. Raises ``UnknownSpeakerError`` if there is none with that id."""
+        validate_voice_id(voice_id)
+        with self._write():
+            deleted = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount
+        if not deleted:
+            raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+        self._remove_cache(voice_id)
+
+    def audio(self, voice_id: str) -> tuple[np.ndarray, int]:
+        """The stored prompt: float32 mono samples in [-1, 1] and their sample rate."""
+        validate_voice_id(voice_id)
+        rows = self._query("SELECT audio FROM voices WHERE id = ?", (voice_id,))
+        if not rows:
+            raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+        samples, sr = sf.read(io.BytesIO(rows[0][0]), dtype="float32")
+        return samples, int(sr)
+
+    # -- prompt feature cache ------------------------------------------------------------------------------------
+    def _cache_path(self, voice_id: str, model_key: str) -> Path:
+        return self._cache_root / validate_voice_id(voice_id) / f"{validate_model_key(model_key)}.safetensors"
+
+    def _remove_cache(self, voice_id: str) -> None:
+        shutil.rmtree(self._cache_root / validate_voice_id(voice_id), ignore_errors=True)
+
+    def _exists(self, voice_id: str) -> bool:
+        return bool(self._query("SELECT 1 FROM voices WHERE id = ?", (voice_id,)))
+
+    def cached_prompt(self, voice_id: str, model_key: str) -> dict[str, torch.Tensor] | None:
+        """Features ``cache_prompt`` saved for this voice and model, or ``None`` (not cached, voice deleted, or the
+        file is unreadable, in which case it is removed)."""
+        path = self._cache_path(voice_id, model_key)
+        if not path.is_file():
+            return None
+        if not self._exists(voice_id):  # a concurrent delete raced a cache write: drop the orphan
+            self._remove_cache(voice_id)
+            return None
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError, ValueError) as exc:
+            log.warning("dropping unreadable prompt cache %s: %s", path, exc)
+            path.unlink(missing_ok=True)
+            return None
+
+    def cache_prompt(self, voice_id: str, model_key: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Save computed prompt features (safetensors; written atomically). Raises ``UnknownSpeakerError`` if the
+        voice does not exist."""
+        from safetensors.torch import save_file
+
+        path = self._cache_path(voice_id, model_key)
+        if not self._exists(voice_id):
+            raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+        if not tensors or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
+            raise InputError("cache_prompt needs a non-empty dict of name -> tensor")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
+        os.close(fd)
+        try:
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp,  # own storage each
+                      metadata={"voice_id": voice_id, "model_key": model_key})
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        if not self._exists(voice_id):  # deleted while we wrote: don't leave features of a deleted voice behind
+            self._remove_cache(voice_id)
