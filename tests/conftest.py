@@ -30,6 +30,14 @@ def cv2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def vx2_model_dir() -> Path:
+    path = _fixture_dir("CADENZA_FIXTURES_VOXCPM2", "../shared/fixtures/voxcpm2") / "tiny_model"
+    if not (path / "config.json").is_file():
+        pytest.skip(f"VoxCPM 2 fixtures not found at {path.parent} (set CADENZA_FIXTURES_VOXCPM2)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def cv2_manifest(cv2_dir: Path) -> dict:
     return json.loads((cv2_dir / "manifest.json").read_text())
 

@@ -16,12 +16,16 @@ from cadenza.errors import (
 
 __version__ = "0.1.0"
 __all__ = ["Audio", "AudioError", "Cadenza", "CadenzaError", "CheckpointError", "EngineBusyError", "InputError",
-           "TextError", "UnknownSpeakerError", "load", "__version__"]
+           "TextError", "UnknownSpeakerError", "VoxCPM2", "load", "model_family", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("Audio", "Cadenza", "load"):
+    if name in ("Audio", "Cadenza", "load", "model_family"):
         from cadenza import api
 
         return getattr(api, name)
+    if name == "VoxCPM2":
+        from cadenza.api_voxcpm2 import VoxCPM2
+
+        return VoxCPM2
     raise AttributeError(f"module 'cadenza' has no attribute {name!r}")

@@ -56,6 +56,8 @@ class Audio:
 class Cadenza:
     """A loaded speech model. Thread-safe for concurrent ``synthesize`` calls (no per-request state is shared)."""
 
+    family = "cosyvoice2"
+
     def __init__(self, engine: CosyVoice2Engine, directory: Path, voices: VoiceStore | None = None) -> None:
         self.engine = engine
         self.directory = directory
@@ -270,8 +272,26 @@ class Cadenza:
         self.close()
 
 
-def load(path: str | os.PathLike, **kwargs) -> Cadenza:
-    """Shorthand for ``Cadenza.from_pretrained``."""
-    if not Path(path).expanduser().exists():
-        raise CheckpointError(f"model directory not found: {path}")
+def model_family(path: str | os.PathLike) -> str:
+    """``"cosyvoice2"`` or ``"voxcpm2"``, from the files in the directory."""
+    from cadenza.models.voxcpm2.loader import is_voxcpm2_dir
+
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise CheckpointError(f"model directory not found: {directory}")
+    if is_cosyvoice2_dir(directory):
+        return "cosyvoice2"
+    if is_voxcpm2_dir(directory):
+        return "voxcpm2"
+    inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory lacks
+    raise CheckpointError(f"{directory} is neither a CosyVoice 2 nor a VoxCPM 2 model directory")
+
+
+def load(path: str | os.PathLike, **kwargs):
+    """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``."""
+    if model_family(path) == "voxcpm2":
+        from cadenza.api_voxcpm2 import VoxCPM2
+
+        kwargs.pop("voices_dir", None)
+        return VoxCPM2.from_pretrained(path, **kwargs)
     return Cadenza.from_pretrained(path, **kwargs)

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     text.add_argument("--text-file", help="a UTF-8 text file of any length (split into segments, with a progress bar)")
     text.add_argument("--text-ids", type=_ids, help="text token ids (for model folders without tokenizer files)")
     synth.add_argument("--prompt-wav", help="voice to clone (any rate; 0.5-30 s)")
+    synth.add_argument("--reference-wav", help="VoxCPM 2: reference voice audio (no transcript needed)")
     prompt_text = synth.add_mutually_exclusive_group()
     prompt_text.add_argument("--prompt-text", help="transcript of --prompt-wav (zero-shot); omit for cross-lingual")
     prompt_text.add_argument("--prompt-text-ids", type=_ids, help="transcript as token ids")
@@ -55,6 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
     synth.add_argument("-o", "--output", required=True, help="output WAV path")
+
+    design = sub.add_parser("design", help="VoxCPM 2 voice design: --text '(a warm, low voice)Hello there.'")
+    _model_arg(design)
+    design.add_argument("--text", required=True, help="'(description)text to speak'")
+    design.add_argument("--seed", type=int)
+    design.add_argument("--stream", action="store_true")
+    design.add_argument("--no-normalize", dest="normalize", action="store_false")
+    design.add_argument("-o", "--output", required=True)
+
+    clone = sub.add_parser("clone", help="clone a voice: --reference-wav and/or --prompt-wav with --prompt-text")
+    _model_arg(clone)
+    clone.add_argument("--text", required=True)
+    clone.add_argument("--reference-wav", help="voice audio without transcript (VoxCPM 2 reference / "
+                       "CosyVoice 2 cross-lingual)")
+    clone.add_argument("--prompt-wav", help="voice audio whose transcript is --prompt-text (continuation / zero-shot)")
+    clone.add_argument("--prompt-text")
+    clone.add_argument("--seed", type=int)
+    clone.add_argument("--stream", action="store_true")
+    clone.add_argument("--no-normalize", dest="normalize", action="store_false")
+    clone.add_argument("-o", "--output", required=True)
 
     vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
     _model_arg(vc)
@@ -74,12 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from cadenza.api import Cadenza
+    from cadenza.api import load
 
     if not args.model:
         raise CadenzaError(f"no model: pass --model DIR or set ${MODEL_ENV}")
     voices = args.voices_dir or (str(default_voices_dir()) if default_voices_dir().is_dir() else None)
-    return Cadenza.from_pretrained(args.model, device=args.device, voices_dir=voices)
+    return load(args.model, device=args.device, voices_dir=voices)
 
 
 def _read_text_file(path: str) -> str:
@@ -94,26 +115,68 @@ def _read_text_file(path: str) -> str:
 
 
 def _synth(args) -> None:
+    tts = _load(args)
+    text = _read_text_file(args.text_file) if args.text_file else args.text
+    if tts.family == "voxcpm2":
+        unsupported = [f for f, v in (("--text-ids", args.text_ids), ("--prompt-text-ids", args.prompt_text_ids),
+                                      ("--instruct", args.instruct), ("--speaker", args.speaker)) if v is not None]
+        if unsupported or args.speed != 1.0:
+            raise CadenzaError(f"not supported by VoxCPM 2 models: {', '.join(unsupported) or '--speed'} "
+                               "(describe the voice as '(description)text' instead of --instruct)")
+        kwargs = dict(reference_wav=args.reference_wav, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
+                      seed=args.seed, normalize=args.normalize)
+    else:
+        if args.reference_wav is not None:
+            if args.prompt_wav is not None:
+                raise CadenzaError("CosyVoice 2 clones from one recording: --prompt-wav or --reference-wav")
+            args.prompt_wav = args.reference_wav  # a voice without transcript = cross-lingual mode
+        kwargs = dict(text_ids=args.text_ids, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
+                      prompt_text_ids=args.prompt_text_ids, instruct=args.instruct, speaker=args.speaker,
+                      seed=args.seed, speed=args.speed)
+        if args.text_ids is None:
+            kwargs["normalize"] = args.normalize
+    _run(tts, text, kwargs, args.stream, args.output, progress_bar=bool(args.text_file))
+
+
+def _design(args) -> None:
+    tts = _load(args)
+    if tts.family != "voxcpm2":
+        raise CadenzaError("voice design needs a VoxCPM 2 model; CosyVoice 2 takes --instruct with a voice prompt")
+    if not args.text.lstrip().startswith("("):
+        raise CadenzaError("voice design text starts with a description in parentheses: '(a warm voice)Hello.'")
+    _run(tts, args.text, dict(seed=args.seed, normalize=args.normalize), args.stream, args.output)
+
+
+def _clone(args) -> None:
+    tts = _load(args)
+    if args.reference_wav is None and args.prompt_wav is None:
+        raise CadenzaError("clone needs --reference-wav and/or --prompt-wav with --prompt-text")
+    if args.prompt_wav is not None and not (args.prompt_text or "").strip():
+        raise CadenzaError("--prompt-wav needs its transcript --prompt-text (or pass the audio as --reference-wav)")
+    if tts.family == "voxcpm2":
+        kwargs = dict(reference_wav=args.reference_wav, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text)
+    else:
+        if args.reference_wav is not None and args.prompt_wav is not None:
+            raise CadenzaError("CosyVoice 2 clones from one recording: --prompt-wav with --prompt-text (zero-shot) "
+                               "or --reference-wav alone (cross-lingual)")
+        kwargs = dict(prompt_wav=args.prompt_wav or args.reference_wav, prompt_text=args.prompt_text)
+    _run(tts, args.text, dict(kwargs, seed=args.seed, normalize=args.normalize), args.stream, args.output)
+
+
+def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool = False) -> None:
     from tqdm import tqdm
 
     from cadenza.api import Audio
 
-    tts = _load(args)
-    text = _read_text_file(args.text_file) if args.text_file else args.text
-    kwargs = dict(text_ids=args.text_ids, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
-                  prompt_text_ids=args.prompt_text_ids, instruct=args.instruct, speaker=args.speaker,
-                  seed=args.seed, speed=args.speed)
-    if args.text_ids is None:
-        kwargs["normalize"] = args.normalize
     start = time.perf_counter()
-    if args.stream:
+    if stream:
         chunks, first = [], None
         for chunk in tts.synthesize_stream(text, **kwargs):
             first = first if first is not None else time.perf_counter() - start
             chunks.append(chunk)
         audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
         print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
-    elif args.text_file:
+    elif progress_bar:
         with tqdm(desc="segments", unit="seg", disable=None) as bar:
             def progress(done: int, total: int) -> None:
                 bar.total = total
@@ -123,9 +186,9 @@ def _synth(args) -> None:
     else:
         audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
-    audio.save(args.output)
+    audio.save(output)
     rtf = elapsed / audio.duration if audio.duration else float("nan")
-    print(f"wrote {args.output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
+    print(f"wrote {output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)
 
 
@@ -151,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        {"synth": _synth, "vc": _vc, "speakers": _speakers, "serve": run_serve}[args.command](args)
+        {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
+         "serve": run_serve}[args.command](args)
     except CadenzaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
