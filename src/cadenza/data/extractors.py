@@ -1,0 +1,218 @@
+"""Feature extractors: one utterance in, named arrays out. Pluggable, so trained components can fill features later.
+
+Protocol (any object with these three members works)::
+
+    name: str                     # identifies the extractor (sidecar shard files are named after it)
+    fields: tuple[str, ...]       # the arrays it returns
+    __call__(utt: Utterance) -> dict[str, np.ndarray | torch.Tensor]
+
+Raising any exception rejects the utterance with the message as the reason (preparation never stops for one item).
+Built-in fields and their layout in the shards:
+
+| field | dtype, shape | from |
+| --- | --- | --- |
+| ``wav`` | int16 ``[samples]`` at 24 kHz (x 1/32767 -> [-1, 1]) | ``WaveformExtractor`` |
+| ``mel`` | float32 ``[frames, 80]`` (``flow_prompt_mel``, frames = samples // 480) | ``MelExtractor`` |
+| ``f0`` | float32 ``[frames]`` Hz, 0 = unvoiced | ``F0Extractor`` |
+| ``speech_tokens`` | int32 ``[tokens]`` (25 Hz) | ``SpeechTokenExtractor`` (``speech_tokenizer_v2.onnx``) |
+| ``spk_emb`` | float32 ``[192]`` raw x-vector | ``SpeakerEmbeddingExtractor`` (``campplus.onnx``) |
+| ``text_ids`` | int32 ``[n]`` Qwen2 ids of the transcript | ``TextIdsExtractor`` (``CosyVoice-BlankEN``) |
+
+A custom extractor is named on the command line as ``module.path:factory`` or ``module.path:factory=ARG`` (the factory
+is called with ARG, e.g. a checkpoint path, or with no argument).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from cadenza.audio.mel import flow_prompt_mel
+from cadenza.audio.resample import resample
+from cadenza.data.f0 import yin_f0
+from cadenza.errors import InputError
+from cadenza.models.cosyvoice2.config import MelConfig
+
+log = logging.getLogger(__name__)
+
+PCM_SCALE = 32767.0  # symmetric int16 scaling, as cadenza.audio.io.save_wav
+
+
+@dataclass
+class Utterance:
+    """One validated utterance: mono float32 ``wav [samples]`` at ``sample_rate`` plus its metadata."""
+
+    id: str
+    text: str
+    wav: torch.Tensor
+    sample_rate: int
+    speaker: str = ""
+    language: str = ""
+    _resampled: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def audio_at(self, sample_rate: int) -> torch.Tensor:
+        """The waveform at another rate (cached)."""
+        if sample_rate == self.sample_rate:
+            return self.wav
+        if sample_rate not in self._resampled:
+            self._resampled[sample_rate] = resample(self.wav, self.sample_rate, sample_rate)
+        return self._resampled[sample_rate]
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    name: str
+    fields: tuple[str, ...]
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]: ...
+
+
+class WaveformExtractor:
+    name, fields = "wav", ("wav",)
+
+    def __init__(self, sample_rate: int = 24000) -> None:
+        self.sample_rate = sample_rate
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        wav = utt.audio_at(self.sample_rate).clamp(-1.0, 1.0)
+        return {"wav": torch.round(wav * PCM_SCALE).to(torch.int16)}
+
+
+class MelExtractor:
+    name, fields = "mel", ("mel",)
+
+    def __init__(self, cfg: MelConfig | None = None) -> None:
+        self.cfg = cfg or MelConfig()
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        mel = flow_prompt_mel(utt.audio_at(self.cfg.sampling_rate), self.cfg)  # [1, 80, frames]
+        return {"mel": mel[0].transpose(0, 1).contiguous()}
+
+
+class F0Extractor:
+    name, fields = "f0", ("f0",)
+
+    def __init__(self, cfg: MelConfig | None = None) -> None:
+        self.cfg = cfg or MelConfig()
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        wav = utt.audio_at(self.cfg.sampling_rate)
+        frames = wav.numel() // self.cfg.hop_size
+        return {"f0": yin_f0(wav, self.cfg.sampling_rate, self.cfg.hop_size, frames)}
+
+
+def _frontend(model_dir: str | Path):
+    """A ``CosyVoice2Frontend`` over whatever frontend files ``model_dir`` has (weights are not needed)."""
+    from cadenza.models.cosyvoice2.config import CosyVoice2Config
+    from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
+    from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR, CosyVoice2Files
+
+    d = Path(model_dir).expanduser()
+    if not d.is_dir():
+        raise InputError(f"model directory not found: {d}")
+    blank = d / QWEN_DIR
+    config = next((d / n for n in CONFIG_NAMES if (d / n).is_file()), d / CONFIG_NAMES[0])
+    files = CosyVoice2Files(
+        directory=d, config=config, qwen_config=blank / "config.json", weights={},
+        tokenizer_dir=blank if (blank / "vocab.json").is_file() and (blank / "merges.txt").is_file() else None,
+        campplus=d / "campplus.onnx" if (d / "campplus.onnx").is_file() else None,
+        speech_tokenizer=d / "speech_tokenizer_v2.onnx" if (d / "speech_tokenizer_v2.onnx").is_file() else None,
+    )
+    return CosyVoice2Frontend(files, CosyVoice2Config.official()), files
+
+
+class SpeechTokenExtractor:
+    """25 Hz speech tokens from the model directory's ``speech_tokenizer_v2.onnx`` (16 kHz whisper log-mel in)."""
+
+    name, fields = "speech_tokens", ("speech_tokens",)
+
+    def __init__(self, frontend) -> None:
+        self.frontend = frontend
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        return {"speech_tokens": self.frontend.speech_tokens(utt.audio_at(16000))[0].to(torch.int32)}
+
+
+class SpeakerEmbeddingExtractor:
+    """192-d x-vector from the model directory's ``campplus.onnx`` (16 kHz Kaldi fbank in)."""
+
+    name, fields = "spk_emb", ("spk_emb",)
+
+    def __init__(self, frontend) -> None:
+        self.frontend = frontend
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        return {"spk_emb": self.frontend.speaker_embedding(utt.audio_at(16000))[0].float()}
+
+
+class TextIdsExtractor:
+    """Qwen2 token ids of the transcript (``CosyVoice-BlankEN`` tokenizer files)."""
+
+    name, fields = "text_ids", ("text_ids",)
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        ids = self.tokenizer.encode(utt.text)
+        if not ids:
+            raise InputError("the transcript gives no text tokens")
+        return {"text_ids": torch.tensor(ids, dtype=torch.int32)}
+
+
+def default_extractors(mel: MelConfig | None = None, wav: bool = True, f0: bool = True) -> list[Extractor]:
+    """What every prepared corpus holds: mel (+ 24 kHz waveform, + f0)."""
+    out: list[Extractor] = [MelExtractor(mel)]
+    if wav:
+        out.append(WaveformExtractor((mel or MelConfig()).sampling_rate))
+    if f0:
+        out.append(F0Extractor(mel))
+    return out
+
+
+def model_dir_extractors(model_dir: str | Path) -> list[Extractor]:
+    """Speech tokens, x-vectors and text ids from a (released) model directory's frontend files."""
+    frontend, files = _frontend(model_dir)
+    out: list[Extractor] = []
+    if files.speech_tokenizer is not None:
+        out.append(SpeechTokenExtractor(frontend))
+    if files.campplus is not None:
+        out.append(SpeakerEmbeddingExtractor(frontend))
+    if files.tokenizer_dir is not None:
+        out.append(TextIdsExtractor(frontend.tokenizer))
+    if not out:
+        raise InputError(f"{files.directory} has none of speech_tokenizer_v2.onnx, campplus.onnx, "
+                         "CosyVoice-BlankEN/{vocab.json,merges.txt}: nothing to extract with --model")
+    missing = [n for n, p in (("speech_tokenizer_v2.onnx", files.speech_tokenizer), ("campplus.onnx", files.campplus),
+                              ("CosyVoice-BlankEN tokenizer", files.tokenizer_dir)) if p is None]
+    if missing:
+        log.warning("%s lacks %s: those features are left for later", files.directory, ", ".join(missing))
+    return out
+
+
+def load_extractor(spec: str) -> Extractor:
+    """``module.path:factory`` or ``module.path:factory=ARG`` -> the extractor the factory returns."""
+    target, _, arg = spec.partition("=")
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise InputError(f"extractor spec {spec!r} must look like 'package.module:factory[=ARG]'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"cannot load extractor {spec!r}: {exc}") from exc
+    extractor = factory(arg) if arg else factory()
+    if not isinstance(extractor, Extractor) or not extractor.fields:
+        raise InputError(f"{spec!r} did not return an extractor (needs .name, .fields and __call__)")
+    return extractor
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)

@@ -1,0 +1,89 @@
+"""Assemble a servable model directory from stage outputs: ``assemble_model_dir(lm_out, flow_out, hift_out, out=DIR)``.
+
+Each stage exports its component (``llm.pt``, ``flow.pt``, ``hift.pt``) next to a ``cosyvoice2.yaml`` describing the
+model it was built with. Assembling copies, for every component, the file of the *last* source that has it
+(``base`` — e.g. the released CosyVoice2-0.5B folder — comes first, so trained parts replace released ones), takes
+each component's yaml section from the same source, the Qwen2 config and tokenizer files from the LM's source, and
+the frontend files (``campplus.onnx``, ``speech_tokenizer_v2.onnx``, ``spk2info.pt``) from the last source that has
+them. The merged config must be consistent (e.g. the flow's vocabulary = the LM's speech tokens); ``verify`` then
+loads the directory the way ``Cadenza.from_pretrained`` does, with strict key checks.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from cadenza.errors import CheckpointError, InputError
+from cadenza.models.cosyvoice2.config import CosyVoice2Config, Qwen2Config
+from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
+from cadenza.models.cosyvoice2.yaml_reader import read_hyperpyyaml
+from cadenza.training.model_files import write_model_config
+
+COMPONENTS = {"llm.pt": ("llm",), "flow.pt": ("flow", "token_mel_ratio", "chunk_size", "num_decoding_left_chunks",
+                                               "spk_embed_dim"),
+              "hift.pt": ("hift", "sample_rate", "feat_extractor")}
+FRONTEND_FILES = ("campplus.onnx", "speech_tokenizer_v2.onnx", "spk2info.pt")
+
+
+def _yaml_of(d: Path) -> dict[str, Any] | None:
+    path = next((d / n for n in CONFIG_NAMES if (d / n).is_file()), None)
+    return read_hyperpyyaml(path) if path is not None else None
+
+
+def _last_with(sources: list[Path], rel: str) -> Path | None:
+    found = [d for d in sources if (d / rel).is_file()]
+    return found[-1] if found else None
+
+
+def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Path | None = None,
+                       verify: bool = True) -> Path:
+    """Copy the components of ``stage_dirs`` (later ones win) over ``base`` into ``out``; returns ``out``."""
+    sources = ([Path(base)] if base is not None else []) + [Path(d) for d in stage_dirs]
+    for d in sources:
+        if not d.is_dir():
+            raise InputError(f"not a folder: {d}")
+    out = Path(out)
+    if any(out.resolve() == d.resolve() for d in sources):
+        raise InputError("the assembled folder must differ from its sources")
+    chosen = {name: _last_with(sources, name) for name in COMPONENTS}
+    missing = [n for n, d in chosen.items() if d is None]
+    if missing:
+        raise InputError(f"no source has {', '.join(missing)} (give the stage outputs, or base=a released model folder)")
+    yamls = {d: _yaml_of(d) for d in sources}
+    merged: dict[str, Any] = {}
+    for d in sources:  # start from the first yaml found, then component sections from their own sources
+        if yamls[d] is not None:
+            merged = dict(yamls[d])
+            break
+    for name, keys in COMPONENTS.items():
+        y = yamls[chosen[name]]
+        if y is not None:
+            merged.update({k: y[k] for k in keys if k in y})
+    if not merged:
+        raise InputError("no source has a cosyvoice2.yaml / config.yaml")
+    qwen_src = chosen["llm.pt"] if (chosen["llm.pt"] / QWEN_DIR / "config.json").is_file() else \
+        _last_with(sources, f"{QWEN_DIR}/config.json")
+    if qwen_src is None:
+        raise InputError(f"no source has {QWEN_DIR}/config.json")
+    try:
+        cfg = CosyVoice2Config.from_dict(merged, Qwen2Config.from_json(qwen_src / QWEN_DIR / "config.json"), "merged config")
+    except CheckpointError as exc:
+        raise InputError(f"the components do not fit together: {exc}") from exc
+    tok_src = chosen["llm.pt"] if (chosen["llm.pt"] / QWEN_DIR / "vocab.json").is_file() else \
+        _last_with(sources, f"{QWEN_DIR}/vocab.json")
+    out.mkdir(parents=True, exist_ok=True)
+    write_model_config(out, cfg, tok_src / QWEN_DIR if tok_src is not None else None)
+    for name, d in chosen.items():
+        shutil.copyfile(d / name, out / name)
+    for name in FRONTEND_FILES:
+        d = _last_with(sources, name)
+        if d is not None:
+            shutil.copyfile(d / name, out / name)
+    if verify:
+        from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
+
+        load_cosyvoice2_weights(inspect_directory(out))
+    return out
+

@@ -1,0 +1,73 @@
+"""The flow's training forward (spec §8.3, with the paper's masks): tokens + prompt mel + x-vector -> CFM loss.
+
+``FlowForTraining.forward`` runs, inside one module call (what DDP wraps), the token embedding (padding zeroed),
+the encoder with each row's attention chunk, the projection to ``mu``, the speaker projection and
+``ConditionalFlowMatching.compute_loss`` with per-row draws. ``cond`` holds the first ``prompt_len`` mel frames of
+each row (the prompt, as at inference) and the loss covers the frames after them (or all valid frames with
+``loss_on_prompt``, the reference's choice).
+
+Attention mask kinds (CosyVoice 2 paper §2.5), one per row: ``full`` (non-causal), ``causal`` (full-causal: a frame
+sees only the past), ``chunk`` (chunk-M: the config's static chunk sizes, 25 tokens / 50 frames) and ``chunk2``
+(chunk-2M). Training on all four lets one model serve offline and streaming inference at different latencies.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cadenza.errors import InputError
+from cadenza.layers.masks import padding_mask
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+
+MASK_KINDS = ("full", "causal", "chunk", "chunk2")
+
+
+def chunk_sizes(kind: str, token_chunk: int, frame_chunk: int) -> tuple[int, int]:
+    """(encoder chunk in tokens, estimator chunk in frames) of a mask kind; 0 = full attention."""
+    table = {"full": (0, 0), "causal": (1, 1), "chunk": (token_chunk, frame_chunk),
+             "chunk2": (2 * token_chunk, 2 * frame_chunk)}
+    if kind not in table:
+        raise InputError(f"unknown attention mask kind {kind!r}; choose from {MASK_KINDS}")
+    return table[kind]
+
+
+class FlowForTraining(nn.Module):
+    def __init__(self, flow: TokenToMelFlow, loss_on_prompt: bool = False) -> None:
+        super().__init__()
+        self.flow = flow
+        self.loss_on_prompt = loss_on_prompt
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        token_lens: torch.Tensor,
+        mel: torch.Tensor,
+        spk: torch.Tensor,
+        prompt_lens: torch.Tensor,
+        enc_chunks: torch.Tensor,
+        est_chunks: torch.Tensor,
+        t: torch.Tensor,
+        z: torch.Tensor,
+        cfg_keep: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens ``[B, T]`` (padded), token_lens ``[B]``, mel ``[B, mel, ratio*T]`` (padded with zeros), spk
+        ``[B, spk_dim]``, prompt_lens ``[B]`` (frames), enc/est_chunks ``[B]``, t ``[B]``, z like mel, cfg_keep
+        ``[B]`` bool -> (loss averaged over this batch's loss frames x mel bins, number of loss frames)."""
+        flow = self.flow
+        token_mask = padding_mask(token_lens, tokens.size(1)).transpose(1, 2)  # [B, T, 1]
+        x = flow.input_embedding(tokens.clamp(min=0)) * token_mask.to(flow.input_embedding.weight.dtype)
+        h, h_mask = flow.encoder(x, token_lens, chunk_sizes=enc_chunks)
+        mu = flow.encoder_proj(h).transpose(1, 2).contiguous()
+        if mu.shape != mel.shape:
+            raise InputError(f"mel {tuple(mel.shape)} does not match the encoder output {tuple(mu.shape)}")
+        mask = h_mask.to(mu.dtype)  # [B, 1, frames]
+        frames = torch.arange(mel.size(2), device=mel.device)
+        in_prompt = (frames[None, :] < prompt_lens[:, None]).unsqueeze(1)  # [B, 1, frames]
+        cond = mel * in_prompt.to(mel.dtype)
+        loss_mask = mask if self.loss_on_prompt else mask * (~in_prompt).to(mask.dtype)
+        loss, _ = flow.decoder.compute_loss(
+            mel, mask, mu, flow.speaker_projection(spk), cond,
+            loss_mask=loss_mask, chunk_sizes=est_chunks, t=t, z=z, cfg_keep=cfg_keep,
+        )
+        return loss, loss_mask.sum()

@@ -1,0 +1,190 @@
+"""Stage ``flow``: conditional flow matching of the token-to-mel flow (spec §8.3; masks and prompts as in the paper).
+
+Per utterance (drawn from ``seeding.item_generator``, so reproducible across resumes and world sizes):
+
+* the prompt: the first ``floor((1 - r) * frames)`` mel frames with ``r ~ U(mask_ratio)`` — the paper masks the
+  final 70-100 % of the frames. The reference instead uses no prompt half of the time and otherwise
+  ``randint(0, 0.3 * frames)`` prompt frames (``no_prompt_probability: 0.5`` reproduces that half);
+* the loss covers the generated (non-prompt) frames only; the reference also counts the prompt frames, which the
+  model can copy from ``cond`` (``loss_on_prompt: true`` for that);
+* one attention mask kind per utterance, uniformly from ``attention_masks`` (the paper's four: non-causal,
+  full-causal, chunk-M, chunk-2M). The reference has two (full or chunk-M) and draws one per *batch*;
+* flow time ``t ~ U(0, 1)``, noise ``z ~ N(0, I)`` and classifier-free-guidance dropout (``mu``, speaker and
+  ``cond`` zeroed with probability ``training_cfg_rate`` = 0.2 of the model config).
+
+Config (``flow:`` section)::
+
+    flow:
+      attention_masks: [full, causal, chunk, chunk2]
+      mask_ratio: [0.7, 1.0]
+      no_prompt_probability: 0.0
+      loss_on_prompt: false
+      min_tokens: 4              # shorter items are skipped
+      max_tokens: 0              # longer items are skipped (0 = no limit)
+      init_flow: null            # flow.pt or a model directory to start from
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from cadenza.data.dataset import ShardDataset
+from cadenza.errors import InputError
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+from cadenza.training.checkpoint import atomic_torch_save
+from cadenza.training.config import TrainConfig, dataclass_from_dict
+from cadenza.training.distributed import global_mean_count
+from cadenza.training.flow_objective import MASK_KINDS, FlowForTraining, chunk_sizes
+from cadenza.training.init_weights import load_component
+from cadenza.training.model_files import check_writable, resolve_model, write_model_config
+from cadenza.training.optim import Optimization
+from cadenza.training.seeding import item_generator
+from cadenza.training.stage import TrainingStage, Wrap, register
+
+log = logging.getLogger(__name__)
+SALT_FLOW = 3
+
+
+@dataclass(frozen=True)
+class FlowStageConfig:
+    attention_masks: tuple[str, ...] = MASK_KINDS
+    mask_ratio: tuple[float, float] = (0.7, 1.0)
+    no_prompt_probability: float = 0.0
+    loss_on_prompt: bool = False
+    min_tokens: int = 4
+    max_tokens: int = 0
+    init_flow: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.attention_masks or any(k not in MASK_KINDS for k in self.attention_masks):
+            raise InputError(f"flow.attention_masks must be a non-empty list of {MASK_KINDS}")
+        lo, hi = self.mask_ratio
+        if not 0 < lo <= hi <= 1:
+            raise InputError("flow.mask_ratio must be [lo, hi] with 0 < lo <= hi <= 1")
+        if not 0 <= self.no_prompt_probability <= 1 or self.min_tokens < 1 or self.max_tokens < 0:
+            raise InputError("flow: need 0 <= no_prompt_probability <= 1, min_tokens >= 1, max_tokens >= 0")
+
+
+class FlowItems(Dataset):
+    """``[i] -> {"index", "tokens" [n], "mel" [ratio*n, mel], "spk" [spk_dim]}`` with tokens and mel cut to a common
+    length ``n = min(frames // ratio, tokens)`` (the frontend's rule for prompts)."""
+
+    def __init__(self, data_dir: Path, ratio: int, min_tokens: int, max_tokens: int) -> None:
+        self.base = ShardDataset(data_dir, ("speech_tokens", "mel", "spk_emb"))
+        self.ratio = ratio
+        self.keep = []
+        for i in range(len(self.base)):
+            shapes = self.base.shapes(i)
+            n = min(shapes["mel"][0] // ratio, shapes["speech_tokens"][0])
+            if n >= min_tokens and (not max_tokens or n <= max_tokens):
+                self.keep.append(i)
+        if not self.keep:
+            raise InputError(f"no flow item of {data_dir} has between {min_tokens} and {max_tokens or 'any'} tokens")
+        if len(self.keep) < len(self.base):
+            log.info("%d items outside the flow length limits skipped", len(self.base) - len(self.keep))
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = self.base[self.keep[i]]
+        n = min(item["mel"].shape[0] // self.ratio, item["speech_tokens"].shape[0])
+        return {"index": i, "tokens": item["speech_tokens"][:n].long(), "mel": item["mel"][: self.ratio * n].float(),
+                "spk": item["spk_emb"].float().reshape(-1)}
+
+
+@register
+class FlowStage(TrainingStage):
+    name = "flow"
+
+    def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
+        super().__init__(config, data_dir)
+        self.train_cfg = TrainConfig.from_dict(config.get("train"))
+        self.cfg = dataclass_from_dict(FlowStageConfig, config.get("flow"), "flow")
+        self.source = resolve_model(config.get("model"))
+        check_writable(self.source.config)
+        self.flow_cfg = self.source.config.flow
+
+    def setup(self, device: torch.device, wrap: Wrap) -> None:
+        self.device = device
+        flow = TokenToMelFlow(self.flow_cfg)
+        if self.cfg.init_flow:
+            load_component(flow, self.cfg.init_flow, "flow.pt")
+        self.flow = flow.to(device).train()
+        self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt))
+        self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
+
+    def dataset(self) -> Dataset:
+        return FlowItems(self.data_dir, self.flow_cfg.token_mel_ratio, self.cfg.min_tokens, self.cfg.max_tokens)
+
+    def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        b, ratio = len(items), self.flow_cfg.token_mel_ratio
+        t_max = max(it["tokens"].numel() for it in items)
+        mel_bins = items[0]["mel"].shape[1]
+        tokens = torch.zeros(b, t_max, dtype=torch.long)
+        mel = torch.zeros(b, mel_bins, ratio * t_max)
+        for i, it in enumerate(items):
+            tokens[i, : it["tokens"].numel()] = it["tokens"]
+            mel[i, :, : it["mel"].shape[0]] = it["mel"].transpose(0, 1)
+        return {"index": [it["index"] for it in items], "tokens": tokens, "mel": mel,
+                "token_lens": torch.tensor([it["tokens"].numel() for it in items]),
+                "spk": torch.stack([it["spk"] for it in items])}
+
+    def draws(self, batch: dict[str, Any], step: int) -> dict[str, torch.Tensor]:
+        """Per-utterance random choices: prompt length, mask kind, t, z, CFG keep."""
+        ratio, cfm = self.flow_cfg.token_mel_ratio, self.flow_cfg.cfm
+        enc_chunk, est_chunk = self.flow_cfg.encoder.static_chunk_size, self.flow_cfg.estimator.static_chunk_size
+        lo, hi = self.cfg.mask_ratio
+        mel = batch["mel"]
+        out: dict[str, list] = {k: [] for k in ("prompt_lens", "enc_chunks", "est_chunks", "t", "cfg_keep")}
+        z = torch.zeros_like(mel)
+        for i, index in enumerate(batch["index"]):
+            g = item_generator(self.train_cfg.seed, step, index, SALT_FLOW)
+            u_prompt, u_ratio, u_kind, t, u_cfg = torch.rand(5, generator=g).tolist()
+            frames = ratio * int(batch["token_lens"][i])
+            r = lo + (hi - lo) * u_ratio
+            prompt = 0 if u_prompt < self.cfg.no_prompt_probability else int(math.floor((1 - r) * frames))
+            kind = self.cfg.attention_masks[min(int(u_kind * len(self.cfg.attention_masks)), len(self.cfg.attention_masks) - 1)]
+            ec, sc = chunk_sizes(kind, enc_chunk, est_chunk)
+            out["prompt_lens"].append(prompt)
+            out["enc_chunks"].append(ec)
+            out["est_chunks"].append(sc)
+            out["t"].append(t)
+            out["cfg_keep"].append(u_cfg > cfm.training_cfg_rate)
+            z[i, :, :frames] = torch.randn(mel.size(1), frames, generator=g)
+        res = {k: torch.tensor(v) for k, v in out.items()}
+        res["z"] = z
+        return res
+
+    def train_step(self, batch: dict[str, Any], step: int) -> dict[str, float]:
+        d = {k: v.to(self.device) for k, v in self.draws(batch, step).items()}
+        loss, count = self.model(
+            batch["tokens"].to(self.device), batch["token_lens"].to(self.device), batch["mel"].to(self.device),
+            batch["spk"].to(self.device), d["prompt_lens"], d["enc_chunks"], d["est_chunks"], d["t"], d["z"],
+            d["cfg_keep"],
+        )
+        # compute_loss averages over this rank's loss frames; rescale to the global average (see distributed.py)
+        loss = loss * (count.detach().float() / global_mean_count(count, self.device))
+        lr = self.opt.lr
+        grad_norm = self.opt.step(loss)
+        return {"loss": float(loss.detach()), "grad_norm": grad_norm, "lr": lr, "frames": float(count)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": {k: v.detach().cpu() for k, v in self.flow.state_dict().items()}, "optim": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.flow.load_state_dict(state["model"], strict=True)
+        self.opt.load_state_dict(state["optim"])
+
+    def export(self, out_dir: Path) -> None:
+        out = Path(out_dir)
+        atomic_torch_save({k: v.detach().cpu().contiguous() for k, v in self.flow.state_dict().items()}, out / "flow.pt")
+        write_model_config(out, self.source.config, self.source.tokenizer_dir)

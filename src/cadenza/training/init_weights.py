@@ -1,0 +1,75 @@
+"""Starting weights for a stage: a released / trained component file, or a Qwen2 checkpoint for the LM body.
+
+* ``llm.pt`` / ``flow.pt`` (or a model directory holding them): loaded strictly (the LM's tied ``lm_head`` copy is
+  ignored), e.g. to fine-tune the released CosyVoice2-0.5B.
+* A Hugging Face Qwen2 checkpoint (``model.safetensors``, a sharded ``model.safetensors.index.json``, or a folder
+  with either — e.g. ``CosyVoice-BlankEN`` or Qwen2.5-0.5B): its ``model.*`` tensors become the LM's Qwen body
+  (``llm.model.model.*``); the speech embedding, decoder and markers keep their fresh initialisation. This is how
+  the CosyVoice 2 LM starts from a pretrained text LLM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from cadenza.errors import CheckpointError
+from cadenza.loading import load_into, read_torch_state_dict
+from cadenza.models.cosyvoice2.loader import LM_IGNORED_KEYS
+
+QWEN_BODY_PREFIX = "llm.model."  # TextSpeechLM key = this + HF Qwen2ForCausalLM key ("model.layers.0....")
+
+
+def _component_file(path: str | Path, name: str) -> Path:
+    p = Path(path).expanduser()
+    return p / name if p.is_dir() else p
+
+
+def load_component(module: nn.Module, path: str | Path, name: str) -> Path:
+    """Load ``name`` (``llm.pt`` / ``flow.pt``) from a file or a model directory into ``module``, strictly."""
+    file = _component_file(path, name)
+    ignore = LM_IGNORED_KEYS if name == "llm.pt" else ()
+    load_into(module, read_torch_state_dict(file), str(file), ignore=ignore)
+    return file
+
+
+def _hf_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        index = p / "model.safetensors.index.json"
+        p = index if index.is_file() else p / "model.safetensors"
+    if not p.is_file():
+        raise CheckpointError(f"no Qwen2 checkpoint at {p} (model.safetensors or model.safetensors.index.json)")
+    try:
+        if p.name.endswith(".index.json"):
+            files = sorted(set(json.loads(p.read_text(encoding="utf-8"))["weight_map"].values()))
+            out: dict[str, torch.Tensor] = {}
+            for f in files:
+                out.update(load_file(str(p.parent / f)))
+            return out
+        return load_file(str(p))
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"cannot read Qwen2 checkpoint {p}: {exc}") from exc
+
+
+def load_qwen_body(lm: nn.Module, path: str | Path) -> int:
+    """Copy a HF Qwen2 checkpoint's body into ``lm`` (a ``TextSpeechLM``); returns the number of tensors loaded.
+
+    Every body tensor of ``lm`` must be present with the same shape (the text vocabulary included).
+    """
+    hf = _hf_tensors(path)
+    target = {k: v for k, v in lm.state_dict().items() if k.startswith(QWEN_BODY_PREFIX)}
+    mapped = {QWEN_BODY_PREFIX + k: v for k, v in hf.items() if QWEN_BODY_PREFIX + k in target}
+    missing = sorted(target.keys() - mapped.keys())
+    wrong = [f"{k} {tuple(mapped[k].shape)} != {tuple(target[k].shape)}" for k in mapped if mapped[k].shape != target[k].shape]
+    if missing or wrong:
+        raise CheckpointError(f"{path} does not fit the LM's Qwen2 body: missing {missing[:8]}, shape mismatches {wrong[:8]}")
+    with torch.no_grad():
+        params = dict(lm.named_parameters())
+        for k, v in mapped.items():
+            params[k].copy_(v.to(params[k].dtype))
+    return len(mapped)

@@ -1,0 +1,191 @@
+"""``train(stage, config, data, out)``: run one training stage, in one process or under ``torchrun``.
+
+Loop (see ``cadenza.training.stage`` for the contract):
+
+1. read the config (``train:`` -> ``TrainConfig``; the whole mapping goes to the stage, with ``train`` resolved);
+2. join the process group if ``torchrun`` started us, pick the device, seed every RNG with ``seed`` so that all
+   ranks build identical models, ``stage.setup(device, wrap)``, then reseed with ``seed + rank``;
+3. batches: ``ResumableDistributedSampler`` (order = f(seed, epoch)) + ``DataLoader(collate=stage.collate)``;
+4. ``--resume``: load the newest ``OUT/checkpoints/step_N.pt``, restore the stage and this rank's RNG states and
+   continue at step N with the same data order (the sampler skips the epoch's first batches);
+5. for each step: ``stage.train_step(batch, step)`` (``step`` = optimiser steps done before this one, 0-based;
+   under ``mixed_precision: bf16`` on CUDA inside ``torch.autocast``); every ``log_every`` steps the metrics
+   averaged over ranks go to ``OUT/metrics.jsonl`` / TensorBoard (logged ``step`` = steps done); a checkpoint every
+   ``ckpt_every`` steps and at the end;
+6. rank 0 calls ``stage.export(OUT)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from cadenza.errors import CadenzaError, InputError
+from cadenza.training import distributed as D
+from cadenza.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from cadenza.training.config import TrainConfig, load_config_file
+from cadenza.training.metrics import MetricsLogger
+from cadenza.training.registry import get_stage
+from cadenza.training.sampler import ResumableDistributedSampler
+from cadenza.training.seeding import rng_state, seed_everything, set_rng_state
+from cadenza.training.stage import TrainingStage
+
+log = logging.getLogger(__name__)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+
+def _loader(stage: TrainingStage, cfg: TrainConfig, info: D.DistInfo) -> tuple[DataLoader, ResumableDistributedSampler]:
+    dataset = stage.dataset()
+    n = len(dataset)
+    needed = cfg.batch_size * info.world_size
+    if n < needed:
+        raise InputError(
+            f"the {stage.name} dataset has {n} items, fewer than one global batch "
+            f"({cfg.batch_size} per process x {info.world_size} processes)"
+        )
+    sampler = ResumableDistributedSampler(dataset, info.world_size, info.rank, cfg.seed)
+    generator = torch.Generator()
+    loader = DataLoader(
+        dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=stage.collate, drop_last=True,
+        num_workers=cfg.num_workers, generator=generator, pin_memory=info.device.type == "cuda",
+        persistent_workers=False,
+    )
+    return loader, sampler
+
+
+def _autocast(cfg: TrainConfig, device: torch.device):
+    if cfg.mixed_precision == "bf16" and device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _checkpoint(out: Path, stage: TrainingStage, step: int, cfg: TrainConfig, info: D.DistInfo) -> None:
+    states = D.all_gather_objects(rng_state())  # every rank takes part; rank 0 writes
+    if info.is_main:
+        payload = {"stage": stage.name, "world_size": info.world_size, "train": cfg.to_dict(),
+                   "state": stage.state_dict(), "rng": states}
+        save_checkpoint(out, step, payload, keep=cfg.keep_checkpoints)
+    D.barrier()
+
+
+def _resume(out: Path, stage: TrainingStage, info: D.DistInfo) -> int:
+    path = latest_checkpoint(out)
+    if path is None:
+        log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
+        return 0
+    ckpt = load_checkpoint(path)
+    if ckpt.get("stage") != stage.name:
+        raise InputError(f"{path} is a checkpoint of stage {ckpt.get('stage')!r}, not {stage.name!r}")
+    stage.load_state_dict(ckpt["state"])
+    states = ckpt.get("rng") or []
+    if len(states) == info.world_size:
+        set_rng_state(states[info.rank])
+    else:
+        log.warning("checkpoint was written by %d processes, now %d: RNG states not restored", len(states),
+                    info.world_size)
+    log.info("resumed from %s (step %d)", path, ckpt["step"])
+    return int(ckpt["step"])
+
+
+def _check_finite(metrics: dict[str, float], step: int) -> None:
+    if "loss" not in metrics:
+        raise CadenzaError(f"train_step returned no 'loss' (got {sorted(metrics)})")
+    if not math.isfinite(float(metrics["loss"])):
+        raise CadenzaError(f"non-finite loss {metrics['loss']} at step {step + 1}: lower the learning rate or check the data")
+
+
+def train(
+    stage_name: str,
+    config_path: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    max_steps: int | None = None,
+    resume: bool = False,
+    config_overrides: dict[str, Any] | None = None,
+) -> Path:
+    """Train stage ``stage_name`` with the config file ``config_path`` on ``data_dir``; write to ``out_dir``.
+
+    ``max_steps`` overrides ``train.max_steps``; ``config_overrides`` (top-level keys) replace sections of the file
+    (tests, sweeps). Returns ``out_dir``.
+    """
+    config = load_config_file(config_path)
+    config.update(config_overrides or {})
+    cfg = TrainConfig.from_dict(config.get("train"), max_steps=max_steps)
+    config["train"] = cfg.to_dict()
+    out = Path(out_dir)
+    stage_cls = get_stage(stage_name)
+    info = D.init_distributed(cfg.device)
+    try:
+        _run(stage_cls, config, Path(data_dir), out, cfg, info, resume)
+    finally:
+        D.cleanup(info)
+    return out
+
+
+def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D.DistInfo, resume: bool) -> None:
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)  # identical initial weights on every rank (and for any world size)
+    stage = stage_cls(config, data_dir)
+    stage.setup(info.device, D.make_wrap(info))
+    seed_everything(cfg.seed + info.rank)
+    loader, sampler = _loader(stage, cfg, info)
+    per_epoch = len(sampler) // cfg.batch_size
+    if not resume and latest_checkpoint(out) is not None:
+        raise InputError(f"{out} already holds checkpoints: pass --resume to continue, or use a new --out")
+    start = _resume(out, stage, info) if resume else 0
+    metrics_log = MetricsLogger(out, enabled=info.is_main, tensorboard=cfg.tensorboard)
+    metrics_log.truncate_after(start)  # a fresh run starts a fresh file; a resumed one drops the steps it redoes
+    bar = _progress(cfg.max_steps, start, cfg.progress and info.is_main)
+    step, last_ckpt = start, start
+    try:
+        while step < cfg.max_steps:
+            epoch, offset = divmod(step, per_epoch)
+            sampler.set_epoch(epoch)
+            sampler.set_start(offset * cfg.batch_size)
+            loader.generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # worker seeds independent of resume point
+            tick = time.perf_counter()
+            for batch in loader:
+                with _autocast(cfg, info.device):
+                    metrics = dict(stage.train_step(batch, step))
+                _check_finite(metrics, step)
+                step += 1
+                if step % cfg.log_every == 0 or step == cfg.max_steps:
+                    metrics = D.mean_over_ranks(metrics, info.device)
+                    now = time.perf_counter()
+                    metrics_log.log(step, {**metrics, "epoch": epoch,
+                                           "samples": step * cfg.batch_size * info.world_size,
+                                           "step_time_s": now - tick})
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+                tick = time.perf_counter()
+                if bar is not None:
+                    bar.update(1)
+                if step % cfg.ckpt_every == 0:
+                    _checkpoint(out, stage, step, cfg, info)
+                    last_ckpt = step
+                if step >= cfg.max_steps:
+                    break
+        if last_ckpt != step:
+            _checkpoint(out, stage, step, cfg, info)
+        if info.is_main:
+            stage.export(out)
+        D.barrier()
+    finally:
+        if bar is not None:
+            bar.close()
+        metrics_log.close()

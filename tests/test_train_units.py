@@ -1,0 +1,333 @@
+"""Pieces of the training code, checked against the spec and the inference modules: LM sequence layouts, the
+training forward vs the inference teacher-forcing path, per-row attention masks, flow padding invariance, the
+per-sequence log-prob of DPO, release key names of the exports, config round trips, schedules, samplers, pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from cadenza.errors import CheckpointError, InputError
+from cadenza.layers.masks import attention_mask, padding_mask
+from cadenza.layers.per_sample_masks import per_sample_attention_mask
+from cadenza.models.cosyvoice2.config import CosyVoice2Config
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+from cadenza.models.cosyvoice2.lm import TIED_LM_HEAD_KEY, TextSpeechLM
+from cadenza.training.checkpoint import atomic_torch_save, load_checkpoint
+from cadenza.training.config import OptimConfig, TrainConfig
+from cadenza.training.dpo_pairs import make_pairs, read_pairs, write_pairs
+from cadenza.training.flow_objective import FlowForTraining
+from cadenza.training.init_weights import QWEN_BODY_PREFIX, load_qwen_body
+from cadenza.training.lm_layout import (
+    IGNORE_ID,
+    SOS,
+    SPEECH,
+    TASK_ID,
+    TEXT,
+    bistream,
+    build_sequence,
+    can_bistream,
+    pad_sequences,
+    unistream,
+)
+from cadenza.training.lm_model import LMForTraining, sequence_log_probs, targets_of
+from cadenza.training.lm_stage import tied_llm_state
+from cadenza.training.model_files import check_writable, cosyvoice2_yaml, resolve_model
+from cadenza.training.optim import lr_factor
+from cadenza.training.registry import get_stage
+from cadenza.training.sampler import ResumableDistributedSampler
+from cadenza.training.seeding import item_generator, rng_state, set_rng_state
+
+TINY = {
+    "config": "official",
+    "qwen": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 64, "vocab_size": 100},
+    "overrides": {
+        "llm": {"speech_token_size": 50},
+        "flow": {"vocab_size": 50, "input_size": 32,
+                 "encoder": {"input_size": 32, "output_size": 32, "attention_heads": 2, "linear_units": 64,
+                             "num_blocks": 1, "static_chunk_size": 4},
+                 "decoder": {"estimator": {"channels": [32], "attention_head_dim": 16, "n_blocks": 1,
+                                           "num_mid_blocks": 1, "num_heads": 2, "static_chunk_size": 8}}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return resolve_model(TINY).config
+
+
+# ---- LM layouts (spec §8.1) ------------------------------------------------------------------------------------
+def test_unistream_layout():
+    seq = unistream([7, 8], [1, 2, 3], eos_id=50)
+    assert seq.kinds == [SOS, TEXT, TEXT, TASK_ID, SPEECH, SPEECH, SPEECH]
+    assert seq.ids == [0, 7, 8, 0, 1, 2, 3]
+    assert seq.targets == [IGNORE_ID] * 3 + [1, 2, 3, 50]
+
+
+@pytest.mark.parametrize("n_text", [7, 10, 3])
+def test_bistream_layout_follows_the_spec(n_text):
+    n, m, eos, fill = 5, 15, 50, 52
+    text, speech = list(range(100, 100 + n_text)), list(range(3 * n_text + 4))
+    seq = bistream(text, speech, (n, m), eos, fill)
+    kinds, ids, targets = [SOS], [0], [IGNORE_ID]
+    full = n_text // n
+    for j in range(full):
+        kinds += [TEXT] * n + [SPEECH] * m
+        ids += text[j * n : (j + 1) * n] + speech[j * m : (j + 1) * m]
+        targets += [IGNORE_ID] * (n - 1) + speech[j * m : (j + 1) * m] + [fill]
+    rest_text, rest_speech = text[full * n :], speech[full * m :]
+    kinds += [TEXT] * len(rest_text) + [TASK_ID] + [SPEECH] * len(rest_speech)
+    ids += rest_text + [0] + rest_speech
+    targets += [IGNORE_ID] * len(rest_text) + rest_speech + [eos]
+    assert (seq.kinds, seq.ids, seq.targets) == (kinds, ids, targets)
+    # every speech token and the eos are predicted exactly once, in order
+    assert [t for t in seq.targets if t not in (IGNORE_ID, fill)] == speech + [eos]
+
+
+def test_bistream_needs_more_than_three_speech_tokens_per_text_token():
+    assert not can_bistream(5, 15, (5, 15)) and can_bistream(5, 16, (5, 15))
+    with pytest.raises(ValueError):
+        bistream([1] * 5, [0] * 15, (5, 15), 50, 52)
+    assert build_sequence([1] * 5, [0] * 15, (5, 15), 50, 52, 1.0, 0.0).targets.count(52) == 0  # falls back
+    assert build_sequence([1] * 5, [0] * 16, (5, 15), 50, 52, 0.5, 0.7).targets.count(52) == 0  # draw >= p
+    assert build_sequence([1] * 5, [0] * 16, (5, 15), 50, 52, 0.5, 0.3).targets.count(52) == 1
+
+
+def test_training_forward_equals_the_inference_teacher_forcing_path(tiny):
+    torch.manual_seed(0)
+    lm = TextSpeechLM(tiny.lm).eval()
+    text, speech = [3, 9, 27, 81], [5, 6, 7, 8, 9, 10]
+    other = unistream([1, 2], [4, 4, 4], tiny.lm.eos_id)  # a shorter row: right padding must not matter
+    batch = pad_sequences([unistream(text, speech, tiny.lm.eos_id), other])
+    select, targets, rows = targets_of(batch)
+    with torch.no_grad():
+        logits = LMForTraining(lm)(batch.kinds, batch.ids, select)
+        embeds = torch.cat([lm.build_input(torch.tensor([text])), lm.embed_speech(torch.tensor([speech]))], dim=1)
+        ref = lm(embeds)[0, 1 + len(text) :]  # positions task_id .. last speech predict speech + eos
+    torch.testing.assert_close(logits[rows == 0], ref, atol=1e-5, rtol=1e-5)
+    assert targets[rows == 0].tolist() == speech + [tiny.lm.eos_id]
+
+
+def test_sequence_log_probs_average_over_scored_positions_only():
+    logits = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]))
+    targets, rows = torch.tensor([0, 1, 1]), torch.tensor([0, 0, 1])
+    mean = sequence_log_probs(logits, targets, rows, 2)
+    total = sequence_log_probs(logits, targets, rows, 2, average=False)
+    torch.testing.assert_close(total, torch.log(torch.tensor([0.5 * 0.1, 0.8])))
+    torch.testing.assert_close(mean, torch.tensor([(np.log(0.5) + np.log(0.1)) / 2, np.log(0.8)], dtype=torch.float32))
+
+
+# ---- flow --------------------------------------------------------------------------------------------------------
+def test_per_sample_masks_equal_the_shared_mask_of_each_row():
+    key = padding_mask(torch.tensor([9, 6, 9, 3]), 9)
+    sizes = torch.tensor([0, 1, 4, 8])
+    got = per_sample_attention_mask(key, sizes)
+    for b, s in enumerate(sizes.tolist()):
+        assert torch.equal(got[b], attention_mask(key[b : b + 1], s)[0].expand(9, 9))
+
+
+def test_encoder_and_estimator_chunk_sizes_reproduce_the_streaming_switch(tiny):
+    torch.manual_seed(0)
+    flow = TokenToMelFlow(tiny.flow).eval()
+    enc, est = flow.encoder, flow.decoder.estimator
+    x, lens = torch.randn(2, 11, 32), torch.tensor([11, 11])
+    with torch.no_grad():
+        for streaming, tok_chunk in ((False, 0), (True, enc.static_chunk_size)):
+            a, _ = enc(x, lens, streaming=streaming)
+            b, _ = enc(x, lens, chunk_sizes=torch.full((2,), tok_chunk))
+            torch.testing.assert_close(a, b)
+        y, mu, cond = torch.randn(3, 2, 80, 22).unbind(0)
+        mask, t, spks = torch.ones(2, 1, 22), torch.rand(2), torch.randn(2, 80)
+        for streaming, frames in ((False, 0), (True, est.static_chunk_size)):
+            a = est(y, mask, mu, t, spks, cond, streaming=streaming)
+            b = est(y, mask, mu, t, spks, cond, chunk_sizes=torch.full((2,), frames))
+            torch.testing.assert_close(a, b)
+
+
+def _flow_inputs(lengths, prompts, kinds, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    b, t_max = len(lengths), max(lengths)
+    tokens = torch.randint(0, 50, (b, t_max), generator=g)
+    mel = torch.randn(b, 80, 2 * t_max, generator=g)
+    z = torch.randn(b, 80, 2 * t_max, generator=g)
+    for i, n in enumerate(lengths):
+        tokens[i, n:] = 0
+        mel[i, :, 2 * n :] = 0
+        z[i, :, 2 * n :] = 0
+    enc = torch.tensor([{"full": 0, "causal": 1, "chunk": 4}[k] for k in kinds])
+    est = torch.tensor([{"full": 0, "causal": 1, "chunk": 8}[k] for k in kinds])
+    return (tokens, torch.tensor(lengths), mel, torch.randn(b, 192, generator=g), torch.tensor(prompts), enc, est,
+            torch.rand(b, generator=g), z, torch.tensor([True] * b))
+
+
+@pytest.mark.parametrize("kind", ["full", "causal", "chunk"])
+def test_flow_loss_of_an_utterance_does_not_depend_on_batch_padding(tiny, kind):
+    torch.manual_seed(0)
+    model = FlowForTraining(TokenToMelFlow(tiny.flow)).eval()
+    alone = _flow_inputs([7], [3], [kind])
+    # the same utterance next to a longer one whose frames are all prompt (so it adds no loss frames)
+    padded = _flow_inputs([7, 13], [3, 26], [kind, "full"])
+    padded = tuple(torch.cat([a, p[1:]]) if a.dim() == 1 or a.size(-1) == p.size(-1)
+                   else torch.cat([torch.nn.functional.pad(a, (0, p.size(-1) - a.size(-1))), p[1:]])
+                   for a, p in zip(alone, padded))
+    with torch.no_grad():
+        loss_a, n_a = model(*alone)
+        loss_p, n_p = model(*padded)
+    assert n_a == n_p == 2 * 7 - 3
+    torch.testing.assert_close(loss_a, loss_p, atol=1e-5, rtol=1e-5)
+
+
+def test_compute_loss_accepts_the_draws_it_would_make(tiny):
+    torch.manual_seed(0)
+    flow = TokenToMelFlow(tiny.flow)
+    x1, mu = torch.randn(2, 80, 10), torch.randn(2, 80, 10)
+    mask, spks, cond = torch.ones(2, 1, 10), torch.randn(2, 80), torch.zeros(2, 80, 10)
+    a, _ = flow.decoder.compute_loss(x1, mask, mu, spks, cond, generator=torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    t, z = torch.rand(2, generator=g), torch.randn(x1.shape, generator=g)
+    keep = torch.rand(2, generator=g) > tiny.flow.cfm.training_cfg_rate
+    b, _ = flow.decoder.compute_loss(x1, mask, mu, spks, cond, t=t, z=z, cfg_keep=keep)
+    torch.testing.assert_close(a, b)
+
+
+# ---- exports and configs -----------------------------------------------------------------------------------------
+def test_llm_export_has_the_release_keys_in_order(cv2_dir):
+    from cadenza.models.cosyvoice2.config import CosyVoice2Config as C
+
+    cfg = C.from_files(cv2_dir / "config.yaml", cv2_dir / "CosyVoice-BlankEN" / "config.json")
+    release = torch.load(cv2_dir / "llm.pt", map_location="cpu", weights_only=True)
+    lm = TextSpeechLM(cfg.lm)
+    lm.load_state_dict({k: v for k, v in release.items() if k != TIED_LM_HEAD_KEY}, strict=True)
+    exported = tied_llm_state(lm)
+    assert list(exported) == list(release)
+    for k, v in release.items():
+        assert torch.equal(exported[k], v), k
+
+
+def test_config_round_trips_through_cosyvoice2_yaml(cv2_dir, tiny):
+    fixture = CosyVoice2Config.from_files(cv2_dir / "config.yaml", cv2_dir / "CosyVoice-BlankEN" / "config.json")
+    for cfg in (CosyVoice2Config.official(), fixture, tiny):
+        check_writable(cfg)
+        assert CosyVoice2Config.from_dict(cosyvoice2_yaml(cfg), cfg.lm.qwen) == cfg
+    assert resolve_model({"dir": str(cv2_dir)}).config == fixture
+    odd = dataclasses.replace(tiny, flow=dataclasses.replace(tiny.flow, cfm=dataclasses.replace(tiny.flow.cfm, n_timesteps=5)))
+    with pytest.raises(InputError, match="cosyvoice2.yaml"):
+        check_writable(odd)
+
+
+def test_qwen_body_loads_from_a_hf_checkpoint(tiny, tmp_path):
+    torch.manual_seed(0)
+    source = TextSpeechLM(tiny.lm)
+    hf = {k[len(QWEN_BODY_PREFIX) :]: v.clone() for k, v in source.state_dict().items() if k.startswith(QWEN_BODY_PREFIX)}
+    hf["lm_head.weight"] = hf["model.embed_tokens.weight"].clone()
+    save_file(hf, tmp_path / "model.safetensors")
+    target = TextSpeechLM(tiny.lm)
+    speech_before = target.speech_embedding.weight.clone()
+    assert load_qwen_body(target, tmp_path) == len(hf) - 1
+    for k, v in source.state_dict().items():
+        if k.startswith(QWEN_BODY_PREFIX):
+            assert torch.equal(target.state_dict()[k], v)
+    assert torch.equal(target.speech_embedding.weight, speech_before)
+    del hf["model.norm.weight"]
+    save_file(hf, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="norm"):
+        load_qwen_body(target, tmp_path / "model.safetensors")
+
+
+# ---- launcher pieces ---------------------------------------------------------------------------------------------
+def test_train_config_rejects_unknown_keys_and_bad_values():
+    with pytest.raises(InputError, match="bach_size"):
+        TrainConfig.from_dict({"bach_size": 4})
+    with pytest.raises(InputError, match="schedule"):
+        TrainConfig.from_dict({"optim": {"schedule": "exotic"}})
+    assert TrainConfig.from_dict({"max_steps": 5}, max_steps=7).max_steps == 7
+
+
+def test_lr_schedules():
+    cos = OptimConfig(schedule="cosine", warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_factor(0, cos, 110) == pytest.approx(0.1) and lr_factor(9, cos, 110) == pytest.approx(1.0)
+    assert lr_factor(109, cos, 110) == pytest.approx(0.1)
+    lin = OptimConfig(schedule="linear")
+    assert lr_factor(49, lin, 100) == pytest.approx(0.5)
+    inv = OptimConfig(schedule="inverse_sqrt", warmup_steps=4)
+    assert lr_factor(3, inv, 100) == pytest.approx(1.0) and lr_factor(15, inv, 100) == pytest.approx(0.5)
+
+
+def test_registry_finds_stages_lazily_and_names_missing_ones():
+    assert get_stage("lm").name == "lm" and get_stage("flow").name == "flow" and get_stage("dpo").name == "dpo"
+    with pytest.raises(InputError, match="not available"):
+        get_stage("no_such_stage")
+
+
+def test_checkpoint_files(tmp_path):
+    atomic_torch_save({"format": 1, "step": 3, "state": {"w": torch.ones(2)}, "rng": [rng_state()]},
+                      tmp_path / "step_3.pt")
+    ckpt = load_checkpoint(tmp_path / "step_3.pt")
+    assert ckpt["step"] == 3 and [p.name for p in tmp_path.iterdir()] == ["step_3.pt"]
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "bad.pt")
+    state = ckpt["rng"][0]  # RNG states survive torch.save + weights_only loading
+    set_rng_state(state)
+    b = (torch.rand(2), np.random.rand(2))
+    set_rng_state(state)
+    assert torch.equal(torch.rand(2), b[0]) and np.array_equal(np.random.rand(2), b[1])
+
+
+def test_item_streams_and_the_resumable_sampler():
+    assert torch.equal(torch.rand(4, generator=item_generator(1, 2, 3)), torch.rand(4, generator=item_generator(1, 2, 3)))
+    assert not torch.equal(torch.rand(4, generator=item_generator(1, 2, 3)), torch.rand(4, generator=item_generator(1, 3, 3)))
+    data = list(range(10))
+    one = ResumableDistributedSampler(data, 1, 0, seed=7)
+    two = [ResumableDistributedSampler(data, 2, r, seed=7) for r in range(2)]
+    for s in [one, *two]:
+        s.set_epoch(3)
+    order = list(one)
+    assert sorted(list(two[0]) + list(two[1])) == sorted(order[:10]) and list(two[0]) == order[0::2]
+    two[0].set_start(2)
+    assert list(two[0]) == order[0::2][2:] and len(two[0]) == 3
+
+
+def test_preference_pairs(tmp_path):
+    cands = [{"group": "a", "text_ids": [1, 2], "speech_tokens": [3, 4], "reward": 0.9},
+             {"group": "a", "text_ids": [1, 2], "speech_tokens": [5, 6], "reward": 0.2},
+             {"group": "a", "text_ids": [1, 2], "speech_tokens": [7, 8], "reward": 0.5},
+             {"group": "b", "text": "hi", "speech_tokens": [1], "reward": 0.5},
+             {"group": "b", "text": "hi", "speech_tokens": [2], "reward": 0.45}]
+    pairs = make_pairs(cands, min_gap=0.1)
+    assert [(p["id"], p["chosen"], p["rejected"]) for p in pairs] == [("a", [3, 4], [5, 6])]
+    write_pairs(tmp_path / "p.jsonl", pairs)
+    with (tmp_path / "p.jsonl").open("a") as f:
+        f.write("{broken\n" + json.dumps({"text": "x", "chosen": [1], "rejected": [1]}) + "\n")
+    assert len(read_pairs(tmp_path / "p.jsonl")) == 1
+    with pytest.raises(InputError):
+        read_pairs(tmp_path / "missing.jsonl")
+
+
+def test_speaker_tags(cv2_dir, tmp_path):
+    from cadenza.text.qwen_tokenizer import ENDOFPROMPT, CosyVoice2Tokenizer
+    from cadenza.training.speaker_tags import SpeakerTagger
+
+    from toy_model import _tokenizer_files, build_toy_model_dir
+
+    try:
+        model = build_toy_model_dir(cv2_dir, tmp_path / "model", with_frontend=False)
+    except ValueError as exc:  # a fixture whose Qwen vocabulary cannot hold a byte-level BPE
+        pytest.skip(str(exc))
+    qwen = json.loads((model / "CosyVoice-BlankEN" / "config.json").read_text())
+    _tokenizer_files(model / "CosyVoice-BlankEN", qwen["vocab_size"] - 20)
+    tok = CosyVoice2Tokenizer(model / "CosyVoice-BlankEN")
+    tagger = SpeakerTagger(tok, {"spk1": "Speaker A"}, unknown_probability=0.3)
+    end = tok.encode(ENDOFPROMPT)
+    assert tagger.ids("spk1", 0.9) == tok.encode("Speaker A" + ENDOFPROMPT) and tagger.ids("spk1", 0.9)[-1:] == end
+    assert tagger.ids("spk1", 0.1) == tok.encode("unknown" + ENDOFPROMPT)  # the random unknown
+    assert tagger.ids("other", 0.9) == tok.encode("unknown" + ENDOFPROMPT)
+    with pytest.raises(InputError, match="tokenizer"):
+        SpeakerTagger(None)
