@@ -67,15 +67,31 @@ class CosyVoice2Frontend:
                 self._tokenizer = CosyVoice2Tokenizer(self.files.tokenizer_dir)
             return self._tokenizer
 
-    def _onnx(self, attr: str, path, cls_name: str):
+    def _audio_model(self, attr: str):
+        """The speech tokenizer / speaker encoder: our own trained one (safetensors) if the folder has it, else
+        the release's ONNX model (the ``onnx`` extra)."""
+        from cadenza.models import speaker_encoder, speech_tokenizer
         from cadenza.models.cosyvoice2 import onnx_models
 
         with self._lock:
             if getattr(self, attr) is None:
-                if path is None:
-                    name = "campplus.onnx" if "speaker" in attr else "speech_tokenizer_v2.onnx"
-                    raise CheckpointError(f"{self.files.directory} has no {name}: prompt audio cannot be used")
-                setattr(self, attr, getattr(onnx_models, cls_name)(path))
+                d = self.files.directory
+                if attr == "_speech_tokenizer":
+                    native, onnx_path, onnx_cls, name = (speech_tokenizer.find_speech_tokenizer(d),
+                                                         self.files.speech_tokenizer, onnx_models.OnnxSpeechTokenizer,
+                                                         "speech_tokenizer_v2.onnx (or speech_tokenizer.safetensors)")
+                    load_native = speech_tokenizer.load_speech_tokenizer
+                else:
+                    native, onnx_path, onnx_cls, name = (speaker_encoder.find_speaker_encoder(d), self.files.campplus,
+                                                         onnx_models.CampPlusSpeakerEncoder,
+                                                         "campplus.onnx (or speaker_encoder.safetensors)")
+                    load_native = speaker_encoder.load_speaker_encoder
+                if native is not None:
+                    setattr(self, attr, load_native(native))
+                elif onnx_path is not None:
+                    setattr(self, attr, onnx_cls(onnx_path))
+                else:
+                    raise CheckpointError(f"{d} has no {name}: prompt audio cannot be used")
             return getattr(self, attr)
 
     # -- text ----------------------------------------------------------------------------------------------------
@@ -95,12 +111,12 @@ class CosyVoice2Frontend:
     # -- audio ---------------------------------------------------------------------------------------------------
     def speech_tokens(self, wav16k: torch.Tensor) -> torch.Tensor:
         """wav ``[N]`` at 16 kHz -> speech token ids ``[1, T]``."""
-        tokenizer = self._onnx("_speech_tokenizer", self.files.speech_tokenizer, "OnnxSpeechTokenizer")
+        tokenizer = self._audio_model("_speech_tokenizer")
         return tokenizer(whisper_log_mel(wav16k, n_mels=128))
 
     def speaker_embedding(self, wav16k: torch.Tensor) -> torch.Tensor:
         """wav ``[N]`` at 16 kHz -> x-vector ``[1, 192]``."""
-        encoder = self._onnx("_speaker_encoder", self.files.campplus, "CampPlusSpeakerEncoder")
+        encoder = self._audio_model("_speaker_encoder")
         return encoder(campplus_features(wav16k))
 
     def prompt_from_audio(self, wav: torch.Tensor, sample_rate: int, prompt_text: str | None = None,
