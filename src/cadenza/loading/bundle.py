@@ -1,0 +1,82 @@
+"""A trained component on disk as two files: ``NAME.safetensors`` (weights) + ``NAME.json`` (format, version, config,
+metadata). Used by our own speech tokenizer and speaker encoder, which a model folder may hold instead of the
+release's ONNX models."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from cadenza.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class BundleFormat:
+    """File names and the format tag of one kind of bundle, e.g. ``BundleFormat("speaker_encoder", 1, "speaker
+    encoder")`` -> ``speaker_encoder.safetensors`` + ``speaker_encoder.json`` with format ``cadenza.speaker_encoder``."""
+
+    name: str
+    version: int
+    what: str  # for messages
+
+    @property
+    def weights_name(self) -> str:
+        return f"{self.name}.safetensors"
+
+    @property
+    def config_name(self) -> str:
+        return f"{self.name}.json"
+
+    @property
+    def format(self) -> str:
+        return f"cadenza.{self.name}"
+
+    def save(self, state_dict: dict[str, torch.Tensor], config: dict[str, Any], directory: str | Path,
+             metadata: dict[str, Any] | None = None) -> tuple[Path, Path]:
+        """Write both files into ``directory`` (created if needed); weights as contiguous float32 on the CPU."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
+        save_file(tensors, str(d / self.weights_name))
+        doc = {"format": self.format, "version": self.version, "config": config, "metadata": metadata or {}}
+        (d / self.config_name).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return d / self.weights_name, d / self.config_name
+
+    def find(self, directory: str | Path) -> Path | None:
+        """The weights path if both files exist in ``directory``, else None (for model-folder probing)."""
+        d = Path(directory)
+        return d / self.weights_name if (d / self.weights_name).is_file() and (d / self.config_name).is_file() else None
+
+    def read_json(self, path: str | Path) -> dict[str, Any]:
+        """Parse and check the JSON document."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != self.format or not isinstance(doc.get("config"), dict):
+            raise CheckpointError(f"{path} is not a cadenza {self.what} config (format {self.format!r} with a config)")
+        if doc.get("version") != self.version:
+            raise CheckpointError(f"{path} has version {doc.get('version')!r}; this cadenza reads version {self.version}")
+        return doc
+
+    def read(self, path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Path]:
+        """(JSON document, weights, weights path) from a directory holding both files or the path of either."""
+        path = Path(path).expanduser()
+        d = path if path.is_dir() else path.parent
+        weights, config = d / self.weights_name, d / self.config_name
+        for f in (weights, config):
+            if not f.is_file():
+                raise CheckpointError(f"{self.what} file not found: {f}")
+        doc = self.read_json(config)
+        try:
+            state = load_file(str(weights), device="cpu")
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {weights} as safetensors (corrupt or truncated?): {exc}") from exc
+        return doc, state, weights
