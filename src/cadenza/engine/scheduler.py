@@ -129,16 +129,8 @@ class Scheduler:
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
                reference_quirks: bool = False) -> StreamHandle:
         """Queue a request. ``bistream``: text arrives later through the handle's ``feed_text``/``end_text``."""
-        decoder = None
-        if request.source_tokens is None:
-            sampler = RasSampler(self.model.config.lm.sampling, request.generator)
-            lm = self.model.lm
-            if bistream:
-                decoder = BistreamDecoder(lm, request.lm_prompt_text, request.lm_prompt_speech, sampler,
-                                          reference_quirks=reference_quirks, capacity=request.max_tokens)
-            else:
-                decoder = UnistreamDecoder(lm, request.text_ids, request.lm_prompt_text, request.lm_prompt_speech,
-                                           sampler, request.min_tokens, request.max_tokens)
+        with torch.no_grad():  # the prompt embeddings are built here, in the caller's thread
+            decoder = self._decoder(request, bistream, reference_quirks)
         job = _Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq))
         if decoder is None:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
@@ -152,6 +144,19 @@ class Scheduler:
             self._ensure_worker()
             self._cond.notify_all()
         return StreamHandle(self, job)
+
+    def _decoder(self, request: SynthesisRequest, bistream: bool,
+                 reference_quirks: bool) -> UnistreamDecoder | BistreamDecoder | None:
+        """The LM decoder of a request (None for voice conversion, which has its speech tokens already)."""
+        if request.source_tokens is not None:
+            return None
+        sampler = RasSampler(self.model.config.lm.sampling, request.generator)
+        lm = self.model.lm
+        if bistream:
+            return BistreamDecoder(lm, request.lm_prompt_text, request.lm_prompt_speech, sampler,
+                                   reference_quirks=reference_quirks, capacity=request.max_tokens)
+        return UnistreamDecoder(lm, request.text_ids, request.lm_prompt_text, request.lm_prompt_speech,
+                                sampler, request.min_tokens, request.max_tokens)
 
     @property
     def load(self) -> tuple[int, int]:

@@ -5,8 +5,12 @@ model it was built with. Assembling copies, for every component, the file of the
 (``base`` — e.g. the released CosyVoice2-0.5B folder — comes first, so trained parts replace released ones), takes
 each component's yaml section from the same source, the Qwen2 config and tokenizer files from the LM's source, and
 the frontend files (``campplus.onnx``, ``speech_tokenizer_v2.onnx``, ``spk2info.pt``) from the last source that has
-them. The merged config must be consistent (e.g. the flow's vocabulary = the LM's speech tokens); ``verify`` then
-loads the directory the way ``Cadenza.from_pretrained`` does, with strict key checks.
+them. A trained speech tokenizer / speaker encoder (the ``tokenizer`` / ``speaker`` stages' outputs:
+``speech_tokenizer.{safetensors,json}``, ``speaker_encoder.{safetensors,json}``) is copied as a pair from the last
+source that has both; the frontend prefers them to the ONNX files. The merged config must be consistent (the flow's
+vocabulary = the LM's speech tokens = the trained tokenizer's codebook; the flow's ``spk_embed_dim`` = the trained
+speaker encoder's embedding); ``verify`` then loads the directory the way ``Cadenza.from_pretrained`` does, with
+strict key checks, and the trained frontend models with theirs.
 """
 
 from __future__ import annotations
@@ -19,12 +23,19 @@ from cadenza.errors import CheckpointError, InputError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, Qwen2Config
 from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
 from cadenza.models.cosyvoice2.yaml_reader import read_hyperpyyaml
+from cadenza.models.speaker_encoder import inference as speaker_io
+from cadenza.models.speaker_encoder.config import SpeakerEncoderConfig
+from cadenza.models.speech_tokenizer import inference as tokenizer_io
+from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
 from cadenza.training.model_files import write_model_config
 
 COMPONENTS = {"llm.pt": ("llm",), "flow.pt": ("flow", "token_mel_ratio", "chunk_size", "num_decoding_left_chunks",
                                                "spk_embed_dim"),
               "hift.pt": ("hift", "sample_rate", "feat_extractor")}
 FRONTEND_FILES = ("campplus.onnx", "speech_tokenizer_v2.onnx", "spk2info.pt")
+# Trained replacements of the two ONNX models: (weights, json) pairs, each copied whole from one source.
+NATIVE_FRONTEND = {"speech tokenizer": (tokenizer_io.WEIGHTS_NAME, tokenizer_io.CONFIG_NAME),
+                   "speaker encoder": (speaker_io.WEIGHTS_NAME, speaker_io.CONFIG_NAME)}
 
 
 def _yaml_of(d: Path) -> dict[str, Any] | None:
@@ -35,6 +46,33 @@ def _yaml_of(d: Path) -> dict[str, Any] | None:
 def _last_with(sources: list[Path], rel: str) -> Path | None:
     found = [d for d in sources if (d / rel).is_file()]
     return found[-1] if found else None
+
+
+def _last_with_all(sources: list[Path], names: tuple[str, ...]) -> Path | None:
+    found = [d for d in sources if all((d / n).is_file() for n in names)]
+    return found[-1] if found else None
+
+
+def _check_native_frontend(chosen: dict[str, Path | None], cfg: CosyVoice2Config) -> None:
+    """The trained tokenizer must emit the LM's speech vocabulary and the speaker encoder the flow's x-vector size
+    (an LM / flow trained on other ids or embeddings would silently get nonsense, or index out of range)."""
+    try:
+        if chosen["speech tokenizer"] is not None:
+            doc = tokenizer_io.read_speech_tokenizer_json(chosen["speech tokenizer"] / tokenizer_io.CONFIG_NAME)
+            size = SpeechTokenizerConfig.from_dict(doc["config"]).codebook_size
+            if size != cfg.lm.speech_token_size:
+                raise InputError(f"the components do not fit together: the speech tokenizer of "
+                                 f"{chosen['speech tokenizer']} has {size} ids but the LM / flow speech vocabulary "
+                                 f"is {cfg.lm.speech_token_size}")
+        if chosen["speaker encoder"] is not None:
+            doc = speaker_io.read_speaker_encoder_json(chosen["speaker encoder"] / speaker_io.CONFIG_NAME)
+            dim = SpeakerEncoderConfig.from_dict(doc["config"]).embedding_size
+            if dim != cfg.flow.spk_embed_dim:
+                raise InputError(f"the components do not fit together: the speaker encoder of "
+                                 f"{chosen['speaker encoder']} makes {dim}-d embeddings but the flow's "
+                                 f"spk_embed_dim is {cfg.flow.spk_embed_dim}")
+    except CheckpointError as exc:
+        raise InputError(f"unreadable trained frontend model: {exc}") from exc
 
 
 def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Path | None = None,
@@ -71,6 +109,8 @@ def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Pat
         cfg = CosyVoice2Config.from_dict(merged, Qwen2Config.from_json(qwen_src / QWEN_DIR / "config.json"), "merged config")
     except CheckpointError as exc:
         raise InputError(f"the components do not fit together: {exc}") from exc
+    native = {what: _last_with_all(sources, names) for what, names in NATIVE_FRONTEND.items()}
+    _check_native_frontend(native, cfg)
     tok_src = chosen["llm.pt"] if (chosen["llm.pt"] / QWEN_DIR / "vocab.json").is_file() else \
         _last_with(sources, f"{QWEN_DIR}/vocab.json")
     out.mkdir(parents=True, exist_ok=True)
@@ -81,9 +121,17 @@ def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Pat
         d = _last_with(sources, name)
         if d is not None:
             shutil.copyfile(d / name, out / name)
+    for what, names in NATIVE_FRONTEND.items():
+        if native[what] is not None:
+            for name in names:
+                shutil.copyfile(native[what] / name, out / name)
     if verify:
         from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 
         load_cosyvoice2_weights(inspect_directory(out))
+        if native["speech tokenizer"] is not None:
+            tokenizer_io.load_speech_tokenizer(out)
+        if native["speaker encoder"] is not None:
+            speaker_io.load_speaker_encoder(out)
     return out
 

@@ -38,7 +38,7 @@ class SpeakerEncoder:
         self.model = model.eval()
         self.config = model.cfg
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: the outputs feed requests built outside it
     def __call__(self, fbank: torch.Tensor) -> torch.Tensor:
         """fbank ``[1, frames, n_mels]`` (``campplus_features``: mean-normalised) -> embedding
         ``[1, embedding_size]`` float32 on the CPU."""

@@ -40,7 +40,7 @@ class SpeechTokenizer:
         self.max_seconds = model.cfg.max_seconds
         self.codebook_size = model.cfg.codebook_size
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: the outputs feed requests built outside it
     def __call__(self, log_mel: torch.Tensor) -> torch.Tensor:
         """log_mel ``[1, n_mels, frames]`` (whisper log-mel, 100 frames/s) -> ids ``[1, frames // 4]`` int64 on the
         CPU (the divisor is the config's ``downsample``). A batch of equal-length utterances also works."""
