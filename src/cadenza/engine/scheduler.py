@@ -5,7 +5,9 @@ Each loop of the worker (``_step``):
 2. runs one LM step for every request that has LM work: prompts (several new positions) one by one, then all
    single-token decode steps together in one batched forward (per-request KV caches of any length);
 3. runs the flow + HiFT work of one request that has enough tokens for its next chunk — requests still waiting
-   for their first chunk go first, then the oldest — or of all of them when no LM work is waiting.
+   for their first chunk go first, then the oldest — together with the requests whose flow chunk has as many frames
+   (their flow estimator calls run as one batch, ``IncrementalFlow.push_many``), or of all of them when no LM work
+   is waiting.
 
 Consumers read chunks from a bounded per-request buffer; a request whose buffer is full is not given vocoder work
 until its consumer reads (a slow reader never holds up anyone else). New requests beyond ``max_active`` wait in a
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav
+from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_mels
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
@@ -42,9 +44,12 @@ class SchedulerConfig:
     max_active: int = 8  # requests decoded together
     max_queued: int = 32  # requests waiting for a slot; more -> EngineBusyError
     max_buffered_chunks: int = 16  # per request, audio chunks not yet read by the consumer
+    # A request whose flow chunk is ready waits up to this many LM steps for requests a few tokens short of a chunk
+    # of the same size, so their flows run as one batch (cheaper than one after the other); 0 = never wait.
+    flow_batch_wait_steps: int = 4
 
     def __post_init__(self) -> None:
-        if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1:
+        if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
             raise ValueError("bad scheduler limits")
 
 
@@ -64,6 +69,7 @@ class _Job:
     text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / _DONE
     buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / _DONE
     seq: int = 0
+    flow_waits: int = 0  # LM steps this job's ready flow chunk has waited for batch partners
     submitted: float = field(default_factory=time.perf_counter)
     first_chunk_s: float | None = None
 
@@ -295,9 +301,62 @@ class Scheduler:
         ready = sorted((j for j in active if not j.done and self._vocoder_ready(j)),
                        key=lambda j: (j.chunks_out > 0, j.seq))
         if lm_jobs and ready:
-            ready = ready[:1]  # keep the LM moving for everyone; the most urgent vocoder job goes first
+            # Keep the LM moving for everyone: only the most urgent vocoder job, plus the jobs whose flow chunk can
+            # share its batched estimator calls (equal frame counts: almost free on top of it).
+            frames = self._flow_frames(ready[0])
+            ready = ready[:1] + [j for j in ready[1:] if frames is not None and self._flow_frames(j) == frames]
+            if frames is not None and ready[0].flow_waits < self.config.flow_batch_wait_steps and any(
+                self._soon_ready(j, frames) for j in lm_jobs if not j.done
+            ):
+                ready[0].flow_waits += 1
+                ready = []
         for job in ready:
-            self._vocoder_step(job)
+            job.flow_waits = 0
+        batchable = [j for j in ready if self._flow_frames(j) is not None]
+        if len(batchable) > 1:
+            self._vocoder_batch(batchable)
+        for job in ready:
+            if not any(job is j for j in batchable) or len(batchable) == 1:
+                self._vocoder_step(job)
+
+    @staticmethod
+    def _chunk_is_final(job: _Job) -> bool:
+        return not job.synth.ready(len(job.ids))
+
+    def _flow_frames(self, job: _Job) -> int | None:
+        """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
+        if not job.stream or job.synth is None or (self._chunk_is_final(job) and not job.ids):
+            return None
+        return job.synth.flow_frames(len(job.ids), self._chunk_is_final(job))
+
+    def _soon_ready(self, job: _Job, frames: int) -> bool:
+        """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
+        synth = job.synth
+        if not job.stream or synth is None or self._vocoder_ready(job):
+            return False
+        missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - len(job.ids)
+        return missing <= self.config.flow_batch_wait_steps and synth.flow_frames(len(job.ids), False) == frames
+
+    def _vocoder_batch(self, jobs: list[_Job]) -> None:
+        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then each HiFT."""
+        finals = [self._chunk_is_final(j) for j in jobs]
+        try:
+            mels = flow_mels([j.synth for j in jobs], [j.ids for j in jobs], finals)
+        except Exception as exc:  # the batched push closes every session it was given
+            with self._cond:
+                for job in jobs:
+                    self._finish(job, exc)
+            return
+        for job, mel, final in zip(jobs, mels, finals):
+            try:
+                self._emit(job, job.synth.vocode(mel, final))
+            except Exception as exc:
+                with self._cond:
+                    self._finish(job, exc)
+                continue
+            if final:
+                with self._cond:
+                    self._finish(job, _DONE)
 
     def _lm_step(self, jobs: list[_Job]) -> None:
         lm = self.model.lm

@@ -162,10 +162,19 @@ class _IncrementalFlowStage:
         self.session = IncrementalFlow(model.flow, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding)
 
     def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
-        return self.session.push(torch.tensor([ids[offset:end]]), torch.tensor([ids[end : end + lookahead]]), final=False)
+        return self.session.push(*self.push_args(ids, offset, end, lookahead))
 
     def final(self, ids: list[int], offset: int) -> torch.Tensor:
-        return self.session.push(torch.tensor([ids[offset:]]), None, final=True)
+        return self.session.push(*self.push_args(ids, offset, None, 0))
+
+    @staticmethod
+    def push_args(
+        ids: list[int], offset: int, end: int | None, lookahead: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """(tokens, look-ahead, final) of the push of ``ids[offset:end]`` (``end`` None: the final push)."""
+        if end is None:
+            return torch.tensor([ids[offset:]]), None, True
+        return torch.tensor([ids[offset:end]]), torch.tensor([ids[end : end + lookahead]]), False
 
     def close(self) -> None:
         self.session.close()
@@ -194,21 +203,59 @@ class StreamSynthesis:
 
     @torch.inference_mode()
     def next_chunk(self, ids: list[int]) -> np.ndarray:
-        end = self.chunker.offset + self.chunker.hop
-        mel = self.flow.chunk(ids, self.chunker.offset, end, self.lookahead)
-        self.chunker.advance()
-        self.chunks += 1
-        return self.vocoder(mel, final=False, generator=self.generator_for_call(self.vocoder.calls))
+        return self.vocode(self.flow_mel(ids, final=False), final=False)
 
     @torch.inference_mode()
     def finish(self, ids: list[int]) -> np.ndarray:
-        mel = self.flow.final(ids, self.chunker.offset)
+        return self.vocode(self.flow_mel(ids, final=True), final=True)
+
+    def flow_mel(self, ids: list[int], final: bool) -> torch.Tensor:
+        """The mel ``[1, mel, frames]`` of the next chunk (``final``: of all remaining tokens); follow with ``vocode``."""
+        if final:
+            return self.flow.final(ids, self.chunker.offset)
+        return self.flow.chunk(ids, self.chunker.offset, self.chunker.offset + self.chunker.hop, self.lookahead)
+
+    def flow_frames(self, n_tokens: int, final: bool) -> int | None:
+        """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
+        if not isinstance(self.flow, _IncrementalFlowStage):
+            return None
+        return self.flow.session.frames_to_compute(n_tokens - self.chunker.offset if final else self.chunker.hop)
+
+    @torch.inference_mode()
+    def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:
+        """Audio of the chunk whose mel ``flow_mel`` (or ``flow_mels``) returned; advances the schedule."""
+        if not final:
+            self.chunker.advance()
         self.chunks += 1
-        return self.vocoder(mel, final=True, generator=self.generator_for_call(self.vocoder.calls))
+        return self.vocoder(mel, final=final, generator=self.generator_for_call(self.vocoder.calls))
 
     def close(self) -> None:
         self.flow.close()
         self.vocoder.close()
+
+
+@torch.inference_mode()
+def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[bool]) -> list[torch.Tensor]:
+    """``flow_mel`` of several requests; the incremental ones run through ``IncrementalFlow.push_many`` (their
+    estimator calls batched where frame counts match). On an error every request given may be unusable."""
+    from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
+
+    mels: list[torch.Tensor | None] = [None] * len(synths)
+    batch = [i for i, s in enumerate(synths) if isinstance(s.flow, _IncrementalFlowStage)]
+    if len(batch) > 1:
+        args = []
+        for i in batch:
+            synth = synths[i]
+            end = None if finals[i] else synth.chunker.offset + synth.chunker.hop
+            args.append(_IncrementalFlowStage.push_args(ids[i], synth.chunker.offset, end, synth.lookahead))
+        tokens, lookaheads, final_flags = (list(column) for column in zip(*args))
+        outs = IncrementalFlow.push_many([synths[i].flow.session for i in batch], tokens, lookaheads, final_flags)
+        for i, mel in zip(batch, outs):
+            mels[i] = mel
+    for i, synth in enumerate(synths):
+        if mels[i] is None:
+            mels[i] = synth.flow_mel(ids[i], finals[i])
+    return mels
 
 
 class _StreamingVocoder:

@@ -93,3 +93,46 @@ class StreamCache:
                 tensors = value if isinstance(value, tuple) else (value,)
                 total += sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
         return total
+
+
+class RowStreamCaches:
+    """The ``StreamCache`` s of several streams for one batched call (``n`` streams, batch ``k * n`` rows).
+
+    Row ``r`` belongs to stream ``r % n``: the batch is ``k`` blocks of ``n`` rows (e.g. classifier-free guidance's
+    conditional block then unconditional block), and each stream's own cache holds its ``k`` rows in block order.
+    The streams may be at different positions (``start``/``commit`` set on each cache); layers that support it
+    split the rows per stream (:meth:`split`), continue each from its own state and stack the results (:meth:`merge`).
+    """
+
+    def __init__(self, caches: list[StreamCache]) -> None:
+        if not caches:
+            raise ValueError("RowStreamCaches needs at least one stream cache")
+        self.caches = list(caches)
+
+    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``[k * n, ...]`` -> n tensors ``[k, ...]`` (stream i's rows ``i, i + n, ...``)."""
+        n = len(self.caches)
+        if x.size(0) % n:
+            raise ValueError(f"batch of {x.size(0)} rows is not a multiple of {n} streams")
+        return [x[i::n] for i in range(n)]
+
+    def merge(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """Inverse of :meth:`split`: n tensors ``[k, ...]`` -> ``[k * n, ...]``."""
+        stacked = torch.stack(parts, dim=1)  # [k, n, ...]
+        return stacked.reshape(-1, *stacked.shape[2:])
+
+    def left_context(self, layer: Hashable, x: torch.Tensor, frames: int, zero_fill: bool = True) -> torch.Tensor:
+        """Per-stream :meth:`StreamCache.left_context`, stacked (needs ``zero_fill`` so every stream gets ``frames``)."""
+        if not zero_fill:
+            raise ValueError("batched left context needs zero_fill (equal history lengths)")
+        n = len(self.caches)
+        pasts = []
+        for cache in self.caches:
+            if cache.commit > x.size(-1):
+                raise ValueError(f"commit {cache.commit} exceeds the {x.size(-1)} input frames")
+            past = cache.get(layer)
+            pasts.append(x.new_zeros(x.size(0) // n, x.size(1), frames) if past is None else past)
+        full = torch.cat([self.merge(pasts), x], dim=-1)  # one copy of x for all streams (not one per stream)
+        for i, cache in enumerate(self.caches):
+            cache.set(layer, full[i::n, :, cache.commit : frames + cache.commit].clone())
+        return full

@@ -19,7 +19,7 @@ from torch import nn
 
 from cadenza.layers.masks import attention_mask, mask_to_bias
 from cadenza.layers.per_sample_masks import per_sample_attention_mask
-from cadenza.layers.stream_cache import StreamCache
+from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 from cadenza.models.cosyvoice2.config import EstimatorConfig
 from cadenza.models.cosyvoice2.flow_estimator_blocks import (
     CONV_KERNEL,
@@ -126,11 +126,12 @@ class CausalConditionalDecoder(nn.Module):
         spks: torch.Tensor | None = None,
         cond: torch.Tensor | None = None,
         streaming: bool = False,
-        cache: StreamCache | None = None,
+        cache: StreamCache | RowStreamCaches | None = None,
         chunk_sizes: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]`` (1 = valid frame); t ``[B]``; spks ``[B, mel]``; cache:
-        the T frames follow ``cache.start`` cached ones (needs ``streaming``), ``cache.commit`` of them are kept;
+        the T frames follow ``cache.start`` cached ones (needs ``streaming``), ``cache.commit`` of them are kept
+        (``RowStreamCaches``: per stream, batch rows split as it says);
         chunk_sizes ``[B]`` (training with mixed masks): each row's attention chunk in frames (0 = full, 1 = causal)
         instead of ``streaming``.
 
@@ -147,10 +148,16 @@ class CausalConditionalDecoder(nn.Module):
         h = torch.cat(parts, dim=1)
         biases: dict[int, torch.Tensor] = {}  # one attention bias per U-Net level, shared by its stacks
 
-        def bias_for(level_mask: torch.Tensor) -> torch.Tensor:
+        def bias_for(level_mask: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
             if id(level_mask) not in biases:
-                past = 0 if cache is None else cache.start
-                biases[id(level_mask)] = self.attention_bias(level_mask, streaming, x.dtype, past, chunk_sizes)
+                if isinstance(cache, RowStreamCaches):  # one bias per stream: their cached lengths differ
+                    biases[id(level_mask)] = [
+                        self.attention_bias(m, streaming, x.dtype, c.start)
+                        for c, m in zip(cache.caches, cache.split(level_mask))
+                    ]
+                else:
+                    past = 0 if cache is None else cache.start
+                    biases[id(level_mask)] = self.attention_bias(level_mask, streaming, x.dtype, past, chunk_sizes)
             return biases[id(level_mask)]
 
         hiddens, masks = [], [mask]

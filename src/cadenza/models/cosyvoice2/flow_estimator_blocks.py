@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadenza.layers.stream_cache import StreamCache
+from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 
 FF_MULT = 4  # diffusers FeedForward default: inner width = 4 x dim
 CONV_KERNEL = 3  # every causal conv of the U-Net
@@ -153,22 +153,37 @@ class SelfAttention(nn.Module):
         """x ``[B, T, dim]``, bias ``[B, 1, T, T]`` (additive) -> ``[B, T, dim]``.
 
         With ``cache`` the T positions follow the cached ones and bias is ``[B, 1, T, K]`` for the last ``K <= past + T``
-        keys; the keys/values of the first ``cache.commit`` positions are kept.
+        keys; the keys/values of the first ``cache.commit`` positions are kept. With ``RowStreamCaches`` bias is a
+        list with one such bias per stream (streams may have different cached lengths).
         """
         q, k, v = self.project_qkv(x)
         if cache is None:
             out = attend(q, k, v, bias)  # [B, H, T, head_dim]
+        elif isinstance(cache, RowStreamCaches):  # several streams: each row attends over its own cached keys
+            n = len(cache.caches)
+            rows = q.new_empty(q.size(0), q.size(2), q.size(1), q.size(3))  # [B, T, H, D]: the layout to_out reads
+            for i, part in enumerate(zip(cache.caches, cache.split(q), cache.split(k), cache.split(v), bias)):
+                rows[i::n] = self._attend_cached(*part).transpose(1, 2)
+            out = rows.transpose(1, 2)
         else:
-            kv = cache.kv(self)
-            past = kv.length
-            k, v = kv.append(0, k, v)
-            if bias is not None and bias.size(-1) < k.size(2):  # limited left context: only the keys bias covers
-                k, v = k[:, :, k.size(2) - bias.size(-1) :], v[:, :, v.size(2) - bias.size(-1) :]
-            out = attend(q, k, v, bias)
-            kv.crop(past + cache.commit)
+            out = self._attend_cached(cache, q, k, v, bias)
         batch, heads, _, head_dim = out.shape
         out = out.transpose(1, 2).reshape(batch, -1, heads * head_dim).to(q.dtype)
         return self.to_out[1](self.to_out[0](out))
+
+
+    def _attend_cached(
+        self, cache: StreamCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """q/k/v ``[B, H, T, D]`` of positions after ``cache``'s; keeps the first ``cache.commit`` keys/values."""
+        kv = cache.kv(self)
+        past = kv.length
+        k, v = kv.append(0, k, v)
+        if bias is not None and bias.size(-1) < k.size(2):  # limited left context: only the keys bias covers
+            k, v = k[:, :, k.size(2) - bias.size(-1) :], v[:, :, v.size(2) - bias.size(-1) :]
+        out = attend(q, k, v, bias)
+        kv.crop(past + cache.commit)
+        return out
 
 
 class GELUProjection(nn.Module):

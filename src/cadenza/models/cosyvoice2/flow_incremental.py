@@ -21,11 +21,43 @@ multiples of the chunk) nothing is ever recomputed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import torch
 
 from cadenza.errors import InputError
-from cadenza.layers.stream_cache import StreamCache
+from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
+from cadenza.models.cosyvoice2.cfm import time_grid
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+
+
+class _Step(NamedTuple):
+    """One push's CFM inputs and the positions to commit once it ran (frames ``[f_start, f_end)``)."""
+
+    ids: torch.Tensor  # [1, n] pending + new tokens
+    commit: int  # tokens whose encoder state is final after this push
+    mu: torch.Tensor  # [1, mel, f_end - f_start]
+    cond: torch.Tensor  # [1, mel, f_end - f_start]
+    mask: torch.Tensor  # [1, 1, f_end - f_start]
+    f_start: int
+    f_end: int
+    f_commit: int  # frames whose estimator state is final after this push
+    final: bool
+
+
+def _decode_batch(sessions: list[IncrementalFlow], steps: list[_Step]) -> torch.Tensor:
+    """The CFM of several sessions' equal-length steps in one batch -> mel ``[n, mel, T]`` (``flow.decoder``'s
+    ``forward``, with each session's own noise offset, speaker and per-step caches)."""
+    cfm = sessions[0]._flow.decoder
+    mu = torch.cat([s.mu for s in steps])
+    # temperature 1 (as ``push``): the noise is used as is
+    z = torch.cat([cfm.initial_noise(s.f_end, mu.device, mu.dtype, s.f_start) for s in steps])
+    t_span = time_grid(cfm.n_timesteps, cfm.t_scheduler, mu.device, mu.dtype)
+    caches = [RowStreamCaches([session._step_caches[k] for session in sessions]) for k in range(cfm.n_timesteps)]
+    spks = torch.cat([session._spks for session in sessions])
+    return cfm.solve_euler(z, t_span, mu, torch.cat([s.mask for s in steps]), spks, torch.cat([s.cond for s in steps]),
+                           streaming=True, caches=caches)
 
 
 class IncrementalFlow:
@@ -84,6 +116,11 @@ class IncrementalFlow:
         """Mel frames returned so far (``ratio`` x the tokens pushed)."""
         return self._emitted - self._prompt_feat.size(1)
 
+    def frames_to_compute(self, n_tokens: int) -> int:
+        """Estimator frames a push of ``n_tokens`` new tokens runs (with the pending ones and the waiting ``mu``):
+        ``push_many`` batches the sessions whose counts are equal."""
+        return self._ratio * (self._tokens_done + self._pending.size(1) + n_tokens) - self._frames_done
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the caches (what ``close`` frees)."""
@@ -99,6 +136,75 @@ class IncrementalFlow:
         A shorter look-ahead than announced before is completed with the announced tokens (they are known to come
         next); a look-ahead that contradicts earlier ones raises ``InputError``.
         """
+        plan = self._accept(tokens, lookahead, final)
+        if isinstance(plan, torch.Tensor):
+            return plan
+        try:
+            step = self._encode(*plan)
+            mel = self._flow.decoder(step.mu, step.mask, self._spks, step.cond, streaming=True,
+                                     caches=self._step_caches, frame_offset=step.f_start)
+            return self._advance(step, mel)
+        except BaseException:
+            self.close()  # the caches may be half-updated: the session cannot continue
+            raise
+
+    @staticmethod
+    @torch.inference_mode()
+    def push_many(
+        sessions: Sequence[IncrementalFlow],
+        tokens: Sequence[torch.Tensor],
+        lookaheads: Sequence[torch.Tensor | None],
+        finals: Sequence[bool],
+    ) -> list[torch.Tensor]:
+        """``push`` on several sessions of one flow at once: returns each session's mel ``[1, mel, ratio * n_i]``.
+
+        The encoder runs per session; the CFM's estimator calls of sessions with equal frame counts run as one batch
+        (rows ``[cond_1 .. cond_n, uncond_1 .. uncond_n]``, each attending over its own cached keys), which is what
+        makes it cheaper than separate pushes. Results equal separate pushes up to float32 round-off of the batched
+        matrix products. If any push fails, every session given is closed (their states may be half-updated).
+        """
+        n = len(sessions)
+        if not (len(tokens) == len(lookaheads) == len(finals) == n):
+            raise InputError(f"push_many needs one tokens/lookahead/final per session, got {len(tokens)}, "
+                             f"{len(lookaheads)}, {len(finals)} for {n} sessions")
+        if len({id(s) for s in sessions}) != n:
+            raise InputError("push_many got the same session twice")
+        if len({id(s._flow) for s in sessions}) > 1:
+            raise InputError("push_many needs sessions of one flow")
+        outs: list[torch.Tensor | None] = [None] * n
+        try:
+            steps: dict[int, _Step] = {}
+            for i, session in enumerate(sessions):
+                plan = session._accept(tokens[i], lookaheads[i], finals[i])
+                if isinstance(plan, torch.Tensor):
+                    outs[i] = plan
+                else:
+                    steps[i] = session._encode(*plan)
+            groups: dict[int, list[int]] = {}
+            for i, step in steps.items():
+                groups.setdefault(step.mu.size(2), []).append(i)
+            for members in groups.values():
+                if len(members) == 1:
+                    i = members[0]
+                    session, step = sessions[i], steps[i]
+                    mel = session._flow.decoder(step.mu, step.mask, session._spks, step.cond, streaming=True,
+                                                caches=session._step_caches, frame_offset=step.f_start)
+                    outs[i] = session._advance(step, mel)
+                    continue
+                mel = _decode_batch([sessions[i] for i in members], [steps[i] for i in members])
+                for row, i in enumerate(members):
+                    outs[i] = sessions[i]._advance(steps[i], mel[row : row + 1])
+        except BaseException:
+            for session in sessions:
+                session.close()
+            raise
+        return outs
+
+    def _accept(
+        self, tokens: torch.Tensor, lookahead: torch.Tensor | None, final: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, bool] | torch.Tensor:
+        """Check a push and take its look-ahead: (ids to encode, look-ahead context, final), or the (empty) output
+        when there is nothing to compute."""
         if self._closed or self._finished:
             raise InputError("this IncrementalFlow is " + ("closed" if self._closed else "finished (final push done)"))
         device = self._pending.device
@@ -119,14 +225,11 @@ class IncrementalFlow:
         if ids.size(1) == 0:
             self._finished = final
             return self._prompt_feat.new_zeros(1, self._prompt_feat.size(2), 0).float()
-        try:
-            return self._compute(ids, context, final)
-        except BaseException:
-            self.close()  # the caches may be half-updated: the session cannot continue
-            raise
+        return ids, context, final
 
-    def _compute(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> torch.Tensor:
-        """Encode the pending + new tokens ``ids`` and run the CFM on the frames after the committed ones."""
+    def _encode(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> _Step:
+        """Encode the pending + new tokens ``ids``; position the estimator caches on the frames after the committed
+        ones and build the CFM inputs for them."""
         start, total = self._tokens_done, self._tokens_done + ids.size(1)
         # Tokens whose look-ahead is complete; of those, only complete chunks become final.
         known = total if final else min(total, total + context.size(1) - self._lookahead_len)
@@ -143,16 +246,19 @@ class IncrementalFlow:
             cache.at(f_start, f_commit - f_start)
         cond = self._flow.prompt_condition(self._prompt_feat, f_start, f_end, mu)
         mask = torch.ones(1, 1, f_end - f_start, device=mu.device, dtype=mu.dtype)
-        mel = self._flow.decoder(mu, mask, self._spks, cond, streaming=True, caches=self._step_caches,
-                                 frame_offset=f_start)
-        out = mel[:, :, self._emitted - f_start :].float()
+        return _Step(ids, commit, mu, cond, mask, f_start, f_end, f_commit, final)
 
-        self._emitted = f_end
-        self._pending = ids[:, commit - start :]
-        self._tokens_done = commit
-        self._mu_tail = mu[:, :, f_commit - f_start : r * commit - f_start] if r * commit > f_commit else None
-        self._frames_done = f_commit
-        self._finished = final
+    def _advance(self, step: _Step, mel: torch.Tensor) -> torch.Tensor:
+        """Commit the state after the CFM produced ``mel [1, mel, f_end - f_start]``; return the new frames."""
+        r, start = self._ratio, self._tokens_done
+        out = mel[:, :, self._emitted - step.f_start :].float()
+        self._emitted = step.f_end
+        self._pending = step.ids[:, step.commit - start :]
+        self._tokens_done = step.commit
+        self._mu_tail = (step.mu[:, :, step.f_commit - step.f_start : r * step.commit - step.f_start]
+                         if r * step.commit > step.f_commit else None)
+        self._frames_done = step.f_commit
+        self._finished = step.final
         return out
 
     def _merge_lookahead(self, tokens: torch.Tensor, lookahead: torch.Tensor, final: bool) -> torch.Tensor:
