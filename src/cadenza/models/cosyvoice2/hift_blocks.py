@@ -49,7 +49,8 @@ def periodic_hann(n_fft: int) -> torch.Tensor:
 
     Computed in float64 and rounded once, as the reference does with scipy.
     """
-    return torch.hann_window(n_fft, periodic=True, dtype=torch.float64).to(torch.float32)
+    # Explicitly on the CPU: the loader builds models on the meta device, and this buffer is not in the checkpoint.
+    return torch.hann_window(n_fft, periodic=True, dtype=torch.float64, device="cpu").to(torch.float32)
 
 
 def stft_real_imag(x: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:

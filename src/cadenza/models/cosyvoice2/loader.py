@@ -90,9 +90,11 @@ def load_cosyvoice2_weights(
 ) -> CosyVoice2Model:
     """Build the three networks from the config and load their weights strictly."""
     config = CosyVoice2Config.from_files(files.config, files.qwen_config)
-    # Built on the CPU, not the meta device: modules own non-persistent buffers (the CFM's fixed noise, positional
-    # tables) that are not in the state dicts and must be computed, not assigned.
-    model = CosyVoice2Model(config)
+    # Built on the meta device: no random initialisation of ~620M parameters that the checkpoint overwrites anyway,
+    # and no second copy in memory (the loaded tensors are assigned). The few tensors that are not in the
+    # checkpoints (the CFM's fixed noise, the STFT window, positional tables) are created on the CPU explicitly.
+    with torch.device("meta"):
+        model = CosyVoice2Model(config)
     load_into(model.lm, read_torch_state_dict(files.weights["llm.pt"]), "llm.pt", ignore=LM_IGNORED_KEYS)
     load_into(model.flow, read_torch_state_dict(files.weights["flow.pt"]), "flow.pt")
     hift_sd = read_torch_state_dict(files.weights["hift.pt"])
