@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from cadenza.audio.mel import flow_prompt_mel
+from cadenza.audio.pitch import yin_f0
 from cadenza.audio.resample import resample
-from cadenza.data.f0 import yin_f0
 from cadenza.errors import InputError
 from cadenza.models.cosyvoice2.config import MelConfig
 
