@@ -26,7 +26,10 @@ class ServerState:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.prompts = VoicePrompts(self.tts, self.voices, self.config.prompt_cache_size)
+        shared = getattr(self.tts, "voice_prompts", None)
+        # One feature cache per store: share the API's when the server serves the same store.
+        self.prompts = (shared if shared is not None and getattr(self.tts, "voices", None) is self.voices
+                        else VoicePrompts(self.tts, self.voices, self.config.prompt_cache_size))
         self.admission = Admission(self.config.max_concurrency, self.config.retry_after_s)
 
     @property
