@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from cadenza.cli.data import add_data_parser, run_data
+from cadenza.cli.evaluate import add_eval_parser, run_eval
 from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
 from cadenza.cli.train import add_train_parser, run_train
 from cadenza.errors import CadenzaError
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_train_parser(sub)
     add_data_parser(sub)
+    add_eval_parser(sub)
 
     spk = sub.add_parser("speakers", help="list saved speakers, or save a new one with --add")
     _model_arg(spk)
@@ -219,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
-         "serve": run_serve, "train": run_train, "data": run_data}[args.command](args)
+         "serve": run_serve, "train": run_train, "data": run_data,
+         "eval": run_eval}[args.command](args)
     except CadenzaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
