@@ -252,3 +252,24 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
     assert all((out / name).is_file() for name in ("hift.pt", "cosyvoice2.yaml"))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert lines and math.isfinite(json.loads(lines[-1])["loss"])
+
+
+def test_adversarial_start_trains_the_generator_alone_first(data_dir):
+    """Before ``adversarial_start`` only the mel + f0 losses train the generator (the discriminator is untouched);
+    from that step on the GAN turns run."""
+    with _single_thread():
+        torch.manual_seed(0)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 3}}, data_dir)
+        stage.setup(torch.device("cpu"), lambda m: m)
+        d_before = {k: v.clone() for k, v in stage.discriminator.state_dict().items()}
+        g_before = {k: v.clone() for k, v in stage.generator.state_dict().items()}
+        batch = [stage.dataset()[i] for i in range(3)]
+        warm = [stage.train_step(batch, step) for step in range(3)]
+        assert all(m["loss_d"] == 0.0 and m["loss_adv"] == 0.0 and m["loss_mel"] > 0 for m in warm)
+        assert all(torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
+        assert any(not torch.equal(v, g_before[k]) for k, v in stage.generator.state_dict().items())
+        gan = stage.train_step(batch, 3)
+        assert gan["loss_d"] > 0 and gan["loss_adv"] > 0
+        assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
+    with pytest.raises(InputError, match="adversarial_start"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, data_dir)

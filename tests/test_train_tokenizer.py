@@ -27,7 +27,12 @@ from cadenza.models.speech_tokenizer import (
     load_speech_tokenizer,
     save_speech_tokenizer,
 )
-from cadenza.training.speech_tokenizer_stage import SpeechTokenizerStage, code_statistics, edit_distance
+from cadenza.training.speech_tokenizer_stage import (
+    SpeechTokenizerStage,
+    code_statistics,
+    collate_mels,
+    edit_distance,
+)
 
 SR = 16000
 TONES = {"a": 300.0, "b": 520.0, "c": 800.0, "d": 1250.0, "e": 1900.0, "f": 2900.0}
@@ -234,3 +239,37 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
     assert all((out / name).is_file() for name in ("speech_tokenizer.safetensors", "speech_tokenizer.json"))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert lines and math.isfinite(json.loads(lines[-1])["loss"])
+
+
+def test_reconstruction_loss_keeps_codes_in_use(data_dir):
+    """The auxiliary log-mel reconstruction: its head predicts [B, n_mels, tokens * 4], its loss falls and adds to
+    the CTC loss with its weight; weight 0 leaves the CTC-only objective untouched."""
+    def run(weight: float) -> tuple[list[dict], SpeechTokenizerStage]:
+        config = {"train": {"optim": {"lr": 3e-3, "warmup_steps": 5}, "max_steps": 40},
+                  "tokenizer": {"model": TINY, "heldout_fraction": 0.15, "reconstruction_weight": weight}}
+        stage = SpeechTokenizerStage(config, data_dir)
+        torch.manual_seed(0)
+        stage.setup(torch.device("cpu"), lambda m: m)
+        loader = torch.utils.data.DataLoader(stage.dataset(), batch_size=8, shuffle=False, collate_fn=stage.collate,
+                                             drop_last=True)
+        metrics: list[dict] = []
+        while len(metrics) < 40:
+            for batch in loader:
+                metrics.append(stage.train_step(batch, len(metrics)))
+                if len(metrics) == 40:
+                    break
+        return metrics, stage
+
+    with_recon, stage = run(2.0)
+    batch = collate_mels([stage.dataset()[0]])
+    out = stage.model(batch["mel"], batch["mel_lengths"])
+    assert out.mel.shape == (1, TINY["n_mels"], out.log_probs.shape[1] * 4)
+    first = sum(m["mel_l1"] for m in with_recon[:5]) / 5
+    last = sum(m["mel_l1"] for m in with_recon[-5:]) / 5
+    assert last < 0.8 * first, (first, last)
+    assert all(m["loss"] == pytest.approx(m["ctc_loss"] + 2.0 * m["mel_l1"], rel=1e-5) for m in with_recon)
+    ctc_only, _ = run(0.0)
+    assert all(m["mel_l1"] == 0.0 for m in ctc_only) and ctc_only[0]["loss"] == ctc_only[0]["ctc_loss"]
+    assert stage.evaluate()["heldout_codebook_utilization"] > 0
+    with pytest.raises(InputError):
+        SpeechTokenizerStage({"tokenizer": {"model": TINY, "reconstruction_weigth": 1.0}}, data_dir)

@@ -62,6 +62,7 @@ EXPORT_NAME = "hift.pt"
 class HiFTStageConfig:
     segment_samples: int = 24480
     weight_norm: bool = True
+    adversarial_start: int = 0  # steps of mel/f0-only generator training before the GAN losses switch on
     init_hift: str | None = None
     f0_range: tuple[float, float] = (70.0, 800.0)
     discriminator: dict = field(default_factory=dict)
@@ -73,6 +74,8 @@ class HiFTStageConfig:
     def __post_init__(self) -> None:
         if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
             raise InputError(f"hift.f0_range must be [low, high] Hz with 0 < low < high, got {self.f0_range!r}")
+        if self.adversarial_start < 0:
+            raise InputError(f"hift.adversarial_start must be >= 0, got {self.adversarial_start}")
 
 
 class GeneratorForward(nn.Module):
@@ -155,6 +158,21 @@ class HiFTStage(TrainingStage):
         with torch.no_grad():
             mel = flow_prompt_mel(speech, self.mel_cfg)  # the generator's input, from the crop (as the reference)
         lc = self.loss_cfg
+
+        if step < self.cfg.adversarial_start:
+            # Warm-up without discriminators (a third of the compute): the generator first learns the mel and f0
+            # regression, so the GAN starts from speech-like output instead of noise (useful on small budgets).
+            fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise)
+            loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
+            loss_f0 = f0_l1_loss(f0_pred, f0_target)
+            lr = self.opt_g.lr
+            grad_g = self.opt_g.step(lc.mel_weight * loss_mel + lc.f0_weight * loss_f0)
+            zero = torch.zeros((), device=self.device)
+            metrics = {"loss": lc.mel_weight * loss_mel + lc.f0_weight * loss_f0, "loss_d": zero,
+                       "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
+                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0}
+            return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
+                    "lr": lr}
 
         # Discriminator turn.
         with torch.no_grad():

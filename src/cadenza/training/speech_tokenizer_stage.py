@@ -54,6 +54,7 @@ class TokenizerStageConfig:
     split_seed: int = 0
     eval_every: int = 0
     eval_max_utterances: int = 200
+    reconstruction_weight: float = 0.0  # > 0: auxiliary L1 loss predicting the input log-mel from the codes
     data_format: str = "auto"
     manifest: str = MANIFEST_NAME
     shard_sample_rate: int = 24000
@@ -93,6 +94,15 @@ def collate_mels(items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
     truncated = torch.tensor([bool(it["truncated"]) for it in items])
     return {"mel": mel, "mel_lengths": mel_lengths, "labels": labels, "label_lengths": label_lengths,
             "truncated": truncated}
+
+
+def masked_mel_l1(pred: torch.Tensor, mel: torch.Tensor, mel_lengths: torch.Tensor) -> torch.Tensor:
+    """Mean |pred - mel| over real frames: ``pred [B, n_mels, T2]`` (T2 = tokens x downsample <= T), ``mel
+    [B, n_mels, T]``, ``mel_lengths [B]``."""
+    t = pred.shape[-1]
+    valid = (torch.arange(t, device=mel.device)[None, :] < mel_lengths[:, None]).unsqueeze(1).to(pred.dtype)
+    diff = (pred.float() - mel[..., :t].float()).abs() * valid
+    return diff.sum() / (valid.sum() * mel.shape[1]).clamp_min(1.0)
 
 
 def ctc_greedy(log_probs: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
@@ -161,7 +171,8 @@ class SpeechTokenizerStage(TrainingStage):
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         self._prepare()
         self.device = torch.device(device)
-        self.model = SupervisedSpeechTokenizer(self.cfg).to(self.device).train()
+        self.model = SupervisedSpeechTokenizer(self.cfg, reconstruct=self.stage_cfg.reconstruction_weight > 0)
+        self.model = self.model.to(self.device).train()
         self.wrapped = wrap(self.model)
         self.opt = Optimization(self.model.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
 
@@ -177,10 +188,16 @@ class SpeechTokenizerStage(TrainingStage):
         out = self.wrapped(mel, batch["mel_lengths"].to(self.device))
         loss = F.ctc_loss(out.log_probs.transpose(0, 1), batch["labels"].to(self.device), out.lengths,
                           batch["label_lengths"].to(self.device), blank=BLANK, reduction="mean", zero_infinity=True)
+        ctc = loss
+        recon = torch.zeros(())
+        if self.stage_cfg.reconstruction_weight > 0:
+            recon = masked_mel_l1(out.mel, mel, batch["mel_lengths"].to(self.device))
+            loss = ctc + self.stage_cfg.reconstruction_weight * recon
         lr = self.opt.lr
         grad = self.opt.step(loss)
         valid = out.ids[out.ids >= 0]
-        metrics = {"loss": float(loss.detach()), "grad_norm": grad, "lr": lr,
+        metrics = {"loss": float(loss.detach()), "ctc_loss": float(ctc.detach()), "mel_l1": float(recon.detach()),
+                   "grad_norm": grad, "lr": lr,
                    "batch_code_utilization": float(valid.unique().numel() / self.cfg.codebook_size),
                    "truncated": float(batch["truncated"].sum())}
         if self.stage_cfg.eval_every > 0 and (step + 1) % self.stage_cfg.eval_every == 0:

@@ -78,18 +78,25 @@ class SupervisedOutput(NamedTuple):
         log_probs: ``[B, T', vocab_size]`` CTC log-probabilities (blank = 0).
         lengths: ``[B]`` real token frames per utterance.
         ids: ``[B, T']`` token ids (-1 on padding), without gradient.
+        mel: ``[B, n_mels, T' * downsample]`` the input log-mel predicted back from the codes (only with
+            ``reconstruct=True``; else an empty tensor).
     """
 
     log_probs: torch.Tensor
     lengths: torch.Tensor
     ids: torch.Tensor
+    mel: torch.Tensor
 
 
 class SupervisedSpeechTokenizer(nn.Module):
     """Tokenizer + (up-projection ->) Encoder2 -> linear CTC head; the straight-through estimator lets the ASR
-    gradient reach Encoder1 through the rounding."""
+    gradient reach Encoder1 through the rounding.
 
-    def __init__(self, cfg: SpeechTokenizerConfig) -> None:
+    ``reconstruct=True`` adds a linear head predicting the input log-mel from Encoder2's output (an auxiliary
+    training loss: its dense per-frame gradient keeps the codes in use from the first steps, while the CTC loss
+    alone sits on its all-blank plateau for many steps with the codebook collapsed to a few ids)."""
+
+    def __init__(self, cfg: SpeechTokenizerConfig, reconstruct: bool = False) -> None:
         super().__init__()
         if cfg.vocab_size < 2:
             raise InputError("the supervised tokenizer needs an ASR vocabulary: set vocab_size (blank + symbols)")
@@ -97,6 +104,7 @@ class SupervisedSpeechTokenizer(nn.Module):
         self.tokenizer = SpeechTokenizerModel(cfg)
         self.encoder2 = TransformerEncoder(cfg, cfg.encoder2_layers)
         self.asr_head = nn.Linear(cfg.hidden_size, cfg.vocab_size)
+        self.mel_head = nn.Linear(cfg.hidden_size, cfg.n_mels * cfg.downsample) if reconstruct else None
 
     def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor) -> SupervisedOutput:
         hidden, mask = self.tokenizer.encode(mel, mel_lengths)
@@ -104,4 +112,8 @@ class SupervisedSpeechTokenizer(nn.Module):
             ids = codes_to_index(self.tokenizer.codes(hidden), self.cfg.fsq_scale).masked_fill(~mask, -1)
         x = self.encoder2(self.tokenizer.quantizer(hidden), mask)
         log_probs = torch.log_softmax(self.asr_head(x).float(), dim=-1)
-        return SupervisedOutput(log_probs=log_probs, lengths=mask.sum(1), ids=ids)
+        mel_out = x.new_zeros(0)
+        if self.mel_head is not None:  # [B, T', n_mels * ds] -> [B, n_mels, T' * ds] (frame-major within a token)
+            b, t, _ = x.shape
+            mel_out = self.mel_head(x).reshape(b, t * self.cfg.downsample, self.cfg.n_mels).transpose(1, 2)
+        return SupervisedOutput(log_probs=log_probs, lengths=mask.sum(1), ids=ids, mel=mel_out)
