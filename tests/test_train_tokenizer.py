@@ -263,7 +263,7 @@ def test_reconstruction_loss_keeps_codes_in_use(data_dir):
     with_recon, stage = run(2.0)
     batch = collate_mels([stage.dataset()[0]])
     out = stage.model(batch["mel"], batch["mel_lengths"])
-    assert out.mel.shape == (1, TINY["n_mels"], out.log_probs.shape[1] * 4)
+    assert out.mel.shape == (1, stage.cfg.n_mels, out.log_probs.shape[1] * 4)
     first = sum(m["mel_l1"] for m in with_recon[:5]) / 5
     last = sum(m["mel_l1"] for m in with_recon[-5:]) / 5
     assert last < 0.8 * first, (first, last)
