@@ -244,9 +244,10 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
 def test_reconstruction_loss_keeps_codes_in_use(data_dir):
     """The auxiliary log-mel reconstruction: its head predicts [B, n_mels, tokens * 4], its loss falls and adds to
     the CTC loss with its weight; weight 0 leaves the CTC-only objective untouched."""
-    def run(weight: float) -> tuple[list[dict], SpeechTokenizerStage]:
+    def run(weight: float, saturation: float = 0.0) -> tuple[list[dict], SpeechTokenizerStage]:
         config = {"train": {"optim": {"lr": 3e-3, "warmup_steps": 5}, "max_steps": 40},
-                  "tokenizer": {"model": TINY, "heldout_fraction": 0.15, "reconstruction_weight": weight}}
+                  "tokenizer": {"model": TINY, "heldout_fraction": 0.15, "reconstruction_weight": weight,
+                                "saturation_weight": saturation}}
         stage = SpeechTokenizerStage(config, data_dir)
         torch.manual_seed(0)
         stage.setup(torch.device("cpu"), lambda m: m)
@@ -260,14 +261,20 @@ def test_reconstruction_loss_keeps_codes_in_use(data_dir):
                     break
         return metrics, stage
 
-    with_recon, stage = run(2.0)
+    with_recon, stage = run(2.0, saturation=1.0)
     batch = collate_mels([stage.dataset()[0]])
     out = stage.model(batch["mel"], batch["mel_lengths"])
     assert out.mel.shape == (1, stage.cfg.n_mels, out.log_probs.shape[1] * 4)
     first = sum(m["mel_l1"] for m in with_recon[:5]) / 5
     last = sum(m["mel_l1"] for m in with_recon[-5:]) / 5
     assert last < 0.8 * first, (first, last)
-    assert all(m["loss"] == pytest.approx(m["ctc_loss"] + 2.0 * m["mel_l1"], rel=1e-5) for m in with_recon)
+    assert all(m["loss"] == pytest.approx(m["ctc_loss"] + 2.0 * m["mel_l1"] + m["fsq_saturation"], rel=1e-5)
+               for m in with_recon)
+    # The saturation term is the mean squared excess of |pre-tanh| over the knee, on real frames only.
+    hidden, mask = stage.model.tokenizer.encode(batch["mel"], batch["mel_lengths"])
+    pre = stage.model.tokenizer.quantizer.in_proj(hidden)[mask]
+    expected = torch.relu(pre.abs() - 1.5).pow(2).mean()
+    assert float(out.saturation.detach()) == pytest.approx(float(expected.detach()), rel=1e-5, abs=1e-9)
     ctc_only, _ = run(0.0)
     assert all(m["mel_l1"] == 0.0 for m in ctc_only) and ctc_only[0]["loss"] == ctc_only[0]["ctc_loss"]
     assert stage.evaluate()["heldout_codebook_utilization"] > 0

@@ -55,6 +55,7 @@ class TokenizerStageConfig:
     eval_every: int = 0
     eval_max_utterances: int = 200
     reconstruction_weight: float = 0.0  # > 0: auxiliary L1 loss predicting the input log-mel from the codes
+    saturation_weight: float = 0.0  # > 0: penalise FSQ latents deep in tanh's tails (frozen code dimensions)
     data_format: str = "auto"
     manifest: str = MANIFEST_NAME
     shard_sample_rate: int = 24000
@@ -193,10 +194,13 @@ class SpeechTokenizerStage(TrainingStage):
         if self.stage_cfg.reconstruction_weight > 0:
             recon = masked_mel_l1(out.mel, mel, batch["mel_lengths"].to(self.device))
             loss = ctc + self.stage_cfg.reconstruction_weight * recon
+        if self.stage_cfg.saturation_weight > 0:
+            loss = loss + self.stage_cfg.saturation_weight * out.saturation
         lr = self.opt.lr
         grad = self.opt.step(loss)
         valid = out.ids[out.ids >= 0]
         metrics = {"loss": float(loss.detach()), "ctc_loss": float(ctc.detach()), "mel_l1": float(recon.detach()),
+                   "fsq_saturation": float(out.saturation.detach()),
                    "grad_norm": grad, "lr": lr,
                    "batch_code_utilization": float(valid.unique().numel() / self.cfg.codebook_size),
                    "truncated": float(batch["truncated"].sum())}

@@ -71,6 +71,9 @@ class SpeechTokenizerModel(nn.Module):
         return self.quantizer.out_proj(codes / self.cfg.fsq_scale)
 
 
+SATURATION_KNEE = 1.5  # |pre-tanh activation| above which tanh' < 0.2: the latent is nearly frozen
+
+
 class SupervisedOutput(NamedTuple):
     """Training forward of :class:`SupervisedSpeechTokenizer` (a named tuple, which DDP and pytree traverse).
 
@@ -80,12 +83,16 @@ class SupervisedOutput(NamedTuple):
         ids: ``[B, T']`` token ids (-1 on padding), without gradient.
         mel: ``[B, n_mels, T' * downsample]`` the input log-mel predicted back from the codes (only with
             ``reconstruct=True``; else an empty tensor).
+        saturation: ``[]`` mean of ``relu(|a| - 1.5)^2`` over the quantiser's pre-tanh activations ``a`` of real
+            frames: > 0 when latents sit deep in tanh's flat tails, where the straight-through gradient vanishes and
+            the latent dimension freezes at one code value (a training regulariser may penalise it).
     """
 
     log_probs: torch.Tensor
     lengths: torch.Tensor
     ids: torch.Tensor
     mel: torch.Tensor
+    saturation: torch.Tensor
 
 
 class SupervisedSpeechTokenizer(nn.Module):
@@ -116,4 +123,7 @@ class SupervisedSpeechTokenizer(nn.Module):
         if self.mel_head is not None:  # [B, T', n_mels * ds] -> [B, n_mels, T' * ds] (frame-major within a token)
             b, t, _ = x.shape
             mel_out = self.mel_head(x).reshape(b, t * self.cfg.downsample, self.cfg.n_mels).transpose(1, 2)
-        return SupervisedOutput(log_probs=log_probs, lengths=mask.sum(1), ids=ids, mel=mel_out)
+        pre = self.tokenizer.quantizer.in_proj(hidden)
+        excess = torch.relu(pre.abs() - SATURATION_KNEE).pow(2).mean(-1)
+        saturation = (excess * mask).sum() / mask.sum().clamp_min(1)
+        return SupervisedOutput(log_probs=log_probs, lengths=mask.sum(1), ids=ids, mel=mel_out, saturation=saturation)
