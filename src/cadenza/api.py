@@ -18,6 +18,7 @@ import torch
 from cadenza.audio.io import AudioSource, load_audio, save_wav
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
+from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.request import SynthesisRequest
@@ -63,12 +64,16 @@ class Cadenza:
         self.directory = directory
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
         self.voice_prompts = VoicePrompts(self, voices) if voices is not None else None
+        # The voice used when a request names none (cadenza.json's default_speaker; else an arbitrary voice).
+        default = read_model_metadata(directory).get("default_speaker")
+        self.default_speaker = default if isinstance(default, str) and default in engine.speakers else None
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                        voices_dir: str | os.PathLike | None = None) -> Cadenza:
-        """Load a released CosyVoice 2 directory (unchanged); ``voices_dir`` opens a saved-voice store."""
-        directory = Path(path).expanduser()
+    def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
+                        dtype: torch.dtype = torch.float32, voices_dir: str | os.PathLike | None = None) -> Cadenza:
+        """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
+        ``voices_dir`` opens a saved-voice store."""
+        directory = resolve_model_path(path)
         if directory.is_dir() and not is_cosyvoice2_dir(directory):
             inspect_directory(directory)  # raises with the list of what is missing
         files = inspect_directory(directory)
@@ -102,6 +107,10 @@ class Cadenza:
 
     def add_speaker(self, speaker_id: str, prompt_wav: PromptAudio, prompt_text: str, save: bool = True) -> None:
         """Save a zero-shot voice under ``speaker_id`` (written to ``spk2info.pt`` in the model directory)."""
+        if save and self.directory.resolve() == Path(__file__).resolve().parent / "assets" / BUILTIN_NAME:
+            raise InputError("the built-in model folder is part of the installed package and is not written to: "
+                             "save voices in a voice store instead (`cadenza serve` /v1/voices, or "
+                             "cadenza.voices.VoiceStore), or add_speaker(..., save=False) for this session")
         self.engine.speakers.add(speaker_id, self.voice_from_audio(prompt_wav, prompt_text))
         if save:
             self.engine.speakers.save(self.directory / "spk2info.pt")
@@ -134,8 +143,12 @@ class Cadenza:
         else:
             if transcript_given:
                 raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
-            voice, mode, lm_speech = None, "default_voice", None
-            log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
+            if self.default_speaker is not None:
+                voice, mode = eng.speakers.get(self.default_speaker), "speaker"
+                lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
+            else:
+                voice, mode, lm_speech = None, "default_voice", None
+                log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
         if instruct is not None:
             mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
         return voice, mode, lm_text, lm_speech
@@ -287,8 +300,10 @@ def model_family(path: str | os.PathLike) -> str:
     raise CheckpointError(f"{directory} is neither a CosyVoice 2 nor a VoxCPM 2 model directory")
 
 
-def load(path: str | os.PathLike, **kwargs):
-    """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``."""
+def load(path: str | os.PathLike | None = None, **kwargs):
+    """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
+    cadenza-tiny."""
+    path = resolve_model_path(path)
     if model_family(path) == "voxcpm2":
         from cadenza.api_voxcpm2 import VoxCPM2
 

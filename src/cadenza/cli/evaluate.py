@@ -27,7 +27,8 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``eval`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("eval", help="score a test list: WER, speaker similarity, latency (docs/evaluation.md)")
     p.add_argument("--model", default=os.environ.get(MODEL_ENV),
-                   help=f"model directory to synthesise with; default ${MODEL_ENV} (not used with --wavs)")
+                   help=f"model directory to synthesise with; default ${MODEL_ENV}, else the built-in "
+                   "cadenza-tiny (not used with --wavs)")
     p.add_argument("--device", default="cpu", help="torch device for synthesis (cpu, cuda, ...); scoring runs on CPU")
     p.add_argument("--voices-dir", help="saved-voice store for --speaker (default $CADENZA_VOICES_DIR or "
                    "~/.local/share/cadenza/voices when it exists)")
@@ -58,8 +59,6 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.limit is not None:
         items = items[: args.limit]
     synthesise = args.wavs is None and not args.ground_truth
-    if synthesise and not args.model:
-        raise CadenzaError(f"no model: pass --model DIR or set ${MODEL_ENV} (or score existing audio with --wavs)")
     if not synthesise and args.speaker:
         raise CadenzaError("--speaker applies only when synthesising (not with --wavs or --ground-truth)")
     check_inputs(items, wavs_dir=args.wavs, ground_truth=args.ground_truth,
@@ -71,8 +70,8 @@ def run_eval(args: argparse.Namespace) -> int:
         from cadenza.api import load
 
         voices = args.voices_dir or (str(default_voices_dir()) if default_voices_dir().is_dir() else None)
-        tts = load(args.model, device=args.device, voices_dir=voices)
-    meta = {"model": args.model if synthesise else None, "list": str(args.test_list),
+        tts = load(args.model or None, device=args.device, voices_dir=voices)  # None: the built-in cadenza-tiny
+    meta = {"model": str(getattr(tts, "directory", args.model)) if synthesise else None, "list": str(args.test_list),
             "wavs": args.wavs, "speaker": args.speaker}
     try:
         with tqdm(total=len(items), desc="eval", unit="utt", disable=None, file=sys.stderr) as bar:

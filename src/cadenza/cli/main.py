@@ -29,7 +29,8 @@ def _ids(value: str) -> list[int]:
 
 def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=os.environ.get(MODEL_ENV),
-                        help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}")
+                        help=f"model directory (CosyVoice 2 or VoxCPM 2 folder); default ${MODEL_ENV}, else the "
+                        "built-in cadenza-tiny")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     parser.add_argument("--voices-dir", help="saved-voice store (the one `cadenza serve` uses; default "
                         "$CADENZA_VOICES_DIR or ~/.local/share/cadenza/voices when it exists)")
@@ -103,10 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _load(args):
     from cadenza.api import load
 
-    if not args.model:
-        raise CadenzaError(f"no model: pass --model DIR or set ${MODEL_ENV}")
     voices = args.voices_dir or (str(default_voices_dir()) if default_voices_dir().is_dir() else None)
-    return load(args.model, device=args.device, voices_dir=voices)
+    return load(args.model or None, device=args.device, voices_dir=voices)  # None: the built-in cadenza-tiny
 
 
 def _read_text_file(path: str) -> str:

@@ -40,7 +40,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("serve", help="run the OpenAI-compatible speech server (HTTP + WebSocket)")
     p.add_argument("--model", default=os.environ.get("CADENZA_MODEL"),
-                   help="model directory (a released CosyVoice 2 folder); default $CADENZA_MODEL")
+                   help="model directory (a released CosyVoice 2 folder); default $CADENZA_MODEL, else the built-in "
+                   "cadenza-tiny")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     p.add_argument("--port", type=_positive, default=8000)
@@ -69,8 +70,6 @@ def run_serve(args: argparse.Namespace) -> None:
     from cadenza.api import Cadenza
     from cadenza.voices import VoiceStore
 
-    if not args.model:
-        raise CadenzaError("no model: pass --model DIR or set $CADENZA_MODEL")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     try:
         config = ServerConfig(api_key=api_key, max_concurrency=args.max_concurrency,
@@ -81,9 +80,9 @@ def run_serve(args: argparse.Namespace) -> None:
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set $%s)",
                     args.host, API_KEY_ENV)
     voices_dir = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
-    tts = Cadenza.from_pretrained(args.model, device=args.device)
+    tts = Cadenza.from_pretrained(args.model or None, device=args.device)  # None: the built-in cadenza-tiny
     voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
-    print(f"serving {args.model} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
+    print(f"serving {tts.directory} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
     try:
         uvicorn.run(create_app(tts, voices, config), host=args.host, port=args.port, log_level=args.log_level,
                     ws_max_size=WS_MAX_MESSAGE_BYTES, timeout_graceful_shutdown=10)

@@ -1,0 +1,114 @@
+"""Assemble the trained stages into the cadenza-tiny model folder (the layout `Cadenza.from_pretrained` reads).
+
+    python recipes/tiny/package.py --work WORK [--install]
+
+1. `assemble_model_dir` over WORK/runs/{tokenizer,speaker,lm,flow,hift} -> WORK/model_fp32 (strict load check);
+2. saved voices: every training voice, by name, from one of its corpus utterances (spk2info.pt);
+3. `cadenza.json`: name, default speaker, voice table, the recipe that made it;
+4. the weights stored in float16 (the loader computes in float32: `model.to(dtype)` after loading), which halves
+   the folder; the speaker encoder and the saved voices stay float32 (small, and precision-sensitive);
+5. a check that the float16 folder speaks like the float32 one; `--install` copies it into the package
+   (src/cadenza/assets/cadenza-tiny), replacing what is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+HERE = Path(__file__).resolve().parent
+PACKAGE_DIR = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
+DEFAULT_SPEAKER = "kumo"
+CHECK_TEXT = "The earth was formless and empty."
+
+
+def _pick_prompts(corpus: Path) -> dict[str, dict]:
+    """Per training voice, the utterance closest to 4.5 s (a typical zero-shot prompt length)."""
+    best: dict[str, tuple[float, dict]] = {}
+    for line in (corpus / "manifest.jsonl").read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        dur = sf.info(corpus / item["audio"]).duration
+        score = abs(dur - 4.5)
+        if item["speaker"] not in best or score < best[item["speaker"]][0]:
+            best[item["speaker"]] = (score, item)
+    return {k: v[1] for k, v in sorted(best.items())}
+
+
+def _to_half(path: Path) -> None:
+    if path.suffix == ".pt":
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        torch.save({k: v.half() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in state.items()}, path)
+    else:
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(path)
+        save_file({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, path)
+
+
+def _speak(model_dir: Path, speaker: str) -> np.ndarray:
+    from cadenza.api import Cadenza
+
+    tts = Cadenza.from_pretrained(model_dir)
+    try:
+        return tts.synthesize(CHECK_TEXT, speaker=speaker, seed=0).samples
+    finally:
+        tts.close()
+
+
+def package(work: Path, install: bool) -> Path:
+    from cadenza.api import Cadenza
+    from cadenza.training.export import assemble_model_dir
+
+    runs = work / "runs"
+    fp32 = work / "model_fp32"
+    shutil.rmtree(fp32, ignore_errors=True)
+    assemble_model_dir(runs / "tokenizer", runs / "speaker", runs / "lm", runs / "flow", runs / "hift", out=fp32)
+    voices = json.loads((work / "corpus" / "voices.json").read_text())
+    prompts = _pick_prompts(work / "corpus")
+    tts = Cadenza.from_pretrained(fp32)
+    for name, item in prompts.items():
+        tts.add_speaker(name, str(work / "corpus" / item["audio"]), item["text"], save=False)
+    tts.engine.speakers.save(fp32 / "spk2info.pt")
+    tts.close()
+    meta = {"format": "cadenza.model", "version": 1, "name": "cadenza-tiny", "default_speaker": DEFAULT_SPEAKER,
+            "voices": [{k: v[k] for k in ("name", "source", "licence", "heldout", "train_minutes")} for v in voices],
+            "speaker_prompts": {k: v["text"] for k, v in prompts.items()},
+            "weights_dtype": "float16", "recipe": "recipes/tiny (python recipes/tiny/run.py --work WORK)"}
+    (fp32 / "cadenza.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+    out = work / "model"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(fp32, out)
+    for name in ("llm.pt", "flow.pt", "hift.pt", "speech_tokenizer.safetensors"):
+        _to_half(out / name)
+    a, b = _speak(fp32, DEFAULT_SPEAKER), _speak(out, DEFAULT_SPEAKER)
+    n = min(len(a), len(b))
+    print(f"float32 {len(a) / 24000:.2f} s, float16 {len(b) / 24000:.2f} s, rms {np.sqrt(np.mean(a ** 2)):.4f} / "
+          f"{np.sqrt(np.mean(b ** 2)):.4f}, first-{n} max |diff| {np.abs(a[:n] - b[:n]).max():.4f}")
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"{out}: {size / 2**20:.1f} MiB")
+    if size > 40 * 2**20:
+        raise SystemExit("the model folder exceeds the 40 MB budget")
+    if install:
+        shutil.rmtree(PACKAGE_DIR, ignore_errors=True)
+        shutil.copytree(out, PACKAGE_DIR)
+        print(f"installed into {PACKAGE_DIR}")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", required=True, type=Path)
+    p.add_argument("--install", action="store_true")
+    a = p.parse_args()
+    package(a.work, a.install)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Reproduce cadenza-tiny from nothing: corpus -> every training stage -> the model folder shipped in the package.
+
+    bash recipes/tiny/setup_tools.sh               # once: Debian synthesizers + a tools venv (teachers, GPL piper)
+    python recipes/tiny/run.py --work WORK         # everything below; re-run the same command to resume
+
+Steps (each is skipped when its output exists; training stages resume from their newest checkpoint):
+  corpus      recipes/tiny/build_corpus.py in the tools venv     -> WORK/corpus (manifest.jsonl, test lists)
+  text        byte-level BPE in the Qwen2 file format             -> WORK/text_tokenizer
+  prepare     cadenza data prepare (24 kHz wav, mel, f0; 2 parts)  -> WORK/data
+  tokenizer + speaker (in parallel)                               -> WORK/runs/{tokenizer,speaker}
+  extract     speech tokens + x-vectors into WORK/data (cadenza data extract)
+  hift        starts right after `prepare`, beside the others     -> WORK/runs/hift
+  lm + flow (in parallel)                                         -> WORK/runs/{lm,flow}
+  assemble    recipes/tiny/package.py                             -> WORK/model (and --install: the package copy)
+Each training process gets one CPU thread (`--threads`), so on a 2-core machine two stages share the CPU.
+`--scale 0.1` shortens every stage to a tenth (a smoke run of the whole recipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAGES = ("tokenizer", "speaker", "hift", "lm", "flow")
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Recipe:
+    def __init__(self, work: Path, tools_python: str, threads: int, scale: float) -> None:
+        self.work, self.tools_python, self.scale = work.resolve(), tools_python, scale
+        self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.cadenza = [sys.executable, "-m", "cadenza.cli.main"]
+
+    def run(self, cmd: list[str], log_name: str) -> None:
+        _log(" ".join(cmd))
+        with open(self.work / "logs" / f"{log_name}.log", "a") as log:
+            subprocess.run(cmd, check=True, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def start(self, cmd: list[str], log_name: str) -> subprocess.Popen:
+        _log("started " + " ".join(cmd))
+        log = open(self.work / "logs" / f"{log_name}.log", "a")  # noqa: SIM115 - closed with the process
+        return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    @staticmethod
+    def wait(*procs: subprocess.Popen) -> None:
+        for p in procs:
+            if p.wait() != 0:
+                raise SystemExit(f"failed: {' '.join(map(str, p.args))} (see the logs folder)")
+
+    def config(self, stage: str) -> Path:
+        """The stage config with WORK substituted and the step count scaled."""
+        import yaml
+
+        text = (HERE / "configs" / f"{stage}.yaml").read_text().replace("WORK/", f"{self.work}/")
+        cfg = yaml.safe_load(text)
+        cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
+        if stage == "hift":
+            cfg["hift"]["adversarial_start"] = round(cfg["hift"]["adversarial_start"] * self.scale)
+        out = self.work / "configs" / f"{stage}.yaml"
+        out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return out
+
+    def train(self, stage: str) -> subprocess.Popen | None:
+        out = self.work / "runs" / stage
+        if (out / "done").is_file():
+            return None
+        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(stage)), "--data", str(self.work / "data"),
+               "--out", str(out)]
+        if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
+            cmd.append("--resume")
+        return self.start(cmd, stage)
+
+    def mark_done(self, *stages: str) -> None:
+        for s in stages:
+            (self.work / "runs" / s / "done").write_text("ok\n")
+
+    def all(self, install: bool) -> None:
+        w = self.work
+        for d in ("logs", "configs", "runs"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        if not (w / "corpus" / "manifest.jsonl").is_file():
+            self.run([self.tools_python, str(HERE / "build_corpus.py"), "--out", str(w / "corpus")], "corpus")
+        if not (w / "text_tokenizer" / "merges.txt").is_file():
+            self.run([sys.executable, str(HERE / "text_tokenizer.py"), "--corpus", str(w / "corpus" / "manifest.jsonl"),
+                      "--out", str(w / "text_tokenizer")], "text")
+        if not (w / "data" / "index.jsonl").is_file():
+            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus" / "manifest.jsonl"),
+                                 "--layout", "jsonl", "--out", str(w / "data"), "--max-seconds", "15",
+                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare{i}")
+                     for i in range(2)]
+            self.wait(*parts)
+        hift = self.train("hift")
+        front = [p for p in (self.train("tokenizer"), self.train("speaker")) if p is not None]
+        self.wait(*front)
+        self.mark_done("tokenizer", "speaker")
+        if not (w / "data" / "extracted.ok").is_file():
+            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data"), "--no-progress",
+                      "--extractor", f"cadenza.training.speech_tokenizer_stage:speech_token_extractor={w}/runs/tokenizer",
+                      "--extractor",
+                      f"cadenza.training.speaker_encoder_stage:speaker_embedding_extractor={w}/runs/speaker"],
+                     "extract")
+            (w / "data" / "extracted.ok").write_text("ok\n")
+        back = [p for p in (self.train("lm"), self.train("flow")) if p is not None]
+        self.wait(*back)
+        self.mark_done("lm", "flow")
+        if hift is not None:
+            self.wait(hift)
+        self.mark_done("hift")
+        cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w)]
+        self.run(cmd + (["--install"] if install else []), "package")
+        _log(f"done: {w / 'model'}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", required=True, type=Path, help="working folder (corpus, data, runs, model)")
+    p.add_argument("--tools-python", default=os.environ.get("CADENZA_TOOLS_PYTHON", "/work/tools-venv/bin/python"),
+                   help="the python of the tools venv (setup_tools.sh) that runs the teacher synthesizers")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per training process")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every stage's step count (0.1: smoke run)")
+    p.add_argument("--install", action="store_true", help="copy the result into src/cadenza/assets/cadenza-tiny")
+    a = p.parse_args()
+    Recipe(a.work, a.tools_python, a.threads, a.scale).all(a.install)
+
+
+if __name__ == "__main__":
+    main()
