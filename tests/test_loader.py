@@ -122,3 +122,22 @@ def test_invalid_config_values_are_rejected(cv2_dir, tmp_path):
     (tmp_path / "cosyvoice2.yaml").write_text(text)
     with pytest.raises(CheckpointError, match="in_channels"):
         CosyVoice2Config.from_files(tmp_path / "cosyvoice2.yaml", cv2_dir / "CosyVoice-BlankEN" / "config.json")
+
+
+def test_lm_length_limits_from_yaml():
+    """``llm.min/max_token_text_ratio`` are optional yaml keys (the release's code fixes 2 and 20): absent -> 2 / 20,
+    present -> used by decoding, written back on export, and validated."""
+    from cadenza.errors import CheckpointError as _CheckpointError
+    from cadenza.models.cosyvoice2.config import CosyVoice2Config, Qwen2Config
+    from cadenza.training.model_files import cosyvoice2_yaml
+
+    y = cosyvoice2_yaml(CosyVoice2Config.official())
+    del y["llm"]["min_token_text_ratio"], y["llm"]["max_token_text_ratio"]
+    cfg = CosyVoice2Config.from_dict(y, Qwen2Config(), "test")
+    assert (cfg.lm.min_token_text_ratio, cfg.lm.max_token_text_ratio) == (2.0, 20.0)
+    y["llm"]["max_token_text_ratio"] = 9
+    cfg = CosyVoice2Config.from_dict(y, Qwen2Config(), "test")
+    assert cfg.lm.max_token_text_ratio == 9.0 and cosyvoice2_yaml(cfg)["llm"]["max_token_text_ratio"] == 9.0
+    y["llm"]["min_token_text_ratio"] = 10
+    with pytest.raises((_CheckpointError, ValueError), match="token_text_ratio"):
+        CosyVoice2Config.from_dict(y, Qwen2Config(), "test")

@@ -2,7 +2,8 @@
 
     python recipes/tiny/package.py --work WORK [--install]
 
-1. `assemble_model_dir` over WORK/runs/{tokenizer,speaker,lm,flow,hift} -> WORK/model_fp32 (strict load check);
+1. `assemble_model_dir` over WORK/runs/{tokenizer,speaker,lm,flow,hift_refine} -> WORK/model_fp32 (strict load
+   check);
 2. saved voices: every training voice, by name, from one of its corpus utterances (spk2info.pt);
 3. `cadenza.json`: name, default speaker, voice table, the recipe that made it;
 4. the weights stored in float16 (the loader computes in float32: `model.to(dtype)` after loading), which halves
@@ -25,7 +26,6 @@ import torch
 HERE = Path(__file__).resolve().parent
 PACKAGE_DIR = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
 DEFAULT_SPEAKER = "kumo"
-CHECK_TEXT = "The earth was formless and empty."
 
 
 def _pick_prompts(corpus: Path) -> dict[str, dict]:
@@ -40,6 +40,22 @@ def _pick_prompts(corpus: Path) -> dict[str, dict]:
     return {k: v[1] for k, v in sorted(best.items())}
 
 
+def _length_limits(work: Path, model_dir: Path) -> tuple[float, float]:
+    """The LM's decoding length range in speech tokens per text token, from the training corpus: the release's
+    2-20 suits Qwen2's large BPE; with our 490-token BPE speech/text runs 2.2-7.2 (median 3.6), and 20 would let a
+    sampling slip ramble for five times the sentence."""
+    import math
+
+    from cadenza.text.qwen_tokenizer import CosyVoice2Tokenizer
+
+    tok = CosyVoice2Tokenizer(model_dir / "CosyVoice-BlankEN")
+    ratios = []
+    for line in (work / "data" / "index.jsonl").read_text(encoding="utf-8").splitlines():
+        e = json.loads(line)
+        ratios.append(e["seconds"] * 25 / max(len(tok.encode(e["text"])), 1))
+    return min(2.0, math.floor(min(ratios) * 10) / 10), float(math.ceil(max(ratios)) + 1)
+
+
 def _to_half(path: Path) -> None:
     if path.suffix == ".pt":
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -51,12 +67,14 @@ def _to_half(path: Path) -> None:
         save_file({k: v.half() if v.is_floating_point() else v for k, v in state.items()}, path)
 
 
-def _speak(model_dir: Path, speaker: str) -> np.ndarray:
+def _convert(model_dir: Path, source: Path, prompt: Path) -> np.ndarray:
+    """Voice conversion (tokens -> flow -> HiFT, no LM sampling): deterministic for a seed, so the float16 and
+    float32 folders can be compared sample by sample."""
     from cadenza.api import Cadenza
 
     tts = Cadenza.from_pretrained(model_dir)
     try:
-        return tts.synthesize(CHECK_TEXT, speaker=speaker, seed=0).samples
+        return tts.convert_voice(str(source), str(prompt), seed=0).samples
     finally:
         tts.close()
 
@@ -68,7 +86,15 @@ def package(work: Path, install: bool) -> Path:
     runs = work / "runs"
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
-    assemble_model_dir(runs / "tokenizer", runs / "speaker", runs / "lm", runs / "flow", runs / "hift", out=fp32)
+    hift = runs / "hift_refine" if (runs / "hift_refine" / "hift.pt").is_file() else runs / "hift"
+    assemble_model_dir(runs / "tokenizer", runs / "speaker", runs / "lm", runs / "flow", hift, out=fp32)
+    import yaml
+
+    lo, hi = _length_limits(work, fp32)
+    cfg = yaml.safe_load((fp32 / "cosyvoice2.yaml").read_text())
+    cfg["llm"]["min_token_text_ratio"], cfg["llm"]["max_token_text_ratio"] = lo, hi
+    (fp32 / "cosyvoice2.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    print(f"LM length limits: {lo} - {hi} speech tokens per text token")
     voices = json.loads((work / "corpus" / "voices.json").read_text())
     prompts = _pick_prompts(work / "corpus")
     tts = Cadenza.from_pretrained(fp32)
@@ -87,10 +113,15 @@ def package(work: Path, install: bool) -> Path:
     shutil.copytree(fp32, out)
     for name in ("llm.pt", "flow.pt", "hift.pt", "speech_tokenizer.safetensors"):
         _to_half(out / name)
-    a, b = _speak(fp32, DEFAULT_SPEAKER), _speak(out, DEFAULT_SPEAKER)
+    for f in out.rglob("*"):
+        f.chmod(0o755 if f.is_dir() else 0o644)  # some writers create 0600 temp files
+    source = work / "corpus" / prompts[DEFAULT_SPEAKER]["audio"]
+    a, b = _convert(fp32, source, source), _convert(out, source, source)
     n = min(len(a), len(b))
-    print(f"float32 {len(a) / 24000:.2f} s, float16 {len(b) / 24000:.2f} s, rms {np.sqrt(np.mean(a ** 2)):.4f} / "
-          f"{np.sqrt(np.mean(b ** 2)):.4f}, first-{n} max |diff| {np.abs(a[:n] - b[:n]).max():.4f}")
+    rms = float(np.sqrt(np.mean(a ** 2)))
+    err = float(np.sqrt(np.mean((a[:n] - b[:n]) ** 2)))
+    print(f"float16 vs float32 weights (voice conversion, same seed): {len(a)} / {len(b)} samples, "
+          f"error rms {err:.5f} against signal rms {rms:.4f} ({20 * np.log10(rms / max(err, 1e-12)):.1f} dB SNR)")
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: {size / 2**20:.1f} MiB")
     if size > 40 * 2**20:

@@ -11,6 +11,7 @@ Steps (each is skipped when its output exists; training stages resume from their
   extract     speech tokens + x-vectors into WORK/data (cadenza data extract)
   hift        starts right after `prepare`, beside the others     -> WORK/runs/hift
   lm + flow (in parallel)                                         -> WORK/runs/{lm,flow}
+  hift_refine generator-only refinement of the hift export         -> WORK/runs/hift_refine
   assemble    recipes/tiny/package.py                             -> WORK/model (and --install: the package copy)
 Each training process gets one CPU thread (`--threads`), so on a 2-core machine two stages share the CPU.
 `--scale 0.1` shortens every stage to a tenth (a smoke run of the whole recipe).
@@ -55,28 +56,30 @@ class Recipe:
             if p.wait() != 0:
                 raise SystemExit(f"failed: {' '.join(map(str, p.args))} (see the logs folder)")
 
-    def config(self, stage: str) -> Path:
-        """The stage config with WORK substituted and the step count scaled."""
+    def config(self, name: str) -> Path:
+        """The config ``configs/<name>.yaml`` with WORK substituted and the step counts scaled."""
         import yaml
 
-        text = (HERE / "configs" / f"{stage}.yaml").read_text().replace("WORK/", f"{self.work}/")
+        text = (HERE / "configs" / f"{name}.yaml").read_text().replace("WORK/", f"{self.work}/")
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
-        if stage == "hift":
+        if "adversarial_start" in cfg.get("hift", {}):
             cfg["hift"]["adversarial_start"] = round(cfg["hift"]["adversarial_start"] * self.scale)
-        out = self.work / "configs" / f"{stage}.yaml"
+        out = self.work / "configs" / f"{name}.yaml"
         out.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return out
 
-    def train(self, stage: str) -> subprocess.Popen | None:
-        out = self.work / "runs" / stage
+    def train(self, stage: str, name: str | None = None) -> subprocess.Popen | None:
+        """Start stage ``stage`` with ``configs/<name>.yaml`` (default: the stage's own) into ``runs/<name>``."""
+        name = name or stage
+        out = self.work / "runs" / name
         if (out / "done").is_file():
             return None
-        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(stage)), "--data", str(self.work / "data"),
+        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(name)), "--data", str(self.work / "data"),
                "--out", str(out)]
         if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
             cmd.append("--resume")
-        return self.start(cmd, stage)
+        return self.start(cmd, name)
 
     def mark_done(self, *stages: str) -> None:
         for s in stages:
@@ -114,6 +117,10 @@ class Recipe:
         if hift is not None:
             self.wait(hift)
         self.mark_done("hift")
+        refine = self.train("hift", "hift_refine")  # generator-only refinement from the hift export
+        if refine is not None:
+            self.wait(refine)
+        self.mark_done("hift_refine")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w)]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")

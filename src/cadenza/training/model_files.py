@@ -48,7 +48,8 @@ def cosyvoice2_yaml(cfg: CosyVoice2Config) -> dict[str, Any]:
         "chunk_size": cfg.chunk_size, "num_decoding_left_chunks": est.num_decoding_left_chunks,
         "spk_embed_dim": flow.spk_embed_dim,
         "llm": {"speech_token_size": lm.speech_token_size, "mix_ratio": list(lm.mix_ratio),
-                "sampling": asdict(lm.sampling)},
+                "sampling": asdict(lm.sampling), "min_token_text_ratio": lm.min_token_text_ratio,
+                "max_token_text_ratio": lm.max_token_text_ratio},
         "flow": {
             "input_size": flow.input_size, "output_size": flow.output_size, "spk_embed_dim": flow.spk_embed_dim,
             "vocab_size": flow.vocab_size, "token_mel_ratio": flow.token_mel_ratio, "input_frame_rate": cfg.token_frame_rate,

@@ -93,6 +93,8 @@ class LMConfig:
                "llm_input_size and llm_output_size must equal the Qwen2 hidden_size")
         _check(self.speech_token_size > 0, "speech_token_size must be positive")
         _check(len(self.mix_ratio) == 2 and min(self.mix_ratio) > 0, "mix_ratio must be two positive ints")
+        _check(0 <= self.min_token_text_ratio < self.max_token_text_ratio,
+               "need 0 <= llm.min_token_text_ratio < llm.max_token_text_ratio")
 
     @property
     def eos_id(self) -> int:
@@ -289,6 +291,10 @@ class CosyVoice2Config:
             speech_token_size=int(llm["speech_token_size"]),
             mix_ratio=tuple(int(v) for v in llm.get("mix_ratio", (5, 15))),
             sampling=SamplingConfig(**{k: samp[k] for k in ("top_p", "top_k", "win_size", "tau_r") if k in samp}),
+            # Not in the release's yaml (its code fixes 2 and 20); a model trained with another text tokenizer
+            # states its own speech/text length range here.
+            min_token_text_ratio=float(llm.get("min_token_text_ratio", 2.0)),
+            max_token_text_ratio=float(llm.get("max_token_text_ratio", 20.0)),
         )
         lookahead = int(flow.get("pre_lookahead_len", 3))
         encoder = FlowEncoderConfig(
