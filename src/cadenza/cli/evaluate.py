@@ -7,20 +7,9 @@ import json
 import os
 import sys
 
+from cadenza.cli.args import MODEL_ENV, positive_int
 from cadenza.cli.serve import default_voices_dir
 from cadenza.errors import CadenzaError
-
-MODEL_ENV = "CADENZA_MODEL"
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from exc
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
 
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
@@ -37,7 +26,7 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (wavs/, results.jsonl, summary.json)")
     p.add_argument("--seed", type=int, default=0, help="random seed for every utterance (default 0)")
     p.add_argument("--speaker", help="saved speaker for lines without prompt_wav (CosyVoice 2)")
-    p.add_argument("--limit", type=_positive, help="only the first N utterances")
+    p.add_argument("--limit", type=positive_int, help="only the first N utterances")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--wavs", metavar="DIR", help="score DIR/<utt_id>.wav instead of synthesising")
     source.add_argument("--ground-truth", action="store_true",

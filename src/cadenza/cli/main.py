@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 
+from cadenza.cli.args import MODEL_ENV
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.evaluate import add_eval_parser, run_eval
 from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
 from cadenza.cli.train import add_train_parser, run_train
 from cadenza.errors import CadenzaError
 
-MODEL_ENV = "CADENZA_MODEL"
 MAX_TEXT_FILE_CHARS = 1_000_000
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from cadenza.cli.args import MODEL_ENV, positive_int
 from cadenza.errors import CadenzaError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -26,29 +27,19 @@ def default_voices_dir() -> Path:
     return data_home / "cadenza" / "voices"
 
 
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from exc
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
-
-
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("serve", help="run the OpenAI-compatible speech server (HTTP + WebSocket)")
-    p.add_argument("--model", default=os.environ.get("CADENZA_MODEL"),
-                   help="model directory (a released CosyVoice 2 folder); default $CADENZA_MODEL, else the built-in "
+    p.add_argument("--model", default=os.environ.get(MODEL_ENV),
+                   help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}, else the built-in "
                    "cadenza-tiny")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=_positive, default=8000)
+    p.add_argument("--port", type=positive_int, default=8000)
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}; prefer the variable: "
                         "command lines are visible to other users)")
-    p.add_argument("--max-concurrency", type=_positive, default=16,
+    p.add_argument("--max-concurrency", type=positive_int, default=16,
                    help="synthesis requests in flight at once; more get HTTP 429 (default 16)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
                                                       "~/.local/share/cadenza/voices)")
