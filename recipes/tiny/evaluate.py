@@ -41,7 +41,7 @@ def cross_similarity(work: Path, kind: str, clones: Path) -> dict[str, float]:
         voices[path.stem.rsplit("_", 1)[0]].append(embed_file(path))
     own, others, closest, identified = [], [], [], 0
     for item in read_test_list(test / f"{kind}.lst"):
-        wav = clones / "wavs" / f"{item.id}.wav"
+        wav = clones / "wavs" / f"{item.utt_id}.wav"
         if not wav.is_file():
             continue
         e = embed_file(wav)
@@ -61,18 +61,22 @@ def main() -> None:
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--model", default=None, help="model folder (default: the built-in cadenza-tiny)")
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--kinds", nargs="+", default=["seen", "heldout"], choices=["seen", "heldout"],
+                   help="which lists (run one per process to use several cores; a later full run reuses them)")
     a = p.parse_args()
     test, ev = a.work / "corpus" / "test", a.work / "eval"
     limit = ["--limit", str(a.limit)] if a.limit else []
     model = ["--model", a.model] if a.model else []
     report: dict[str, dict] = {}
-    for kind in ("seen", "heldout"):
+    for kind in a.kinds:
         lst = str(test / f"{kind}.lst")
         report[f"teacher_{kind}"] = _eval(["--list", lst, "--wavs", str(test / "reference"),
                                            "--out", str(ev / f"teacher_{kind}"), *limit])
         report[f"tiny_{kind}"] = _eval(["--list", lst, "--out", str(ev / f"tiny_{kind}"), "--seed", "0",
                                         *model, *limit])
         report[f"similarity_{kind}"] = cross_similarity(a.work, kind, ev / f"tiny_{kind}")
+    if set(a.kinds) != {"seen", "heldout"}:
+        return
     (ev / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     print("| voices | teacher WER | cadenza-tiny WER | ratio | SIM to prompt | SIM to other voices (closest) |"
           " identified | first chunk (s) | RTF |")
