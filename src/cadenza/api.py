@@ -65,7 +65,10 @@ class Cadenza:
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
         self.voice_prompts = VoicePrompts(self, voices) if voices is not None else None
         # The voice used when a request names none (cadenza.json's default_speaker; else an arbitrary voice).
-        default = read_model_metadata(directory).get("default_speaker")
+        meta = read_model_metadata(directory)
+        if meta.get("status") == "experimental":
+            log.warning("%s: experimental weights: %s", meta.get("name", directory.name), meta.get("status_note", ""))
+        default = meta.get("default_speaker")
         self.default_speaker = default if isinstance(default, str) and default in engine.speakers else None
 
     @classmethod
