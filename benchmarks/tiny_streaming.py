@@ -1,7 +1,8 @@
 """cadenza-tiny on this CPU: streaming first-chunk latency and real-time factor, through the public API.
 
-Run: ``python benchmarks/tiny_streaming.py [--repeats 5] [--threads 2] [--model DIR]`` (default: the built-in model).
-Each repeat speaks a different ~4-6 s test sentence with the default voice and with a zero-shot prompt; streaming
+Run: ``python benchmarks/tiny_streaming.py [--repeats 5] [--threads 1] [--model DIR]`` (default: the built-in model;
+one torch thread: with two, intra-op overhead makes this small model slower on a 2-core CPU).
+Each repeat speaks a different ~3 s sentence with the default voice (a saved speaker); streaming
 first-chunk latency (call -> first chunk), total time and RTF (compute / audio seconds). The non-streaming
 synthesis of the same sentences in the same run is the baseline (``first_chunk_over_nonstream``). The headline
 lines come last: ``tiny_rtf: X`` then ``tiny_first_chunk_s: X`` (medians; goals < 0.5 each).
@@ -30,7 +31,7 @@ SENTENCES = (
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for this small model)")
     p.add_argument("--model", default=None)
     a = p.parse_args()
     torch.set_num_threads(a.threads)

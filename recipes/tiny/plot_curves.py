@@ -11,16 +11,26 @@ from pathlib import Path
 
 # stage -> (title, [(metric, label)], secondary metric or None)
 PANELS = {
-    "tokenizer": ("speech tokenizer (FSQ + CTC)", [("loss", "CTC loss")], "heldout_cer"),
+    "tokenizer": ("speech tokenizer (FSQ + CTC)", [("ctc_loss", "CTC loss"), ("mel_l1", "mel L1 (aux)")],
+                  "heldout_cer"),
     "speaker": ("speaker encoder (AAM-softmax)", [("loss", "loss")], "heldout_eer"),
     "lm": ("text-speech LM", [("loss", "cross-entropy")], "acc"),
     "flow": ("flow matching", [("loss", "flow-matching MSE")], None),
-    "hift": ("HiFT vocoder", [("loss_mel", "mel L1")], "loss_f0"),
+    "hift": ("HiFT vocoder (+ refinement)", [("loss_mel", "mel L1")], "loss_f0"),
 }
 
 
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _rows(work: Path, stage: str) -> list[dict]:
+    """A stage's metrics; HiFT continues with its refinement run (steps shifted to follow on)."""
+    rows = _read(work / "runs" / stage / "metrics.jsonl")
+    if stage == "hift":
+        last = rows[-1]["step"] if rows else 0
+        rows += [{**r, "step": r["step"] + last} for r in _read(work / "runs" / "hift_refine" / "metrics.jsonl")]
+    return rows
 
 
 def plot(work: Path, out: Path) -> None:
@@ -31,11 +41,11 @@ def plot(work: Path, out: Path) -> None:
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
     for ax, (stage, (title, series, extra)) in zip(axes, PANELS.items()):
-        rows = _read(work / "runs" / stage / "metrics.jsonl")
-        for key, label in series:
+        rows = _rows(work, stage)
+        for (key, label), color in zip(series, ("tab:blue", "tab:green")):
             pts = [(r["step"], r[key]) for r in rows if key in r]
             if pts:
-                ax.plot(*zip(*pts), label=label, color="tab:blue")
+                ax.plot(*zip(*pts), label=label, color=color)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
