@@ -1,0 +1,55 @@
+"""Pieces of recipes/tiny that run without the teacher synthesizers: the text BPE in the Qwen2 file format and the
+per-run stage configs (WORK substituted, steps scaled)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"recipe_tiny_{name}", RECIPE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_text_tokenizer_round_trips_and_fits_the_lm_vocabulary(tmp_path):
+    from cadenza.text.qwen_tokenizer import CosyVoice2Tokenizer
+
+    texts = ["God saw the light, and saw that it was good.", "Darkness was on the surface of the deep.",
+             "They walked together along the river until the sun went down."] * 30
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps({"audio": f"{i}.wav", "text": t}) + "\n" for i, t in enumerate(texts)))
+    n = _module("text_tokenizer").train_text_tokenizer(manifest, tmp_path / "tok", vocab_size=300)
+    assert 256 <= n <= 300
+    tok = CosyVoice2Tokenizer(tmp_path / "tok")
+    lm_vocab = yaml.safe_load((RECIPE / "configs" / "lm.yaml").read_text())["model"]["qwen"]["vocab_size"]
+    assert tok.vocab_size <= lm_vocab  # every id (BPE + the CosyVoice special tokens) indexes the LM's table
+    for text in ("The river went down.", "Unseen words: zebra, quixotic."):
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text and max(ids) < tok.vocab_size
+    assert len(tok.encode("[laughter]")) == 1
+
+
+def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
+    recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=0.1)
+    (tmp_path / "configs").mkdir()
+    for name in ("tokenizer", "speaker", "lm", "flow", "hift", "hift_refine"):
+        original = yaml.safe_load((RECIPE / "configs" / f"{name}.yaml").read_text())
+        written = yaml.safe_load(recipe.config(name).read_text())
+        assert written["train"]["max_steps"] == max(1, round(original["train"]["max_steps"] * 0.1))
+        assert "WORK/" not in json.dumps(written)
+        if "adversarial_start" in original.get("hift", {}):
+            assert written["hift"]["adversarial_start"] == round(original["hift"]["adversarial_start"] * 0.1)
+    lm = yaml.safe_load(recipe.config("lm").read_text())
+    assert lm["model"]["tokenizer"] == f"{tmp_path.resolve()}/text_tokenizer"
+    refine = yaml.safe_load(recipe.config("hift_refine").read_text())
+    assert refine["hift"]["init_hift"] == f"{tmp_path.resolve()}/runs/hift"
