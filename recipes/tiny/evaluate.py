@@ -36,9 +36,10 @@ def cross_similarity(work: Path, kind: str, clones: Path) -> dict[str, float]:
     from cadenza.evaluation.test_list import read_test_list
 
     test = work / "corpus" / "test"
+    prompt_emb = {path.resolve(): embed_file(path) for path in sorted((test / "prompts").glob("*.wav"))}
     voices: dict[str, list] = defaultdict(list)
-    for path in sorted((test / "prompts").glob("*.wav")):
-        voices[path.stem.rsplit("_", 1)[0]].append(embed_file(path))
+    for path, emb in prompt_emb.items():
+        voices[path.stem.rsplit("_", 1)[0]].append(emb)
     own, others, closest, identified = [], [], [], 0
     for item in read_test_list(test / f"{kind}.lst"):
         wav = clones / "wavs" / f"{item.utt_id}.wav"
@@ -46,7 +47,8 @@ def cross_similarity(work: Path, kind: str, clones: Path) -> dict[str, float]:
             continue
         e = embed_file(wav)
         voice = Path(item.prompt_wav).stem.rsplit("_", 1)[0]
-        own.append(cosine(e, embed_file(item.prompt_wav)))
+        prompt = Path(item.prompt_wav).resolve()
+        own.append(cosine(e, prompt_emb[prompt] if prompt in prompt_emb else embed_file(prompt)))
         other = [sum(cosine(e, pe) for pe in embs) / len(embs) for v, embs in voices.items() if v != voice]
         others.extend(other)
         closest.append(max(other))
