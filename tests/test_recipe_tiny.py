@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
@@ -42,7 +43,8 @@ def test_text_tokenizer_round_trips_and_fits_the_lm_vocabulary(tmp_path):
 def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=0.1)
     (tmp_path / "configs").mkdir()
-    for name in ("tokenizer", "speaker", "lm", "flow", "hift", "hift_refine"):
+    for name in ("tokenizer", "speaker", "lm", "flow", "hift", "hift_refine", "hift_gan", "tokenizer_v2", "lm_v2",
+                 "flow_v2"):
         original = yaml.safe_load((RECIPE / "configs" / f"{name}.yaml").read_text())
         written = yaml.safe_load(recipe.config(name).read_text())
         assert written["train"]["max_steps"] == max(1, round(original["train"]["max_steps"] * 0.1))
@@ -53,3 +55,32 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     assert lm["model"]["tokenizer"] == f"{tmp_path.resolve()}/text_tokenizer"
     refine = yaml.safe_load(recipe.config("hift_refine").read_text())
     assert refine["hift"]["init_hift"] == f"{tmp_path.resolve()}/runs/hift"
+    # The second round starts from the first round's exports.
+    assert yaml.safe_load(recipe.config("lm_v2").read_text())["lm"]["init_llm"] == f"{tmp_path.resolve()}/runs/lm"
+    assert yaml.safe_load(recipe.config("flow_v2").read_text())["flow"]["init_flow"] == f"{tmp_path.resolve()}/runs/flow"
+
+
+def test_second_round_continues_the_newest_checkpoint_and_packages_the_newest_round(tmp_path):
+    recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=1.0)
+    first = tmp_path / "runs" / "tokenizer" / "checkpoints"
+    first.mkdir(parents=True)
+    for step in (600, 700, 95):  # numeric order, not lexicographic ("step_95" > "step_700" as text)
+        (first / f"step_{step}.pt").write_bytes(str(step).encode())
+    recipe.continue_run("tokenizer", "tokenizer_v2")
+    seeded = sorted((tmp_path / "runs" / "tokenizer_v2" / "checkpoints").iterdir())
+    assert [p.name for p in seeded] == ["step_700.pt"] and seeded[0].read_bytes() == b"700"
+    (first / "step_800.pt").write_bytes(b"800")
+    recipe.continue_run("tokenizer", "tokenizer_v2")  # already seeded: the run's own checkpoints win
+    assert [p.name for p in (tmp_path / "runs" / "tokenizer_v2" / "checkpoints").iterdir()] == ["step_700.pt"]
+
+    newest_run = _module("package")._newest_run
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit, match="lm_v2"):
+        newest_run(runs, "lm_v2", "lm")
+    (runs / "lm").mkdir()
+    (runs / "lm" / "done").write_text("ok\n")
+    assert newest_run(runs, "lm_v2", "lm") == runs / "lm"
+    (runs / "lm_v2").mkdir()
+    assert newest_run(runs, "lm_v2", "lm") == runs / "lm"  # started but not finished
+    (runs / "lm_v2" / "done").write_text("ok\n")
+    assert newest_run(runs, "lm_v2", "lm") == runs / "lm_v2"

@@ -2,8 +2,8 @@
 
     python recipes/tiny/package.py --work WORK [--install]
 
-1. `assemble_model_dir` over WORK/runs/{tokenizer,speaker,lm,flow,hift_refine} -> WORK/model_fp32 (strict load
-   check);
+1. `assemble_model_dir` over the newest finished round of each stage in WORK/runs (tokenizer_v2, speaker, lm_v2,
+   flow_v2, hift_gan; falling back to tokenizer, lm, flow, hift_refine, hift) -> WORK/model_fp32 (strict load check);
 2. saved voices: every training voice, by name, from one of its corpus utterances (spk2info.pt);
 3. `cadenza.json`: name, default speaker, voice table, the recipe that made it;
 4. the weights stored in float16 (the loader computes in float32: `model.to(dtype)` after loading), which halves
@@ -83,6 +83,14 @@ def _convert(model_dir: Path, source: Path, prompt: Path) -> np.ndarray:
         tts.close()
 
 
+def _newest_run(runs: Path, *names: str) -> Path:
+    """The first of ``runs/<name>`` (latest round first) that finished (``done``) and exported its weights."""
+    for name in names:
+        if (runs / name / "done").is_file():
+            return runs / name
+    raise SystemExit(f"none of {names} finished in {runs}")
+
+
 def package(work: Path, install: bool, default_speaker: str = DEFAULT_SPEAKER) -> Path:
     from cadenza.api import Cadenza
     from cadenza.training.export import assemble_model_dir
@@ -90,8 +98,9 @@ def package(work: Path, install: bool, default_speaker: str = DEFAULT_SPEAKER) -
     runs = work / "runs"
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
-    hift = runs / "hift_refine" if (runs / "hift_refine" / "hift.pt").is_file() else runs / "hift"
-    assemble_model_dir(runs / "tokenizer", runs / "speaker", runs / "lm", runs / "flow", hift, out=fp32)
+    assemble_model_dir(_newest_run(runs, "tokenizer_v2", "tokenizer"), runs / "speaker",
+                       _newest_run(runs, "lm_v2", "lm"), _newest_run(runs, "flow_v2", "flow"),
+                       _newest_run(runs, "hift_gan", "hift_refine", "hift"), out=fp32)
     import yaml
 
     lo, hi = _length_limits(work, fp32)

@@ -12,6 +12,11 @@ Steps (each is skipped when its output exists; training stages resume from their
   hift        starts right after `prepare`, beside the others     -> WORK/runs/hift
   lm + flow (in parallel)                                         -> WORK/runs/{lm,flow}
   hift_refine generator-only refinement of the hift export         -> WORK/runs/hift_refine
+  second round (the shipped weights; docs/cadenza-tiny.md says why):
+  hift_gan    GAN training from the refined vocoder, beside the rest -> WORK/runs/hift_gan
+  tokenizer_v2  the tokenizer continued to 2,200 steps             -> WORK/runs/tokenizer_v2
+  extract_v2  WORK/data hard-linked to WORK/data_v2 with the new speech tokens
+  lm_v2 + flow_v2 (in parallel) warm-started from lm and flow       -> WORK/runs/{lm_v2,flow_v2}
   assemble    recipes/tiny/package.py                             -> WORK/model (and --install: the package copy)
 Each training process gets one CPU thread (`--threads`), so on a 2-core machine two stages share the CPU.
 `--scale 0.1` shortens every stage to a tenth (a smoke run of the whole recipe).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,17 +75,42 @@ class Recipe:
         out.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return out
 
-    def train(self, stage: str, name: str | None = None) -> subprocess.Popen | None:
+    def train(self, stage: str, name: str | None = None, data: str = "data") -> subprocess.Popen | None:
         """Start stage ``stage`` with ``configs/<name>.yaml`` (default: the stage's own) into ``runs/<name>``."""
         name = name or stage
         out = self.work / "runs" / name
         if (out / "done").is_file():
             return None
-        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(name)), "--data", str(self.work / "data"),
+        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(name)), "--data", str(self.work / data),
                "--out", str(out)]
         if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
             cmd.append("--resume")
         return self.start(cmd, name)
+
+    def continue_run(self, source: str, name: str) -> None:
+        """Seed ``runs/<name>`` with the newest checkpoint of ``runs/<source>``: ``name`` resumes from it on its own
+        (longer) schedule."""
+        ckpts = self.work / "runs" / name / "checkpoints"
+        if ckpts.is_dir() and any(ckpts.glob("step_*.pt")):
+            return
+        newest = max((self.work / "runs" / source / "checkpoints").glob("step_*.pt"),
+                     key=lambda p: int(p.stem.split("_")[1]))
+        ckpts.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(newest, ckpts / newest.name)
+
+    def extract_tokens_v2(self) -> None:
+        """WORK/data_v2: WORK/data's shards hard-linked (no copy), with speech tokens from runs/tokenizer_v2."""
+        w = self.work
+        if (w / "data_v2" / "extracted.ok").is_file():
+            return
+        shutil.rmtree(w / "data_v2", ignore_errors=True)
+        shutil.copytree(w / "data", w / "data_v2", copy_function=os.link)
+        for p in [*(w / "data_v2" / "shards").glob("*.speech_tokens.*"), w / "data_v2" / "rejected.speech_tokens.jsonl",
+                  w / "data_v2" / "extracted.ok"]:
+            p.unlink(missing_ok=True)
+        self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_v2"), "--no-progress", "--extractor",
+                  f"cadenza.training.speech_tokenizer_stage:speech_token_extractor={w}/runs/tokenizer_v2"], "extract_v2")
+        (w / "data_v2" / "extracted.ok").write_text("ok\n")
 
     def mark_done(self, *stages: str) -> None:
         for s in stages:
@@ -121,6 +152,20 @@ class Recipe:
         if refine is not None:
             self.wait(refine)
         self.mark_done("hift_refine")
+
+        gan = self.train("hift", "hift_gan")
+        self.continue_run("tokenizer", "tokenizer_v2")
+        tokenizer = self.train("tokenizer", "tokenizer_v2")
+        if tokenizer is not None:
+            self.wait(tokenizer)
+        self.mark_done("tokenizer_v2")
+        self.extract_tokens_v2()
+        back = [p for p in (self.train("lm", "lm_v2", "data_v2"), self.train("flow", "flow_v2", "data_v2")) if p]
+        self.wait(*back)
+        self.mark_done("lm_v2", "flow_v2")
+        if gan is not None:
+            self.wait(gan)
+        self.mark_done("hift_gan")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w)]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
