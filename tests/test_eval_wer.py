@@ -7,7 +7,16 @@ import pytest
 from cadenza.errors import InputError
 from cadenza.evaluation.runner import UtteranceResult, summarize
 from cadenza.evaluation.test_list import read_test_list
-from cadenza.evaluation.wer import WerScore, edit_distance, mean_wer, normalize_text, pooled_wer, score, wer
+from cadenza.evaluation.wer import (
+    WerScore,
+    edit_distance,
+    mean_wer,
+    normalize_text,
+    pooled_wer,
+    recognized_words,
+    score,
+    wer,
+)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -129,3 +138,14 @@ def test_read_test_list_unreadable(tmp_path):
     latin1.write_bytes("u|caf\xe9|a.wav|text\n".encode("latin-1"))
     with pytest.raises(InputError, match="cannot read test list"):
         read_test_list(latin1)
+
+
+def test_recognized_words_counts_reference_words_heard_in_order():
+    assert recognized_words("The man walked home.", "the man walked home") == (4, 4)
+    # Extra words around them do not count against the hits (WER would exceed 1 here).
+    assert recognized_words("Give me the book.", "so uh give me uh the big book yes yes yes") == (4, 4)
+    assert wer("Give me the book.", "so uh give me uh the big book yes yes yes") > 1
+    assert recognized_words("Give me the book.", "book the me give") == (1, 4)  # order matters
+    assert recognized_words("Hello there.", "") == (0, 2)
+    with pytest.raises(InputError):
+        recognized_words("...", "anything")

@@ -72,6 +72,22 @@ def edit_distance(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
     return previous[-1]
 
 
+def recognized_words(reference: str, hypothesis: str) -> tuple[int, int]:
+    """``(hits, ref_words)``: how many normalised reference words the hypothesis contains in order (longest common
+    subsequence). Unlike WER, words the ASR adds around them (hallucinated filler) do not lower the count: it answers
+    "did the listener hear these words". Raises ``InputError`` if the reference has no words."""
+    ref, hyp = words(reference), words(hypothesis)
+    if not ref:
+        raise InputError(f"the reference text {reference!r} has no words after normalisation")
+    previous = [0] * (len(hyp) + 1)
+    for ref_word in ref:
+        current = [0] * (len(hyp) + 1)
+        for j, hyp_word in enumerate(hyp, start=1):
+            current[j] = previous[j - 1] + 1 if ref_word == hyp_word else max(previous[j], current[j - 1])
+        previous = current
+    return previous[-1], len(ref)
+
+
 @dataclass(frozen=True)
 class WerScore:
     """One utterance: ``errors`` edits against ``ref_words`` normalised reference words."""
