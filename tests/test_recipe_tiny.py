@@ -84,3 +84,20 @@ def test_second_round_continues_the_newest_checkpoint_and_packages_the_newest_ro
     assert newest_run(runs, "lm_v2", "lm") == runs / "lm"  # started but not finished
     (runs / "lm_v2" / "done").write_text("ok\n")
     assert newest_run(runs, "lm_v2", "lm") == runs / "lm_v2"
+
+
+def test_training_curves_chain_each_stage_runs_on_one_step_axis(tmp_path):
+    def write(run: str, steps: list[int], loss: float) -> None:
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "loss": loss, "ctc_loss": loss}) + "\n" for s in steps))
+
+    write("flow", [25, 50, 75, 50, 75, 100], 2.0)  # stopped at 75, resumed from its step-25 checkpoint
+    write("flow_v2", [25, 50], 1.0)  # warm start: its own steps begin at 0
+    write("tokenizer", [100, 200, 300], 3.0)
+    write("tokenizer_v2", [225, 250, 400], 2.5)  # resumed from the step-200 checkpoint
+    rows = _module("plot_curves")._rows
+    assert [(r["step"], r["loss"]) for r in rows(tmp_path, "flow")] == [(25, 2.0), (50, 2.0), (75, 2.0), (100, 2.0),
+                                                                        (125, 1.0), (150, 1.0)]
+    assert [(r["step"], r["loss"]) for r in rows(tmp_path, "tokenizer")] == [(100, 3.0), (200, 3.0), (225, 2.5),
+                                                                             (250, 2.5), (400, 2.5)]

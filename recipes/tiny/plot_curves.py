@@ -16,20 +16,46 @@ PANELS = {
     "speaker": ("speaker encoder (AAM-softmax)", [("loss", "loss")], "heldout_eer"),
     "lm": ("text-speech LM", [("loss", "cross-entropy")], "acc"),
     "flow": ("flow matching", [("loss", "flow-matching MSE")], None),
-    "hift": ("HiFT vocoder (+ refinement)", [("loss_mel", "mel L1")], "loss_f0"),
+    "hift": ("HiFT vocoder (warm-up, refinement, GAN)", [("loss_mel", "mel L1")], "loss_f0"),
+}
+
+
+# stage -> its runs in training order: the first continues from a fresh start, the others from the one before.
+# "resume" runs continue the previous run's own step count (a checkpoint was carried over); "warm" runs start at step
+# 0 from the previous run's exported weights and are drawn shifted to follow on.
+CHAINS = {
+    "tokenizer": [("tokenizer", None), ("tokenizer_v2", "resume")],
+    "speaker": [("speaker", None)],
+    "lm": [("lm", None), ("lm_v2", "warm")],
+    "flow": [("flow", None), ("flow_v2", "warm")],
+    "hift": [("hift", None), ("hift_refine", "warm"), ("hift_gan", "warm")],
 }
 
 
 def _read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    """A run's metrics; where the run was resumed after a stop, the rows logged past its last checkpoint (and
+    logged again after the resume) are kept only once, from the resumed process."""
+    rows: list[dict] = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        if line.strip():
+            row = json.loads(line)
+            while rows and rows[-1]["step"] >= row["step"]:
+                rows.pop()
+            rows.append(row)
+    return rows
 
 
 def _rows(work: Path, stage: str) -> list[dict]:
-    """A stage's metrics; HiFT continues with its refinement run (steps shifted to follow on)."""
-    rows = _read(work / "runs" / stage / "metrics.jsonl")
-    if stage == "hift":
-        last = rows[-1]["step"] if rows else 0
-        rows += [{**r, "step": r["step"] + last} for r in _read(work / "runs" / "hift_refine" / "metrics.jsonl")]
+    """A stage's metrics over all its runs (CHAINS), on one step axis."""
+    rows: list[dict] = []
+    for name, how in CHAINS[stage]:
+        run = _read(work / "runs" / name / "metrics.jsonl")
+        if not run:
+            continue
+        if how == "resume":
+            rows = [r for r in rows if r["step"] < run[0]["step"]]
+        last = rows[-1]["step"] if rows and how == "warm" else 0
+        rows += [{**r, "step": r["step"] + last} for r in run]
     return rows
 
 
