@@ -6,8 +6,8 @@ Each loop of the worker (``_step``):
    single-token decode steps together in one batched forward (per-request KV caches of any length);
 3. runs the flow + HiFT work of one request that has enough tokens for its next chunk — requests still waiting
    for their first chunk go first, then the oldest — together with the requests whose flow chunk has as many frames
-   (their flow estimator calls run as one batch, ``IncrementalFlow.push_many``), or of all of them when no LM work
-   is waiting.
+   (their flow estimator calls run as one batch, ``IncrementalFlow.push_many``, and so do their HiFT calls where the
+   mel lengths match, ``vocode_many``), or of all of them when no LM work is waiting.
 
 Consumers read chunks from a bounded per-request buffer; a request whose buffer is full is not given vocoder work
 until its consumer reads (a slow reader never holds up anyone else). New requests beyond ``max_active`` wait in a
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_mels
+from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_mels, vocode_many
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
@@ -338,7 +338,8 @@ class Scheduler:
         return missing <= self.config.flow_batch_wait_steps and synth.flow_frames(len(job.ids), False) == frames
 
     def _vocoder_batch(self, jobs: list[_Job]) -> None:
-        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then each HiFT."""
+        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
+        (``vocode_many``: batched where the mel lengths match)."""
         finals = [self._chunk_is_final(j) for j in jobs]
         try:
             mels = flow_mels([j.synth for j in jobs], [j.ids for j in jobs], finals)
@@ -347,13 +348,15 @@ class Scheduler:
                 for job in jobs:
                     self._finish(job, exc)
             return
-        for job, mel, final in zip(jobs, mels, finals):
-            try:
-                self._emit(job, job.synth.vocode(mel, final))
-            except Exception as exc:
-                with self._cond:
+        try:
+            chunks = vocode_many([j.synth for j in jobs], mels, finals)
+        except Exception as exc:  # a batched HiFT call failed: the jobs' vocoder states may be half-updated
+            with self._cond:
+                for job in jobs:
                     self._finish(job, exc)
-                continue
+            return
+        for job, audio, final in zip(jobs, chunks, finals):
+            self._emit(job, audio)
             if final:
                 with self._cond:
                     self._finish(job, _DONE)

@@ -224,10 +224,14 @@ class StreamSynthesis:
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:
         """Audio of the chunk whose mel ``flow_mel`` (or ``flow_mels``) returned; advances the schedule."""
+        return self.vocoder(mel, final=final, generator=self._next_vocoder_call(final))
+
+    def _next_vocoder_call(self, final: bool) -> torch.Generator | None:
+        """Advance the schedule past the chunk being vocoded; the RNG of its HiFT call."""
         if not final:
             self.chunker.advance()
         self.chunks += 1
-        return self.vocoder(mel, final=final, generator=self.generator_for_call(self.vocoder.calls))
+        return self.generator_for_call(self.vocoder.calls)
 
     def close(self) -> None:
         self.flow.close()
@@ -258,6 +262,31 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
     return mels
 
 
+@torch.inference_mode()
+def vocode_many(synths: list[StreamSynthesis], mels: list[torch.Tensor], finals: list[bool]) -> list[np.ndarray]:
+    """``vocode`` of several requests: the HiFT calls of those whose input (mel cache + chunk) has as many frames and
+    whose source cache as many samples run as one batch. Each row's source noise comes from its own request's
+    generator, drawn as a call of its own would draw it, and each row keeps its own caches, so the audio equals
+    separate ``vocode`` calls (up to float32 round-off of the batched convolutions). On an error every request given
+    may be unusable."""
+    generators = [synth._next_vocoder_call(final) for synth, final in zip(synths, finals)]
+    inputs = [synth.vocoder.prepare(mel) for synth, mel in zip(synths, mels)]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (mel_in, cache) in enumerate(inputs):
+        groups.setdefault((mel_in.size(2), 0 if cache is None else cache.size(2)), []).append(i)
+    audio: list[np.ndarray | None] = [None] * len(synths)
+    for members in groups.values():
+        hift = synths[members[0]].vocoder.hift
+        mel_in = torch.cat([inputs[i][0] for i in members])
+        caches = [inputs[i][1] for i in members]
+        noise = hift.draw_noise(mel_in.size(2), [generators[i] for i in members])
+        speech, source = hift.inference(mel_in, cache_source=None if caches[0] is None else torch.cat(caches),
+                                        noise=noise)
+        for row, i in enumerate(members):
+            audio[i] = synths[i].vocoder.finish(inputs[i][0], speech[row : row + 1], source[row : row + 1], finals[i])
+    return audio
+
+
 class _StreamingVocoder:
     """HiFT over successive mel chunks with mel/source caches and a cross-fade of the overlapping samples."""
 
@@ -272,9 +301,19 @@ class _StreamingVocoder:
         self.calls = 0
 
     def __call__(self, mel: torch.Tensor, final: bool, generator: torch.Generator | None) -> np.ndarray:
+        mel, cache_source = self.prepare(mel)
+        speech, source = self.hift.inference(mel, cache_source=cache_source, generator=generator)
+        return self.finish(mel, speech, source, final)
+
+    def prepare(self, mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The HiFT input of a chunk's mel ``[1, mel, F]``: (cached mel frames ++ mel, source cache ``[1, 1, S]``)."""
         if self.mel_cache is not None:
             mel = torch.cat([self.mel_cache, mel], dim=2)
-        speech, source = self.hift.inference(mel, cache_source=self.source_cache, generator=generator)
+        return mel, self.source_cache
+
+    def finish(self, mel: torch.Tensor, speech: torch.Tensor, source: torch.Tensor, final: bool) -> np.ndarray:
+        """HiFT's ``speech [1, L]`` / ``source [1, 1, L]`` for the ``prepare`` d ``mel`` -> this chunk's audio (the
+        overlap with the previous chunk cross-faded; the tail of a non-final chunk held back); updates the caches."""
         self.calls += 1
         out = speech[0].float().numpy().copy()
         if self.tail is not None:
@@ -282,8 +321,9 @@ class _StreamingVocoder:
             out[:n] = (out[:n].astype(np.float64) * self.fade_in + self.tail.astype(np.float64) * self.fade_out).astype(np.float32)
         if final:
             return out
-        self.mel_cache = mel[:, :, -self.mel_cache_len:]
-        self.source_cache = source[:, :, -self.overlap:]
+        # Copies, not views: a view would keep the whole (possibly batched) call's tensors alive.
+        self.mel_cache = mel[:, :, -self.mel_cache_len:].clone()
+        self.source_cache = source[:, :, -self.overlap:].clone()
         self.tail = out[-self.overlap:].copy()
         return out[: -self.overlap]
 

@@ -27,6 +27,7 @@ from cadenza.models.cosyvoice2.flow_estimator_blocks import (
     CausalBlock1D,
     CausalConv1d,
     CausalResnetBlock1D,
+    ChunkCausalKeys,
     Downsample1D,
     SinusoidalPosEmb,
     TimestepEmbedding,
@@ -107,6 +108,11 @@ class CausalConditionalDecoder(nn.Module):
             allowed = allowed[..., max(0, (past // chunk - self.num_decoding_left_chunks) * chunk) :]
         return mask_to_bias(allowed, dtype).unsqueeze(1)
 
+    def _unmasked_chunks(self, mask: torch.Tensor) -> bool:
+        """Whether an incremental call's attention is plain chunk-causal: all left chunks visible (the released
+        config), a chunk size, and no padded frame."""
+        return self.num_decoding_left_chunks < 0 and self.static_chunk_size > 0 and bool(mask.all())
+
     @staticmethod
     def _transformers(
         h: torch.Tensor, blocks: nn.ModuleList, bias: torch.Tensor, cache: StreamCache | None = None
@@ -148,9 +154,13 @@ class CausalConditionalDecoder(nn.Module):
         h = torch.cat(parts, dim=1)
         biases: dict[int, torch.Tensor] = {}  # one attention bias per U-Net level, shared by its stacks
 
-        def bias_for(level_mask: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        def bias_for(level_mask: torch.Tensor) -> torch.Tensor | list[torch.Tensor] | ChunkCausalKeys | list:
             if id(level_mask) not in biases:
-                if isinstance(cache, RowStreamCaches):  # one bias per stream: their cached lengths differ
+                if cache is not None and self._unmasked_chunks(level_mask):  # see ChunkCausalKeys
+                    caches = cache.caches if isinstance(cache, RowStreamCaches) else [cache]
+                    plans = [ChunkCausalKeys.plan(c.start, level_mask.size(-1), self.static_chunk_size) for c in caches]
+                    biases[id(level_mask)] = plans if isinstance(cache, RowStreamCaches) else plans[0]
+                elif isinstance(cache, RowStreamCaches):  # one bias per stream: their cached lengths differ
                     biases[id(level_mask)] = [
                         self.attention_bias(m, streaming, x.dtype, c.start)
                         for c, m in zip(cache.caches, cache.split(level_mask))

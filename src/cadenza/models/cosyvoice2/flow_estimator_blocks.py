@@ -13,6 +13,7 @@ one, with it the input frames continue the cached stream (see ``layers/stream_ca
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -121,6 +122,30 @@ class CausalResnetBlock1D(nn.Module):
         return h + self.res_conv(x * mask)
 
 
+@dataclass(frozen=True)
+class ChunkCausalKeys:
+    """The attention pattern of an incremental call under chunk masks with every left chunk visible and no padded
+    frame: the queries of each chunk see every key up to the end of their chunk (cached keys included), nothing else.
+
+    Attention then runs per query chunk over exactly those keys, with no mask: the result is the masked one (a
+    ``-1e10`` bias contributes exact zeros) but SDPA uses its fused kernel without reading a ``[T, K]`` bias, and the
+    keys after a chunk are not multiplied at all. ``spans``: ``(first query, end query, keys)`` per query chunk,
+    queries counted from this call's first, keys from the first cached one.
+    """
+
+    spans: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def plan(cls, past: int, new: int, chunk: int) -> ChunkCausalKeys:
+        """``new`` queries after ``past`` cached keys, attention chunks of ``chunk`` frames."""
+        spans, start = [], 0
+        while start < new:
+            end = min(new, ((past + start) // chunk + 1) * chunk - past)  # end of the query's chunk, or of the call
+            spans.append((start, end, past + end))
+            start = end
+        return cls(tuple(spans))
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """q ``[B, H, T1, D]``, k/v ``[B, H, T2, D]``, additive bias (broadcast to ``[B, H, T1, T2]``) -> ``[B, H, T1, D]``.
 
@@ -153,8 +178,9 @@ class SelfAttention(nn.Module):
         """x ``[B, T, dim]``, bias ``[B, 1, T, T]`` (additive) -> ``[B, T, dim]``.
 
         With ``cache`` the T positions follow the cached ones and bias is ``[B, 1, T, K]`` for the last ``K <= past + T``
-        keys; the keys/values of the first ``cache.commit`` positions are kept. With ``RowStreamCaches`` bias is a
-        list with one such bias per stream (streams may have different cached lengths).
+        keys, or a ``ChunkCausalKeys`` plan; the keys/values of the first ``cache.commit`` positions are kept. With
+        ``RowStreamCaches`` bias is a list with one such bias or plan per stream (streams may have different cached
+        lengths).
         """
         q, k, v = self.project_qkv(x)
         if cache is None:
@@ -173,15 +199,21 @@ class SelfAttention(nn.Module):
 
 
     def _attend_cached(
-        self, cache: StreamCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+        self, cache: StreamCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        bias: torch.Tensor | ChunkCausalKeys | None,
     ) -> torch.Tensor:
-        """q/k/v ``[B, H, T, D]`` of positions after ``cache``'s; keeps the first ``cache.commit`` keys/values."""
+        """q/k/v ``[B, H, T, D]`` of positions after ``cache``'s; keeps the first ``cache.commit`` keys/values.
+        ``bias``: additive, over the last keys it covers, or a ``ChunkCausalKeys`` plan (no mask at all)."""
         kv = cache.kv(self)
         past = kv.length
         k, v = kv.append(0, k, v)
-        if bias is not None and bias.size(-1) < k.size(2):  # limited left context: only the keys bias covers
-            k, v = k[:, :, k.size(2) - bias.size(-1) :], v[:, :, v.size(2) - bias.size(-1) :]
-        out = attend(q, k, v, bias)
+        if isinstance(bias, ChunkCausalKeys):
+            parts = [attend(q[:, :, a:b], k[:, :, :n], v[:, :, :n], None) for a, b, n in bias.spans]
+            out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+        else:
+            if bias is not None and bias.size(-1) < k.size(2):  # limited left context: only the keys bias covers
+                k, v = k[:, :, k.size(2) - bias.size(-1) :], v[:, :, v.size(2) - bias.size(-1) :]
+            out = attend(q, k, v, bias)
         kv.crop(past + cache.commit)
         return out
 

@@ -10,7 +10,7 @@ Parameter names equal the released ``hift.pt`` after :func:`cadenza.layers.weigh
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,11 @@ from cadenza.models.cosyvoice2.nsf_source import SourceModuleHnNSF, SourceNoise,
 
 PRE_POST_KERNEL = 7  # conv_pre / conv_post kernel (fixed in the reference, not a config entry)
 MAX_MAGNITUDE = 100.0  # the reference clips exp(log-magnitude) here before the iSTFT
+
+
+def _fresh_generator() -> torch.Generator:
+    """A generator with a random seed (torch's global RNG stays untouched)."""
+    return torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
 
 
 class HiFTGenerator(nn.Module):
@@ -126,10 +131,19 @@ class HiFTGenerator(nn.Module):
         # Nearest upsampling by scale factor, as the reference's nn.Upsample (kept for bit parity).
         f0_up = F.interpolate(f0[:, None], scale_factor=float(self.cfg.hop_length), mode="nearest").transpose(1, 2)
         if noise is None:
-            if generator is None:
-                generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-            noise = draw_source_noise(f0_up.shape[0], f0_up.shape[1], self.cfg.nb_harmonics + 1, generator)
+            noise = draw_source_noise(f0_up.shape[0], f0_up.shape[1], self.cfg.nb_harmonics + 1,
+                                      generator if generator is not None else _fresh_generator())
         return self.m_source(f0_up, noise).transpose(1, 2)
+
+    def draw_noise(self, frames: int, generators: Sequence[torch.Generator | None]) -> SourceNoise:
+        """The source randomness of a batch of ``frames``-frame mels, row ``i`` drawn from ``generators[i]`` exactly
+        as a batch-1 call with that generator draws it (None: a fresh random generator), so a batched call gives
+        each row the output it would get alone."""
+        length, harmonics = self.cfg.hop_length * frames, self.cfg.nb_harmonics + 1
+        rows = [draw_source_noise(1, length, harmonics, g if g is not None else _fresh_generator())
+                for g in generators]
+        return SourceNoise(rand_ini=torch.cat([r.rand_ini for r in rows]),
+                           sine_noise=torch.cat([r.sine_noise for r in rows]))
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """``mel [B, n_mels, F]``, ``source [B, 1, L]`` -> ``speech [B, L]`` in ±audio_limit (L = hop_length * F)."""
