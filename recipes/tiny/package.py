@@ -25,10 +25,11 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 PACKAGE_DIR = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
-# The first CPU run's weights are not intelligible yet (docs/cadenza-tiny.md): say so to every user who loads them.
+# The CPU-trained weights are not intelligible yet (docs/cadenza-tiny.md): say so to every user who loads them.
 STATUS = "experimental"
-STATUS_NOTE = ("first 2-core-CPU training run (about 1.5 hours): the pipeline works end to end but the speech is not "
-               "intelligible yet (ASR WER about 1.0); see docs/cadenza-tiny.md")
+STATUS_NOTE = ("2-core-CPU training (two rounds, about 6 CPU-hours): the pipeline works end to end, but the LM does "
+               "not generalise from its 2.4-hour corpus to new sentences, so the ASR understands little of the "
+               "speech; see docs/cadenza-tiny.md")
 DEFAULT_SPEAKER = "slt"  # chosen by recipes/tiny/pick_default_voice.py (lowest WER of the training voices)
 
 
