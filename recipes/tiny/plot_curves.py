@@ -55,7 +55,7 @@ def _rows(work: Path, stage: str) -> list[dict]:
         if how == "resume":
             rows = [r for r in rows if r["step"] < run[0]["step"]]
         last = rows[-1]["step"] if rows and how == "warm" else 0
-        rows += [{**r, "step": r["step"] + last} for r in run]
+        rows += [{**r, "step": r["step"] + last, "run": name} for r in run]
     return rows
 
 
@@ -72,6 +72,9 @@ def plot(work: Path, out: Path) -> None:
             pts = [(r["step"], r[key]) for r in rows if key in r]
             if pts:
                 ax.plot(*zip(*pts), label=label, color=color)
+        for before, after in zip(rows, rows[1:]):  # where the next run (round) of the stage begins
+            if before["run"] != after["run"]:
+                ax.axvline(after["step"], color="grey", linestyle="--", linewidth=0.8)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -83,7 +86,8 @@ def plot(work: Path, out: Path) -> None:
                 twin.set_ylabel(extra, color="tab:orange", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize=8)
-    fig.suptitle("cadenza-tiny: training curves (recipes/tiny, 2-core CPU)", fontsize=11)
+    fig.suptitle("cadenza-tiny: training curves (recipes/tiny, 2-core CPU; dashed: the next run of a stage begins)",
+                 fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
