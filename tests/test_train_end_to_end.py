@@ -228,7 +228,7 @@ def pipeline(tmp_path_factory) -> dict:
     lap("assemble")
     return {"root": root, "manifest": manifest, "data": data, "summary": summary, "runs": runs, "folder": folder,
             "extract": {"tokens": tokens, "embeddings": embeddings}, "timings": timings, "text_tokenizer": text_tok,
-            "model_config": resolve_model(model).config}
+            "model_config": resolve_model(model).config, "model_section": model}
 
 
 def _shard_items(pipeline: dict) -> list[dict]:
@@ -333,3 +333,32 @@ def test_the_trained_model_synthesizes(pipeline):
         assert audio.sample_rate == tts.sample_rate and audio.duration > 0
         assert np.isfinite(samples).all() and np.abs(samples).max() <= 1.0
     print("end-to-end timings (s):", {k: round(v, 1) for k, v in pipeline["timings"].items()})
+
+
+def test_lm_holds_items_out_and_reports_their_loss(pipeline, tmp_path):
+    """``lm.heldout_fraction`` keeps items out of training; ``eval_every`` logs their teacher-forced loss, which
+    starts at chance (a fresh LM is near-uniform over the speech ids) and moves as the LM trains."""
+    from cadenza.training.lm_stage import LMStage
+
+    config = _config("lm", pipeline["model_section"])
+    config["lm"].update(heldout_fraction=0.25, split_seed=3, eval_every=2)
+    config["train"].update(max_steps=4, ckpt_every=4)
+    n_items = len(SPEAKERS) * UTTERANCES_PER_SPEAKER
+
+    stage = LMStage(config, pipeline["data"])
+    train_set = stage.dataset()
+    held_out = set(stage.heldout_idx)
+    assert 0 < len(held_out) < n_items and len(train_set) == n_items - len(held_out)
+    assert not held_out & {train_set[i]["index"] for i in range(len(train_set))}
+    with _single_thread():
+        stage.setup(torch.device("cpu"), lambda m: m)
+        fresh = stage.evaluate()
+    chance = math.log(stage.lm.llm_decoder.out_features)
+    assert abs(fresh["heldout_ce"] - chance) < 0.5 and fresh["heldout_items"] == len(held_out)
+
+    _run("lm", config, pipeline["data"], tmp_path / "lm")
+    metrics = read_metrics(tmp_path / "lm")
+    evaluated = [m for m in metrics if "heldout_ce" in m]
+    assert [m["step"] for m in evaluated] == [2, 4]
+    assert all(math.isfinite(m["heldout_ce"]) and 0 <= m["heldout_acc"] <= 1 for m in evaluated)
+    assert evaluated[-1]["heldout_ce"] != pytest.approx(fresh["heldout_ce"], abs=1e-3)  # it measures the trained LM

@@ -13,6 +13,13 @@ Config (``lm:`` section, ``LMStageConfig``)::
       label_smoothing: 0.0        # the recipe uses none
       init_llm: null              # llm.pt or a model directory to start from (fine-tuning)
       init_qwen: null             # a HF Qwen2 checkpoint for the body (training from a text LLM)
+      heldout_fraction: 0.0       # items kept out of training to measure generalisation (0: none)
+      split_seed: 0
+      eval_every: 0               # steps between held-out evaluations (heldout_ce, heldout_acc in metrics.jsonl)
+      eval_max_items: 64
+
+A small corpus is learned by heart long before the LM generalises (cadenza-tiny: training cross-entropy 0.36 while
+it rose on unseen sentences), so for small data hold items out and keep the checkpoint where ``heldout_ce`` is lowest.
 
 The loss is the token mean over the *global* batch (``distributed.global_mean_count``), so ``torchrun`` with N
 processes equals one process with an N times larger batch. Per-item random choices (layout, random ``unknown``
@@ -43,6 +50,7 @@ from cadenza.training.optim import Optimization
 from cadenza.training.seeding import item_generator
 from cadenza.training.speaker_tags import SpeakerTagger
 from cadenza.training.stage import TrainingStage, Wrap, register
+from cadenza.training.wav_manifest import heldout_split
 
 SALT_LAYOUT = 1
 
@@ -59,10 +67,16 @@ class LMStageConfig:
     label_smoothing: float = 0.0
     init_llm: str | None = None
     init_qwen: str | None = None
+    heldout_fraction: float = 0.0
+    split_seed: int = 0
+    eval_every: int = 0
+    eval_max_items: int = 64
 
     def __post_init__(self) -> None:
         if not 0 <= self.mix_probability <= 1 or not 0 <= self.label_smoothing < 1:
             raise InputError("lm: mix_probability must be in [0, 1] and label_smoothing in [0, 1)")
+        if not 0 <= self.heldout_fraction < 1 or self.eval_every < 0 or self.eval_max_items < 1:
+            raise InputError("lm: heldout_fraction must be in [0, 1), eval_every >= 0 and eval_max_items >= 1")
         if self.max_speech_tokens < 0 or self.max_text_tokens < 0:
             raise InputError("lm: max_speech_tokens / max_text_tokens must be >= 0")
 
@@ -151,7 +165,35 @@ class LMStage(LMStageBase):
     name = "lm"
 
     def dataset(self) -> torch.utils.data.Dataset:
-        return LMItems(self.data_dir, self.tokenizer, self.cfg.max_speech_tokens, self.cfg.max_text_tokens)
+        """The training items: every usable item but the held-out ones (``heldout_fraction``)."""
+        items = LMItems(self.data_dir, self.tokenizer, self.cfg.max_speech_tokens, self.cfg.max_text_tokens)
+        train_idx, self.heldout_idx = heldout_split(len(items), self.cfg.heldout_fraction, self.cfg.split_seed)
+        self.heldout_items = items
+        return items if not self.heldout_idx else torch.utils.data.Subset(items, train_idx)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Teacher-forced cross-entropy and next-token accuracy on up to ``eval_max_items`` held-out items, in the
+        unistream layout without speaker tags (what inference of plain text uses). Empty if nothing is held out."""
+        if not getattr(self, "heldout_idx", None):
+            return {}
+        model = getattr(self.model, "module", self.model)  # not through DDP: every rank evaluates the same items
+        was_training = model.training
+        model.eval()
+        total, correct, count = 0.0, 0, 0
+        indices = self.heldout_idx[: self.cfg.eval_max_items]
+        for start in range(0, len(indices), 16):
+            items = [self.heldout_items[i] for i in indices[start : start + 16]]
+            seqs = [build_sequence(list(it["text_ids"]), it["speech_tokens"], self.lm_cfg.mix_ratio, self.lm_cfg.eos_id,
+                                   self.lm_cfg.fill_id, 0.0, 1.0) for it in items]
+            b = self.to_batch(seqs)
+            select, targets, _ = targets_of(b)
+            logits = model(b.kinds, b.ids, select).float()
+            total += float(F.cross_entropy(logits, targets, reduction="sum"))
+            correct += int((logits.argmax(-1) == targets).sum())
+            count += targets.numel()
+        model.train(was_training)
+        return {"heldout_ce": total / count, "heldout_acc": correct / count, "heldout_items": float(len(indices))}
 
     def train_step(self, batch: list[dict[str, Any]], step: int) -> dict[str, float]:
         seqs = []
@@ -169,5 +211,8 @@ class LMStage(LMStageBase):
         with torch.no_grad():
             acc = (logits.argmax(-1) == targets).float().mean()
         n_bi = sum(1 for s in seqs if s.targets.count(self.lm_cfg.fill_id) > 0)
-        return {"loss": float(loss.detach()), "acc": float(acc), "grad_norm": grad_norm, "lr": lr,
-                "tokens": float(targets.numel()), "bistream_frac": n_bi / len(seqs)}
+        metrics = {"loss": float(loss.detach()), "acc": float(acc), "grad_norm": grad_norm, "lr": lr,
+                   "tokens": float(targets.numel()), "bistream_frac": n_bi / len(seqs)}
+        if self.cfg.eval_every > 0 and (step + 1) % self.cfg.eval_every == 0:
+            metrics.update(self.evaluate())
+        return metrics
