@@ -11,8 +11,8 @@ For the first ``--limit`` sentences of the `seen` test list, with the teacher's 
 * ``zero-shot``      text + prompt -> LM -> flow -> HiFT (the whole model; also what `evaluate.py` measures);
 * ``cross-lingual``  text + prompt audio only (no prompt transcript, no prompt tokens in the LM).
 
-Prints one line per utterance and stage, then the mean WER and voiced-frame share per stage, and writes
-WORK/eval/diagnose.json.
+Prints one line per utterance and stage, then per stage the mean WER, the share of reference words the ASR heard (in
+order; unlike WER, not lowered by words it adds) and the voiced-frame share, and writes WORK/eval/diagnose.json.
 """
 
 from __future__ import annotations
@@ -40,18 +40,19 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0) -> dict[s
     from cadenza.audio.mel import flow_prompt_mel
     from cadenza.evaluation.asr import transcribe
     from cadenza.evaluation.test_list import read_test_list
-    from cadenza.evaluation.wer import wer
+    from cadenza.evaluation.wer import recognized_words, wer
 
     tts = Cadenza.from_pretrained(model)
     cfg = tts.engine.config
     hift = tts.engine.model.hift
     test = work / "corpus" / "test"
     items = read_test_list(test / "seen.lst")[:limit]
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, float]]] = {}
 
     def score(stage: str, item, samples: np.ndarray, sr: int) -> None:
         hyp = transcribe(samples, sr)
-        results.setdefault(stage, []).append((wer(item.target_text, hyp), _voiced_share(samples, sr)))
+        hits, n_words = recognized_words(item.target_text, hyp)
+        results.setdefault(stage, []).append((wer(item.target_text, hyp), hits / n_words, _voiced_share(samples, sr)))
         print(f"{stage:14s} {results[stage][-1][0]:5.2f} | {item.target_text} | {hyp}", flush=True)
 
     for item in items:
@@ -69,10 +70,11 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0) -> dict[s
         cl = tts.synthesize(item.target_text, prompt_wav=str(item.prompt_wav), seed=seed)
         score("cross-lingual", item, cl.samples, cl.sample_rate)
     tts.close()
-    summary = {stage: {"wer_mean": float(np.mean([r[0] for r in rows])), "voiced": float(np.mean([r[1] for r in rows])),
-                       "n": len(rows)} for stage, rows in results.items()}
+    summary = {stage: {"wer_mean": float(np.mean([r[0] for r in rows])), "words_heard": float(np.mean([r[1] for r in rows])),
+                       "voiced": float(np.mean([r[2] for r in rows])), "n": len(rows)} for stage, rows in results.items()}
     for stage, s in summary.items():
-        print(f"{stage:14s} WER {s['wer_mean']:.3f}  voiced frames {s['voiced']:.0%}  (n={s['n']})")
+        print(f"{stage:14s} WER {s['wer_mean']:.3f}  words heard {s['words_heard']:.0%}  voiced frames {s['voiced']:.0%}"
+              f"  (n={s['n']})")
     out = work / "eval" / "diagnose.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model, "limit": limit, "seed": seed, "stages": summary}, indent=1))
