@@ -168,7 +168,7 @@ class LMStage(LMStageBase):
         """The training items: every usable item but the held-out ones (``heldout_fraction``)."""
         items = LMItems(self.data_dir, self.tokenizer, self.cfg.max_speech_tokens, self.cfg.max_text_tokens)
         train_idx, self.heldout_idx = heldout_split(len(items), self.cfg.heldout_fraction, self.cfg.split_seed)
-        self.heldout_items = items
+        self.all_items = items
         return items if not self.heldout_idx else torch.utils.data.Subset(items, train_idx)
 
     @torch.no_grad()
@@ -183,9 +183,9 @@ class LMStage(LMStageBase):
         total, correct, count = 0.0, 0, 0
         indices = self.heldout_idx[: self.cfg.eval_max_items]
         for start in range(0, len(indices), 16):
-            items = [self.heldout_items[i] for i in indices[start : start + 16]]
-            seqs = [build_sequence(list(it["text_ids"]), it["speech_tokens"], self.lm_cfg.mix_ratio, self.lm_cfg.eos_id,
-                                   self.lm_cfg.fill_id, 0.0, 1.0) for it in items]
+            items = [self.all_items[i] for i in indices[start : start + 16]]
+            # draw 1.0 is never below mix_probability: the unistream layout
+            seqs = [self.sequence(it, it["text_ids"], it["speech_tokens"], 1.0) for it in items]
             b = self.to_batch(seqs)
             select, targets, _ = targets_of(b)
             logits = model(b.kinds, b.ids, select).float()
