@@ -98,19 +98,30 @@ class Recipe:
         ckpts.mkdir(parents=True, exist_ok=True)
         shutil.copy2(newest, ckpts / newest.name)
 
+    def extract(self, data: str, log_name: str, **runs: str) -> None:
+        """``cadenza data extract`` into WORK/<data> with the extractors of ``runs`` (``tokens=``: a speech tokenizer
+        run, ``speakers=``: a speaker encoder run), unless done before (``extracted.ok``)."""
+        done = self.work / data / "extracted.ok"
+        if done.is_file():
+            return
+        factories = {"tokens": "cadenza.training.speech_tokenizer_stage:speech_token_extractor",
+                     "speakers": "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor"}
+        cmd = [*self.cadenza, "data", "extract", "--data", str(self.work / data), "--no-progress"]
+        for kind, run in runs.items():
+            cmd += ["--extractor", f"{factories[kind]}={self.work / 'runs' / run}"]
+        self.run(cmd, log_name)
+        done.write_text("ok\n")
+
     def extract_tokens_v2(self) -> None:
         """WORK/data_v2: WORK/data's shards hard-linked (no copy), with speech tokens from runs/tokenizer_v2."""
         w = self.work
-        if (w / "data_v2" / "extracted.ok").is_file():
-            return
-        shutil.rmtree(w / "data_v2", ignore_errors=True)
-        shutil.copytree(w / "data", w / "data_v2", copy_function=os.link)
-        for p in [*(w / "data_v2" / "shards").glob("*.speech_tokens.*"), w / "data_v2" / "rejected.speech_tokens.jsonl",
-                  w / "data_v2" / "extracted.ok"]:
-            p.unlink(missing_ok=True)
-        self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_v2"), "--no-progress", "--extractor",
-                  f"cadenza.training.speech_tokenizer_stage:speech_token_extractor={w}/runs/tokenizer_v2"], "extract_v2")
-        (w / "data_v2" / "extracted.ok").write_text("ok\n")
+        if not (w / "data_v2" / "extracted.ok").is_file():
+            shutil.rmtree(w / "data_v2", ignore_errors=True)
+            shutil.copytree(w / "data", w / "data_v2", copy_function=os.link)
+            for p in [*(w / "data_v2" / "shards").glob("*.speech_tokens.*"),
+                      w / "data_v2" / "rejected.speech_tokens.jsonl", w / "data_v2" / "extracted.ok"]:
+                p.unlink(missing_ok=True)
+        self.extract("data_v2", "extract_v2", tokens="tokenizer_v2")
 
     def mark_done(self, *stages: str) -> None:
         for s in stages:
@@ -135,13 +146,7 @@ class Recipe:
         front = [p for p in (self.train("tokenizer"), self.train("speaker")) if p is not None]
         self.wait(*front)
         self.mark_done("tokenizer", "speaker")
-        if not (w / "data" / "extracted.ok").is_file():
-            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data"), "--no-progress",
-                      "--extractor", f"cadenza.training.speech_tokenizer_stage:speech_token_extractor={w}/runs/tokenizer",
-                      "--extractor",
-                      f"cadenza.training.speaker_encoder_stage:speaker_embedding_extractor={w}/runs/speaker"],
-                     "extract")
-            (w / "data" / "extracted.ok").write_text("ok\n")
+        self.extract("data", "extract", tokens="tokenizer", speakers="speaker")
         back = [p for p in (self.train("lm"), self.train("flow")) if p is not None]
         self.wait(*back)
         self.mark_done("lm", "flow")
