@@ -77,9 +77,9 @@ def test_queue_full_is_a_clear_busy_error(cv2_dir):
     gate = threading.Event()
     original = sched._step
 
-    def slow_step(inboxes):
+    def slow_step(*args):
         gate.wait(30)
-        original(inboxes)
+        original(*args)
 
     sched._step = slow_step
     try:

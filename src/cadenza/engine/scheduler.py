@@ -1,13 +1,19 @@
-"""The request scheduler: one worker thread runs the model for every active request, batching their LM steps.
+"""The request scheduler: two worker threads run the model for every active request, a pipeline of two stages.
 
-Each loop of the worker (``_step``):
-1. drops cancelled requests (freeing their KV caches, flow and vocoder state);
-2. runs one LM step for every request that has LM work: prompts (several new positions) one by one, then all
-   single-token decode steps together in one batched forward (per-request KV caches of any length);
-3. runs the flow + HiFT work of one request that has enough tokens for its next chunk — requests still waiting
-   for their first chunk go first, then the oldest — together with the requests whose flow chunk has as many frames
-   (their flow estimator calls run as one batch, ``IncrementalFlow.push_many``, and so do their HiFT calls where the
-   mel lengths match, ``vocode_many``), or of all of them when no LM work is waiting.
+* The **LM worker** admits queued requests, feeds bi-streaming text and runs one LM step for every request that has
+  LM work: prompts (several new positions) one by one, then all single-token decode steps together in one batched
+  forward (per-request KV caches of any length).
+* The **vocoder worker** turns speech tokens into audio at the same time: the flow + HiFT work of the request that
+  has enough tokens for its next chunk — requests still waiting for their first chunk go first, then the oldest —
+  together with every ready request whose flow chunk has as many frames (their estimator calls run as one batch,
+  ``IncrementalFlow.push_many``, and so do their HiFT calls where the mel lengths match, ``vocode_many``). A ready
+  chunk waits up to ``flow_batch_wait_steps`` LM steps for requests a few tokens short of a chunk of its size.
+
+Running the two stages concurrently keeps both cores of a small CPU busy (the LM's small decode steps and the
+vocoder's Python-level work leave most of a core idle when they run one after the other) and lets the LM go on
+decoding while a chunk is vocoded. Each worker owns its half of a request's state — the LM worker the decoder (KV
+caches), the vocoder worker the ``StreamSynthesis`` (flow and HiFT caches) — and frees it when the request ends,
+however it ends; a request keeps its slot until both halves are freed.
 
 Consumers read chunks from a bounded per-request buffer; a request whose buffer is full is not given vocoder work
 until its consumer reads (a slow reader never holds up anyone else). New requests beyond ``max_active`` wait in a
@@ -47,38 +53,53 @@ class SchedulerConfig:
     # A request whose flow chunk is ready waits up to this many LM steps for requests a few tokens short of a chunk
     # of the same size, so their flows run as one batch (cheaper than one after the other); 0 = never wait.
     flow_batch_wait_steps: int = 4
+    # torch intra-op threads of each worker (None: the process setting, ``torch.get_num_threads()``). Two workers
+    # with the process's threads each may oversubscribe the cores; 1 each suits a 2-core CPU (docs/performance.md).
+    worker_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
             raise ValueError("bad scheduler limits")
+        if self.worker_threads is not None and self.worker_threads < 1:
+            raise ValueError(f"worker_threads must be >= 1 or None, got {self.worker_threads}")
 
 
 @dataclass(eq=False)
 class _Job:
-    """One request's live state inside the scheduler (only the worker touches the model-side fields)."""
+    """One request's live state inside the scheduler. ``decoder`` belongs to the LM worker, ``synth`` to the vocoder
+    worker: each is touched (and freed) by its own worker only. Flags and buffers change under the scheduler lock."""
 
     request: SynthesisRequest
     stream: bool
     decoder: UnistreamDecoder | BistreamDecoder | None
     synth: StreamSynthesis | None = None
-    ids: list[int] = field(default_factory=list)
-    lm_done: bool = False
-    done: bool = False
+    ids: list[int] = field(default_factory=list)  # appended by the LM worker only; read by the vocoder worker
+    lm_done: bool = False  # set after the last token is in ``ids``
+    done: bool = False  # the final item is in ``buffer``; the workers free their halves
     cancelled: bool = False
+    vocoder_released: bool = False  # the vocoder worker freed (or never had) ``synth``
     chunks_out: int = 0
     text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / _DONE
     buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / _DONE
     seq: int = 0
-    flow_waits: int = 0  # LM steps this job's ready flow chunk has waited for batch partners
+    ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
     submitted: float = field(default_factory=time.perf_counter)
     first_chunk_s: float | None = None
 
-    def close(self) -> None:
+    @property
+    def released(self) -> bool:
+        return self.decoder is None and self.vocoder_released
+
+    def release_lm(self) -> None:
         if self.decoder is not None:
             self.decoder.close()
+            self.decoder = None
+
+    def release_vocoder(self) -> None:
         if self.synth is not None:
             self.synth.close()
-        self.decoder = self.synth = None
+            self.synth = None
+        self.vocoder_released = True
 
 
 class StreamHandle:
@@ -126,10 +147,15 @@ class Scheduler:
         self.token2wav = Token2Wav(model, self.schedule)
         self._cond = threading.Condition()
         self._queued: collections.deque[_Job] = collections.deque()
-        self._active: list[_Job] = []
+        self._active: list[_Job] = []  # admitted and not yet released by both workers
         self._seq = itertools.count()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._lm_steps = 0  # LM steps run so far (the clock of the flow batch wait)
+        self._lm_busy = False  # the LM worker has work (a waiting flow chunk may expect partners)
+        # Jobs whose first chunk the vocoder worker is computing: meanwhile the LM steps only jobs that have no audio
+        # yet either, so the two workers do not share the cores while someone waits for first audio.
+        self._first_chunks: list[_Job] = []
+        self._threads: list[threading.Thread] = []
 
     # -- consumer side (any thread) ------------------------------------------------------------------------------
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
@@ -144,10 +170,10 @@ class Scheduler:
             if self._closed:
                 raise CadenzaError("the engine is closed")
             if len(self._queued) >= self.config.max_queued and len(self._active) >= self.config.max_active:
-                job.close()
+                job.release_lm()
                 raise EngineBusyError(f"busy: {len(self._active)} requests running and {len(self._queued)} queued")
             self._queued.append(job)
-            self._ensure_worker()
+            self._ensure_workers()
             self._cond.notify_all()
         return StreamHandle(self, job)
 
@@ -166,16 +192,16 @@ class Scheduler:
 
     @property
     def load(self) -> tuple[int, int]:
-        """(active, queued) request counts."""
+        """(active, queued) request counts; a request is active until its state is freed."""
         with self._cond:
-            return sum(not j.done for j in self._active), len(self._queued)
+            return len(self._active), len(self._queued)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
 
     def _feed(self, job: _Job, item) -> None:
         with self._cond:
@@ -185,7 +211,7 @@ class Scheduler:
     def _take(self, job: _Job):
         with self._cond:
             while not job.buffer:
-                if self._closed and not self._thread_alive():
+                if self._closed and not self._workers_alive():
                     return RequestCancelledError("the engine was closed")
                 self._cond.wait()
             item = job.buffer.popleft()
@@ -198,84 +224,123 @@ class Scheduler:
                 job.cancelled = True
                 self._cond.notify_all()
 
-    def _thread_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _workers_alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
 
-    def _ensure_worker(self) -> None:
-        if not self._thread_alive():
-            self._thread = threading.Thread(target=self._run, name="cadenza-scheduler", daemon=True)
-            self._thread.start()
+    def _ensure_workers(self) -> None:
+        if self._threads:
+            return
+        self._threads = [threading.Thread(target=self._worker, args=(self._run_lm,), name="cadenza-lm", daemon=True),
+                         threading.Thread(target=self._worker, args=(self._run_vocoder,), name="cadenza-vocoder",
+                                          daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
-    # -- worker side ----------------------------------------------------------------------------------------------
-    def _has_work(self, job: _Job) -> bool:
-        if job.cancelled or job.text_inbox:
-            return True
-        if job.decoder is not None and not job.lm_done and job.decoder.next_input() is not None:
-            return True
-        return self._vocoder_ready(job)
-
-    def _vocoder_ready(self, job: _Job) -> bool:
-        if job.done or len(job.buffer) >= self.config.max_buffered_chunks:
-            return False
-        if job.lm_done:
-            return True
-        return job.stream and job.synth is not None and job.synth.ready(len(job.ids))
-
-    def _run(self) -> None:
+    # -- both workers -------------------------------------------------------------------------------------------
+    def _worker(self, loop) -> None:
         torch.set_grad_enabled(False)
-        while True:
+        if self.config.worker_threads is not None:
+            torch.set_num_threads(self.config.worker_threads)  # per thread under OpenMP
+        try:
+            with torch.inference_mode():
+                loop()
+        except Exception as exc:  # a bug in the worker itself: fail every request loudly instead of hanging
+            log.exception("scheduler worker failed; closing the engine")
             with self._cond:
-                while not self._closed:
-                    self._active = [j for j in self._active if not j.done]  # finished jobs free their slot now
-                    while self._queued and len(self._active) < self.config.max_active:
-                        self._active.append(self._queued.popleft())
-                    if any(self._has_work(j) for j in self._active):
-                        break
-                    self._cond.wait()
-                if self._closed:
-                    for job in self._active + list(self._queued):
-                        self._finish(job, RequestCancelledError("the engine was closed"))
-                    self._active.clear()
-                    self._queued.clear()
-                    return
-                inboxes = {id(j): list(j.text_inbox) for j in self._active if j.text_inbox}
-                for j in self._active:
-                    j.text_inbox.clear()
-            try:
-                with torch.inference_mode():
-                    self._step(inboxes)
-            except Exception as exc:  # a bug in batched work: fail every active request, keep serving
-                log.exception("scheduler step failed")
-                with self._cond:
-                    for job in self._active:
-                        self._finish(job, exc)
-                    self._active = []
+                self._closed = True
+                for job in self._active + list(self._queued):
+                    self._finish(job, exc)
 
     def _finish(self, job: _Job, item) -> None:
-        """Deliver the final item (``_DONE`` or an exception) and free the job. Caller holds the lock."""
-        job.close()
+        """Deliver the final item (``_DONE`` or an exception); the workers free the job's state. Caller holds the
+        lock."""
         if not job.done:
             job.done = True
             job.buffer.append(item)
         self._cond.notify_all()
 
+    def _end(self, jobs: list[_Job], item) -> None:
+        """``_finish`` each job with ``item``, taking the lock."""
+        with self._cond:
+            for job in jobs:
+                self._finish(job, item)
+
     def _emit(self, job: _Job, audio: np.ndarray) -> None:
         with self._cond:
+            if job.done:  # ended meanwhile (cancelled, or failed in the other worker)
+                return
             if job.first_chunk_s is None:
                 job.first_chunk_s = time.perf_counter() - job.submitted
             job.chunks_out += 1
             job.buffer.append(audio)
             self._cond.notify_all()
 
-    def _step(self, inboxes: dict[int, list]) -> None:
-        with self._cond:
-            for job in [j for j in self._active if j.cancelled]:
-                self._finish(job, RequestCancelledError("cancelled"))
-            self._active = [j for j in self._active if not j.done]
-            active = list(self._active)
+    def _prune(self) -> None:
+        """Drop released jobs: their slot is free at once. Caller holds the lock."""
+        if any(j.released for j in self._active):
+            self._active = [j for j in self._active if not j.released]
+            self._cond.notify_all()
+
+    # -- LM worker ----------------------------------------------------------------------------------------------
+    def _lm_has_work(self, job: _Job) -> bool:
+        """Caller holds the lock."""
+        if job.done:
+            return False
+        if job.cancelled or job.text_inbox:
+            return True
+        if self._first_chunks and (job.chunks_out > 0 or any(job is j for j in self._first_chunks)):
+            return False  # first audio of another request is being made: it gets the cores
+        return job.decoder is not None and not job.lm_done and job.decoder.next_input() is not None
+
+    def _run_lm(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    for job in self._active:
+                        if job.done:
+                            job.release_lm()  # the LM half of a finished / failed / cancelled request
+                    self._prune()
+                    if self._closed:
+                        break
+                    while self._queued and len(self._active) < self.config.max_active:
+                        self._active.append(self._queued.popleft())
+                        self._cond.notify_all()  # the vocoder worker sees the new job
+                    if any(self._lm_has_work(j) for j in self._active):
+                        break
+                    if self._lm_busy:  # a flow chunk waiting for partners from the LM need not wait any more
+                        self._lm_busy = False
+                        self._cond.notify_all()
+                    self._cond.wait()
+                if self._closed:
+                    for job in self._active + list(self._queued):
+                        self._finish(job, RequestCancelledError("the engine was closed"))
+                        job.release_lm()
+                    for job in self._queued:
+                        job.vocoder_released = True  # never reached the vocoder worker
+                    self._queued.clear()
+                    return
+                self._lm_busy = True
+                for job in self._active:
+                    if job.cancelled:
+                        self._finish(job, RequestCancelledError("cancelled"))
+                active = [j for j in self._active if self._lm_has_work(j)]
+                inboxes = {id(j): list(j.text_inbox) for j in active if j.text_inbox}
+                for j in active:
+                    j.text_inbox.clear()
+            try:
+                self._step(active, inboxes)
+            except Exception as exc:  # a bug in batched LM work: fail those requests, keep serving
+                log.exception("LM step failed")
+                self._end(active, exc)
+            with self._cond:
+                self._lm_steps += 1
+                self._cond.notify_all()
+
+    def _step(self, active: list[_Job], inboxes: dict[int, list]) -> None:
+        """One LM step: deliver bistream text, then one decode step of every job with LM work."""
         for job in active:
             try:
-                for item in inboxes.get(id(job), ()):
+                for item in inboxes.get(id(job), ()) if job.decoder is not None else ():
                     if isinstance(item, BaseException):
                         raise item
                     if item is _DONE:
@@ -283,95 +348,20 @@ class Scheduler:
                     else:
                         job.decoder.feed_text(item)
             except Exception as exc:
-                with self._cond:
-                    self._finish(job, exc)
+                self._end([job], exc)
             if job.decoder is not None and job.decoder.finished and not job.lm_done:
-                job.lm_done = True  # e.g. a bistream request whose text ended with nothing to say
-        active = [j for j in active if not j.done]
-        lm_jobs = [j for j in active if j.decoder is not None and not j.lm_done and j.decoder.next_input() is not None]
-        for job in active:
-            try:
-                if job.stream and job.synth is None:
-                    job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
-                                                lambda k, g=job.request.vocoder_generator: g)
-            except Exception as exc:
-                with self._cond:
-                    self._finish(job, exc)
-        self._lm_step([j for j in lm_jobs if not j.done])
-        ready = sorted((j for j in active if not j.done and self._vocoder_ready(j)),
-                       key=lambda j: (j.chunks_out > 0, j.seq))
-        if lm_jobs and ready:
-            # Keep the LM moving for everyone: only the most urgent vocoder job, plus the jobs whose flow chunk can
-            # share its batched estimator calls (equal frame counts: almost free on top of it).
-            frames = self._flow_frames(ready[0])
-            ready = ready[:1] + [j for j in ready[1:] if frames is not None and self._flow_frames(j) == frames]
-            if frames is not None and ready[0].flow_waits < self.config.flow_batch_wait_steps and any(
-                self._soon_ready(j, frames) for j in lm_jobs if not j.done
-            ):
-                ready[0].flow_waits += 1
-                ready = []
-        for job in ready:
-            job.flow_waits = 0
-        batchable = [j for j in ready if self._flow_frames(j) is not None]
-        if len(batchable) > 1:
-            self._vocoder_batch(batchable)
-        for job in ready:
-            if not any(job is j for j in batchable) or len(batchable) == 1:
-                self._vocoder_step(job)
-
-    @staticmethod
-    def _chunk_is_final(job: _Job) -> bool:
-        return not job.synth.ready(len(job.ids))
-
-    def _flow_frames(self, job: _Job) -> int | None:
-        """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
-        if not job.stream or job.synth is None or (self._chunk_is_final(job) and not job.ids):
-            return None
-        return job.synth.flow_frames(len(job.ids), self._chunk_is_final(job))
-
-    def _soon_ready(self, job: _Job, frames: int) -> bool:
-        """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
-        synth = job.synth
-        if not job.stream or synth is None or self._vocoder_ready(job):
-            return False
-        missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - len(job.ids)
-        return missing <= self.config.flow_batch_wait_steps and synth.flow_frames(len(job.ids), False) == frames
-
-    def _vocoder_batch(self, jobs: list[_Job]) -> None:
-        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
-        (``vocode_many``: batched where the mel lengths match)."""
-        finals = [self._chunk_is_final(j) for j in jobs]
-        try:
-            mels = flow_mels([j.synth for j in jobs], [j.ids for j in jobs], finals)
-        except Exception as exc:  # the batched push closes every session it was given
-            with self._cond:
-                for job in jobs:
-                    self._finish(job, exc)
-            return
-        try:
-            chunks = vocode_many([j.synth for j in jobs], mels, finals)
-        except Exception as exc:  # a batched HiFT call failed: the jobs' vocoder states may be half-updated
-            with self._cond:
-                for job in jobs:
-                    self._finish(job, exc)
-            return
-        for job, audio, final in zip(jobs, chunks, finals):
-            self._emit(job, audio)
-            if final:
-                with self._cond:
-                    self._finish(job, _DONE)
-
-    def _lm_step(self, jobs: list[_Job]) -> None:
+                self._lm_finished(job)  # e.g. a bistream request whose text ended with nothing to say
+        lm_jobs = [j for j in active if not j.done and j.decoder is not None and not j.lm_done
+                   and j.decoder.next_input() is not None]
+        singles = [j for j in lm_jobs if j.decoder.next_input().shape[1] > 1]
+        batch = [j for j in lm_jobs if j.decoder.next_input().shape[1] == 1]
         lm = self.model.lm
-        singles = [j for j in jobs if j.decoder.next_input().shape[1] > 1]
-        batch = [j for j in jobs if j.decoder.next_input().shape[1] == 1]
         for job in singles:
             try:
                 hidden = lm.forward_hidden(job.decoder.next_input(), cache=job.decoder.cache)
                 self._accept(job, lm.log_probs(hidden[:, -1])[0])
             except Exception as exc:
-                with self._cond:
-                    self._finish(job, exc)
+                self._end([job], exc)
         if batch:
             embeds = torch.cat([j.decoder.next_input() for j in batch], dim=0)
             hidden = lm.forward_hidden(embeds, cache=[j.decoder.cache for j in batch])
@@ -380,36 +370,146 @@ class Scheduler:
                 try:
                     self._accept(job, logp[i].clone())
                 except Exception as exc:
-                    with self._cond:
-                        self._finish(job, exc)
+                    self._end([job], exc)
 
     def _accept(self, job: _Job, logp: torch.Tensor) -> None:
         token = job.decoder.accept(logp)
         if token is not None:
             job.ids.append(token)
         if job.decoder.finished:
-            job.lm_done = True
-            job.decoder.close()
+            self._lm_finished(job)
 
-    def _vocoder_step(self, job: _Job) -> None:
+    def _lm_finished(self, job: _Job) -> None:
+        job.release_lm()  # its KV caches are not needed any more
+        with self._cond:
+            job.lm_done = True  # after the last id is in job.ids: the vocoder worker may take the final chunk
+            self._cond.notify_all()
+
+    # -- vocoder worker -----------------------------------------------------------------------------------------
+    def _run_vocoder(self) -> None:
+        while True:
+            with self._cond:
+                if self._first_chunks:
+                    self._first_chunks = []
+                    self._cond.notify_all()  # the LM worker may step every job again
+                while True:
+                    for job in self._active:
+                        if job.done and not job.vocoder_released:
+                            job.release_vocoder()
+                    self._prune()
+                    if self._closed:
+                        for job in self._active:
+                            job.release_vocoder()
+                        return
+                    work = self._pick()
+                    if work:
+                        self._first_chunks = [job for job, _, _ in work if job.chunks_out == 0]
+                        break
+                    self._cond.wait()
+            self._vocode(work)
+
+    def _pick(self) -> list[tuple[_Job, int, bool]] | None:
+        """The next vocoder work: [(job, tokens available, final)] — the most urgent ready job and every ready job
+        whose flow chunk has as many frames — or None (nothing ready, or waiting for batch partners). Caller holds
+        the lock."""
+        ready = []
+        for job in self._active:
+            if job.done or job.cancelled or len(job.buffer) >= self.config.max_buffered_chunks:
+                continue
+            lm_done = job.lm_done  # read before the ids: when it is set, every id is in
+            n = len(job.ids)
+            if job.stream and job.synth is None and not self._start_synthesis(job):
+                continue
+            if lm_done or (job.stream and job.synth.ready(n)):
+                ready.append((job, n, lm_done and (not job.stream or not job.synth.ready(n))))
+        if not ready:
+            return None
+        ready.sort(key=lambda r: (r[0].chunks_out > 0, r[0].seq))
+        first = ready[0][0]
+        frames = self._flow_frames(*ready[0])
+        if frames is None:
+            first.ready_since = None
+            return ready[:1]
+        group = [r for r in ready if self._flow_frames(*r) == frames]
+        if first.ready_since is None:
+            first.ready_since = self._lm_steps
+        waiting = [j for j in self._active if j is not first and self._soon_ready(j, frames)]
+        if self._lm_busy and waiting and self._lm_steps - first.ready_since < self.config.flow_batch_wait_steps:
+            return None  # woken by the LM worker after each step
+        for job, _, _ in group:
+            job.ready_since = None
+        return group
+
+    def _start_synthesis(self, job: _Job) -> bool:
         try:
-            if not job.stream:
-                audio = (self.token2wav.full(torch.tensor([job.ids]), job.request.voice, job.request.speed,
-                                             job.request.vocoder_generator)
-                         if job.ids else np.zeros(0, dtype=np.float32))
-                self._emit(job, audio)
-                last = True
-            elif job.synth.ready(len(job.ids)):
-                self._emit(job, job.synth.next_chunk(job.ids))
-                last = False
-            else:
-                if job.ids:
-                    self._emit(job, job.synth.finish(job.ids))
-                last = True
+            job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
+                                        lambda k, g=job.request.vocoder_generator: g)
+            return True
         except Exception as exc:
-            with self._cond:
-                self._finish(job, exc)
+            self._finish(job, exc)
+            return False
+
+    @staticmethod
+    def _flow_frames(job: _Job, n: int, final: bool) -> int | None:
+        """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
+        if not job.stream or (final and n == 0):
+            return None
+        return job.synth.flow_frames(n, final)
+
+    def _soon_ready(self, job: _Job, frames: int) -> bool:
+        """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
+        synth = job.synth
+        if job.done or job.lm_done or not job.stream or synth is None:
+            return False
+        n = len(job.ids)
+        missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - n
+        return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
+
+    def _vocode(self, work: list[tuple[_Job, int, bool]]) -> None:
+        if len(work) > 1:
+            self._vocoder_batch(work)
+        else:
+            self._vocoder_step(*work[0])
+
+    def _vocoder_batch(self, work: list[tuple[_Job, int, bool]]) -> None:
+        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
+        (``vocode_many``: batched where the mel lengths match)."""
+        jobs = [job for job, _, _ in work]
+        finals = [final for _, _, final in work]
+        try:
+            mels = flow_mels([j.synth for j in jobs], [j.ids[:n] for j, n, _ in work], finals)
+            chunks = vocode_many([j.synth for j in jobs], mels, finals)
+        except Exception as exc:  # a batched call failed: every state given may be half-updated
+            self._end_vocoding(jobs, exc)
             return
-        if last:
-            with self._cond:
-                self._finish(job, _DONE)
+        for job, audio in zip(jobs, chunks):
+            self._emit(job, audio)
+        self._end_vocoding([job for job, final in zip(jobs, finals) if final], _DONE)
+
+    def _vocoder_step(self, job: _Job, n: int, final: bool) -> None:
+        try:
+            ids = job.ids[:n]
+            if not job.stream:
+                audio = (self.token2wav.full(torch.tensor([ids]), job.request.voice, job.request.speed,
+                                             job.request.vocoder_generator)
+                         if ids else np.zeros(0, dtype=np.float32))
+                self._emit(job, audio)
+            elif not final:
+                self._emit(job, job.synth.next_chunk(ids))
+            elif ids:  # the remaining tokens and the held-back overlap of the previous chunk
+                self._emit(job, job.synth.finish(ids))
+        except Exception as exc:
+            self._end_vocoding([job], exc)
+            return
+        if final or not job.stream:
+            self._end_vocoding([job], _DONE)
+
+    def _end_vocoding(self, jobs: list[_Job], item) -> None:
+        """Free the vocoder half of ended jobs, then deliver their final item: a consumer that sees the end finds
+        the slot free (the LM half of a job that reaches its last chunk is freed already)."""
+        for job in jobs:
+            job.release_vocoder()
+        with self._cond:
+            for job in jobs:
+                self._finish(job, item)
+            self._prune()

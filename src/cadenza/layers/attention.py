@@ -19,7 +19,8 @@ class GQASelfAttention(nn.Module):
     """Multi-head self-attention where ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
 
     Parameter names (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``) match HF ``Qwen2Attention``. Qwen2 has biases on
-    q/k/v and none on the output projection; both are configurable.
+    q/k/v and none on the output projection; both are configurable. The shared key/value heads go to SDPA as they
+    are (``enable_gqa``): repeating them per query head copied every cached key and value on every step.
     """
 
     def __init__(
@@ -68,7 +69,6 @@ class GQASelfAttention(nn.Module):
         if cache is not None:
             past = cache.layer_length(layer_idx)
             k, v = cache.append(layer_idx, k, v)
-        k, v = self._repeat_kv(k), self._repeat_kv(v)
         is_causal = False
         if attn_mask is None:
             if past == 0:
@@ -76,7 +76,8 @@ class GQASelfAttention(nn.Module):
             elif n > 1:  # SDPA's is_causal aligns the triangle top-left, wrong when keys include a past
                 attn_mask = causal_mask_with_past(n, past, x.device)
             # n == 1 with a past: the single query sees every key, no mask needed
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
 
     def _attend_per_row(self, q, k, v, caches: list[KVCache], layer_idx: int) -> torch.Tensor:
@@ -86,15 +87,8 @@ class GQASelfAttention(nn.Module):
         if q.shape[2] != 1 or len(caches) != q.shape[0]:
             raise ValueError("per-request caches need one cache per row and a single new position")
         rows = []
+        gqa = self.num_heads != self.num_kv_heads
         for i, cache in enumerate(caches):
             ki, vi = cache.append(layer_idx, k[i : i + 1], v[i : i + 1])
-            rows.append(F.scaled_dot_product_attention(q[i : i + 1], self._repeat_kv(ki), self._repeat_kv(vi)))
+            rows.append(F.scaled_dot_product_attention(q[i : i + 1], ki, vi, enable_gqa=gqa))
         return torch.cat(rows, dim=0)
-
-    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
-        """``[B, kv_heads, S, D]`` -> ``[B, heads, S, D]`` (each kv head serves ``heads / kv_heads`` query heads)."""
-        groups = self.num_heads // self.num_kv_heads
-        if groups == 1:
-            return t
-        b, h, s, d = t.shape
-        return t[:, :, None].expand(b, h, groups, s, d).reshape(b, h * groups, s, d)

@@ -53,19 +53,6 @@ class Slot:
             self._admission._release()
 
 
-def reap_finished(scheduler) -> None:
-    """Drop finished requests from the scheduler's active list. WORKAROUND for an engine bug (reported): the
-    scheduler removes finished jobs only at the start of its next step, so after the last request ends its job
-    keeps an active slot -- ``load`` reads (1, 0) while idle, and once finished jobs fill every slot (always with
-    ``max_active=1``) new requests wait forever. Remove this when ``Scheduler`` drops jobs in ``_finish``."""
-    cond = getattr(scheduler, "_cond", None)
-    if cond is None or not hasattr(scheduler, "_active"):
-        return
-    with cond:
-        scheduler._active = [job for job in scheduler._active if not job.done]
-        cond.notify_all()
-
-
 class EngineStream:
     """Chunks of one utterance made of several engine requests, spoken in order (long inputs, see segments.py).
 
@@ -75,9 +62,8 @@ class EngineStream:
 
     def __init__(self, submit: Callable[[SynthesisRequest, bool], StreamHandle], requests: list[SynthesisRequest],
                  stream: bool = True, limiter: anyio.CapacityLimiter | None = None,
-                 handle: StreamHandle | None = None, scheduler=None) -> None:
+                 handle: StreamHandle | None = None) -> None:
         self._submit, self._pending, self._stream = submit, list(requests), stream
-        self._scheduler = scheduler
         self._limiter = limiter
         self._lock = threading.Lock()
         self._handle: StreamHandle | None = handle
@@ -101,25 +87,18 @@ class EngineStream:
             try:
                 chunk = next(it)
             except StopIteration:
-                self._reap()
                 with self._lock:
                     self._iter = self._handle = None
                 continue
             except RequestCancelledError:
-                self._reap()
                 if self.cancelled:
                     return None
                 raise
             except BaseException:
-                self._reap()
                 raise
             if chunk.size:
                 self.samples += chunk.size
                 return chunk
-
-    def _reap(self) -> None:
-        if self._scheduler is not None:
-            reap_finished(self._scheduler)
 
     async def next(self) -> np.ndarray | None:
         return await anyio.to_thread.run_sync(self.next_blocking, limiter=self._limiter, abandon_on_cancel=True)

@@ -104,8 +104,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             param = "instructions" if "instruct" in str(exc) else None
             raise from_exception(exc, state.config.retry_after_s, param=param) from exc
         engine_streaming = body.stream and body.speed == 1.0
-        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter,
-                              scheduler=state.tts.engine.scheduler)
+        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter)
         sr = state.sample_rate
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:

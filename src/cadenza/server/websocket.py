@@ -172,8 +172,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         except Exception as exc:
             error = from_exception(exc, cfg.retry_after_s)
             raise _Close(_close_code(error, exc), error) from exc
-        stream = EngineStream(state.submit, [], limiter=state.limiter, handle=handle,
-                              scheduler=state.tts.engine.scheduler)
+        stream = EngineStream(state.submit, [], limiter=state.limiter, handle=handle)
         await _send(ws.send_json({"type": "audio.start", "sample_rate": state.sample_rate, "format": "pcm_s16le",
                                   "seed": seed}))
         await _run(ws, state, handle, stream)

@@ -1,0 +1,179 @@
+"""The scheduler's two workers: the LM keeps decoding while a chunk is vocoded, first audio gets the cores, and a
+request's state is freed by both workers however it ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.engine.cosyvoice2 import CosyVoice2Engine
+from cadenza.engine.scheduler import Scheduler, SchedulerConfig
+from cadenza.engine.token2wav import StreamSchedule
+from cadenza.errors import RequestCancelledError
+from cadenza.models.cosyvoice2.speakers import SpeakerStore
+from test_engine_vocoder_batch import small_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return small_model()
+
+
+def _engine(model, **config) -> CosyVoice2Engine:
+    return CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=StreamSchedule(),
+                            scheduler_config=SchedulerConfig(**config))
+
+
+def _request(engine, i: int, tokens: int):
+    text = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(i))
+    req = engine.build(text_ids=text, voice=None, mode="test", seed=20 + i)
+    req.min_tokens = req.max_tokens = tokens
+    return req
+
+
+def _until(predicate, seconds: float = 30.0) -> bool:
+    deadline = time.time() + seconds
+    while not predicate() and time.time() < deadline:
+        time.sleep(0.005)
+    return predicate()
+
+
+class _GatedVocoder:
+    """Holds the vocoder worker inside the first piece of work that ``hold(work)`` picks until ``release``."""
+
+    def __init__(self, sched: Scheduler, hold=lambda work: True) -> None:
+        self.inside, self.gate, self.work = threading.Event(), threading.Event(), None
+        self._original, self._hold = sched._vocode, hold
+        sched._vocode = self
+
+    def __call__(self, work):
+        if not self.inside.is_set() and self._hold(work):
+            self.work = [job for job, _, _ in work]
+            self.inside.set()
+            self.gate.wait(60)
+        return self._original(work)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def _slow_lm(sched: Scheduler, seconds: float) -> None:
+    """Each LM step takes at least ``seconds`` (the tiny LM would otherwise finish before anything is observed)."""
+    original = sched._step
+
+    def step(*args):
+        time.sleep(seconds)
+        return original(*args)
+
+    sched._step = step
+
+
+def test_lm_decodes_while_a_chunk_is_vocoded(model):
+    """While the vocoder worker is held inside a chunk of requests that already have audio, the LM worker keeps
+    decoding them: the two stages run at the same time."""
+    engine = _engine(model, flow_batch_wait_steps=0)
+    sched = engine.scheduler
+    _slow_lm(sched, 0.002)
+    try:
+        handles = [sched.submit(_request(engine, i, 900), stream=True) for i in range(2)]
+        iters = [iter(h) for h in handles]
+        for it in iters:
+            next(it)  # both have audio
+        gated = _GatedVocoder(sched)
+        assert gated.inside.wait(60)
+        jobs = [h._job for h in handles]
+        assert not all(j.lm_done for j in jobs)
+        before = sum(len(j.ids) for j in jobs)
+        assert _until(lambda: sum(len(j.ids) for j in jobs) > before + 20), "the LM stopped while the vocoder worked"
+        gated.release()
+        for it in iters:
+            assert all(np.isfinite(c).all() for c in it)
+    finally:
+        engine.close()
+
+
+def test_first_audio_gets_the_cores(model):
+    """While a request's first chunk is being vocoded, requests that already have audio get no LM steps; one that
+    is still waiting for its first chunk does."""
+    engine = _engine(model, flow_batch_wait_steps=0)
+    sched = engine.scheduler
+    _slow_lm(sched, 0.002)
+    try:
+        old = sched.submit(_request(engine, 2, 900), stream=True)
+        it_old = iter(old)
+        next(it_old)  # "old" has audio
+        gated = _GatedVocoder(sched, hold=lambda work: any(job.chunks_out == 0 for job, _, _ in work))
+        new = [sched.submit(_request(engine, 3 + i, 900), stream=True) for i in range(2)]
+        iters = [iter(h) for h in new]
+        assert gated.inside.wait(60)
+        assert sched._first_chunks and not old._job.lm_done
+        time.sleep(0.05)  # an LM step already under way ends
+        frozen = len(old._job.ids)
+        others = [h._job for h in new if not any(h._job is j for j in gated.work)]
+        before = [len(j.ids) for j in others]
+        time.sleep(0.3)
+        assert len(old._job.ids) == frozen, "a request that has audio got LM steps during another's first chunk"
+        for job, n in zip(others, before):
+            assert len(job.ids) > n, "a request still waiting for first audio got no LM steps"
+        gated.release()
+        for it in [it_old, *iters]:
+            assert all(np.isfinite(c).all() for c in it)
+    finally:
+        engine.close()
+
+
+def test_cancel_while_vocoding_frees_both_halves(model):
+    engine = _engine(model)
+    sched = engine.scheduler
+    try:
+        handle = sched.submit(_request(engine, 5, 400), stream=True)
+        it = iter(handle)
+        next(it)
+        gated = _GatedVocoder(sched)
+        assert gated.inside.wait(60)
+        it.close()  # the consumer leaves while its chunk is being computed
+        gated.release()
+        assert _until(lambda: sched.load == (0, 0))
+        job = handle._job
+        assert job.done and job.decoder is None and job.synth is None
+        with pytest.raises(RequestCancelledError):
+            while (item := sched._take(job)) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+    finally:
+        engine.close()
+
+
+def test_a_request_that_ends_frees_its_slot_before_the_consumer_sees_the_end(model):
+    engine = _engine(model, max_active=1)
+    sched = engine.scheduler
+    try:
+        for i in range(3):
+            chunks = list(sched.submit(_request(engine, 6 + i, 60), stream=True))
+            assert sum(len(c) for c in chunks) > 0
+            assert sched.load == (0, 0)
+    finally:
+        engine.close()
+
+
+def test_worker_threads(model):
+    with pytest.raises(ValueError, match="worker_threads"):
+        SchedulerConfig(worker_threads=0)
+    engine = _engine(model, worker_threads=1)
+    try:
+        seen = {}
+        original = engine.scheduler._vocode
+
+        def spy(work):
+            seen["threads"] = torch.get_num_threads()
+            return original(work)
+
+        engine.scheduler._vocode = spy
+        assert sum(len(c) for c in engine.stream(_request(engine, 9, 60))) > 0
+        assert seen["threads"] == 1
+    finally:
+        engine.close()
