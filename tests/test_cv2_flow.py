@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from cadenza.errors import InputError
 from cadenza.layers.masks import chunk_mask
-from cadenza.layers.relpos_attention import rel_shift
+from cadenza.layers.relpos_attention import RelPositionMultiHeadedAttention, rel_shift
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 
@@ -209,3 +211,36 @@ def test_full_size_layout_on_meta():
     for key, shape in expected.items():
         assert tuple(sd[key].shape) == shape, key
     assert not any(k.startswith("decoder.estimator.down_blocks.0.1.0.attn1.to_q.bias") for k in sd)
+
+
+def _relpos_formula(attn, q, k, v, p, mask):
+    """The reference's rel_selfattn, written out: scores of both terms, -inf where masked, softmax, zeros after."""
+    qt = q.transpose(1, 2)
+    ac = (qt + attn.pos_bias_u).transpose(1, 2) @ k.transpose(-2, -1)
+    bd = rel_shift((qt + attn.pos_bias_v).transpose(1, 2) @ p.transpose(-2, -1))
+    blocked = mask.unsqueeze(1).eq(0)
+    scores = ((ac + bd) / math.sqrt(attn.d_k)).masked_fill(blocked, -float("inf"))
+    out = torch.softmax(scores, dim=-1).masked_fill(blocked, 0.0) @ v
+    return attn.linear_out(out.transpose(1, 2).reshape(q.size(0), -1, attn.h * attn.d_k))
+
+
+def test_fused_relpos_attention_equals_the_formula():
+    """SDPA with the position term as bias == the two-matrix formula, with padding (a query row with no key at all
+    gives zeros, not NaN), for values and for gradients."""
+    torch.manual_seed(0)
+    attn = RelPositionMultiHeadedAttention(4, 32)
+    t = 9
+    q, k, v = (torch.randn(2, 4, t, 8, requires_grad=True) for _ in range(3))
+    pos = torch.randn(1, 2 * t - 1, 32)
+    mask = chunk_mask(t, 3).unsqueeze(0).repeat(2, 1, 1)
+    mask[1, :, 6:] = False  # the second row is padded after 6 keys ...
+    mask[1, 4] = False  # ... and one of its queries sees nothing
+    out = attn.attend(q, k, v, pos, mask)
+    p = attn._heads(attn.linear_pos(pos))
+    expected = _relpos_formula(attn, q, k, v, p, mask)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v, attn.pos_bias_v))
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v, attn.pos_bias_v))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)

@@ -1,8 +1,8 @@
 """Multi-head self-attention with relative positional scores (Transformer-XL / ESPnet "rel_selfattn").
 
 ``scores = ((q + u) k^T + rel_shift((q + v) p^T)) / sqrt(d_k)`` with learned per-head biases ``u`` (``pos_bias_u``)
-and ``v`` (``pos_bias_v``) and ``p = linear_pos(pos_emb)``. Masked scores are set to ``-inf`` before the softmax and
-the probabilities to 0 after it (so a fully masked row gives zeros, not NaN), as in the reference.
+and ``v`` (``pos_bias_v``) and ``p = linear_pos(pos_emb)``. Masked scores are ``-inf`` and a fully masked row gives
+zeros, not NaN, as in the reference. The position term is passed to fused SDPA as an additive bias.
 
 The projection (``project_qkv``) and the attention proper (``attend``) are separate so that a caller can
 concatenate cached keys/values in between. With a ``StreamCache`` (incremental inference) the layer does that
@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cadenza.layers.stream_cache import StreamCache
@@ -84,19 +85,24 @@ class RelPositionMultiHeadedAttention(nn.Module):
         p = self._heads(projected_pos)  # [1, H, T2+T1-1, d_k]
         q = q.transpose(1, 2)  # [B, T1, H, d_k]: the biases broadcast over (B, T1)
         q_u = (q + self.pos_bias_u).transpose(1, 2)
-        q_v = (q + self.pos_bias_v).transpose(1, 2)
-        matrix_ac = torch.matmul(q_u, k.transpose(-2, -1))
-        matrix_bd = torch.matmul(q_v, p.transpose(-2, -1))
-        if matrix_ac.shape != matrix_bd.shape:  # equal only for T1 == 1, where the shift is the identity
-            matrix_bd = rel_shift(matrix_bd)
-        scores = (matrix_ac + matrix_bd) / math.sqrt(self.d_k)
+        q_v = ((q + self.pos_bias_v) * (1.0 / math.sqrt(self.d_k))).transpose(1, 2)
+        # The position term enters the fused attention as an additive bias: SDPA computes q_u k^T / sqrt(d_k) + bias,
+        # the softmax and the product with v in one kernel instead of materialising both score matrices.
+        bias = torch.matmul(q_v, p.transpose(-2, -1))
+        if bias.size(-1) != k.size(2):  # equal only for T1 == 1, where the shift is the identity
+            bias = rel_shift(bias)  # a view of a fresh tensor: filled in place below
+        empty = None
         if mask is not None:
-            blocked = mask.unsqueeze(1).eq(0)[:, :, :, : scores.size(-1)]  # [B, 1, T1 or 1, T2]
-            scores = scores.masked_fill(blocked, -float("inf"))
-            attn = torch.softmax(scores, dim=-1).masked_fill(blocked, 0.0)
-        else:
-            attn = torch.softmax(scores, dim=-1)
-        x = torch.matmul(attn, v)  # [B, H, T1, d_k]
+            blocked = mask.unsqueeze(1).eq(0)[:, :, :, : k.size(2)]  # [B, 1, T1 or 1, T2]
+            bias.masked_fill_(blocked, -float("inf"))
+            empty = blocked.all(dim=-1, keepdim=True)  # a fully masked query row gives zeros (reference), not NaN
+            if bool(empty.any()):
+                bias.masked_fill_(empty, 0.0)
+            else:
+                empty = None
+        x = F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias)  # [B, H, T1, d_k]
+        if empty is not None:
+            x = x.masked_fill(empty, 0.0)
         x = x.transpose(1, 2).contiguous().view(x.size(0), -1, self.h * self.d_k)
         return self.linear_out(x)
 
