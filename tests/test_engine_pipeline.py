@@ -110,7 +110,7 @@ def test_first_audio_gets_the_cores(model):
         new = [sched.submit(_request(engine, 3 + i, 900), stream=True) for i in range(2)]
         iters = [iter(h) for h in new]
         assert gated.inside.wait(60)
-        assert sched._first_chunks and not old._job.lm_done
+        assert sched._first_audio_pending and not old._job.lm_done
         time.sleep(0.05)  # an LM step already under way ends
         frozen = len(old._job.ids)
         others = [h._job for h in new if not any(h._job is j for j in gated.work)]

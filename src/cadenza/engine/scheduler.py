@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_mels, vocode_many
+from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, TokenChunker, flow_mels, vocode_many
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
@@ -82,6 +82,7 @@ class _Job:
     text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / _DONE
     buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / _DONE
     seq: int = 0
+    first_chunk_tokens: int = 0  # tokens its first streaming chunk needs (hop + look-ahead)
     ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
     submitted: float = field(default_factory=time.perf_counter)
     first_chunk_s: float | None = None
@@ -152,9 +153,7 @@ class Scheduler:
         self._closed = False
         self._lm_steps = 0  # LM steps run so far (the clock of the flow batch wait)
         self._lm_busy = False  # the LM worker has work (a waiting flow chunk may expect partners)
-        # Jobs whose first chunk the vocoder worker is computing: meanwhile the LM steps only jobs that have no audio
-        # yet either, so the two workers do not share the cores while someone waits for first audio.
-        self._first_chunks: list[_Job] = []
+        self._first_audio_pending = False  # see _run_lm
         self._threads: list[threading.Thread] = []
 
     # -- consumer side (any thread) ------------------------------------------------------------------------------
@@ -163,7 +162,8 @@ class Scheduler:
         """Queue a request. ``bistream``: text arrives later through the handle's ``feed_text``/``end_text``."""
         with torch.no_grad():  # the prompt embeddings are built here, in the caller's thread
             decoder = self._decoder(request, bistream, reference_quirks)
-        job = _Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq))
+        job = _Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq),
+                   first_chunk_tokens=self._first_chunk_tokens(request))
         if decoder is None:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
         with self._cond:
@@ -189,6 +189,12 @@ class Scheduler:
                                    reference_quirks=reference_quirks, capacity=request.max_tokens)
         return UnistreamDecoder(lm, request.text_ids, request.lm_prompt_text, request.lm_prompt_speech,
                                 sampler, request.min_tokens, request.max_tokens)
+
+    def _first_chunk_tokens(self, request: SynthesisRequest) -> int:
+        """Speech tokens a streaming request needs for its first chunk (first hop + look-ahead)."""
+        lookahead = self.model.config.flow.pre_lookahead_len
+        chunker = TokenChunker(self.schedule, request.voice.flow_prompt_speech.shape[1], lookahead)
+        return chunker.hop + lookahead
 
     @property
     def load(self) -> tuple[int, int]:
@@ -288,9 +294,14 @@ class Scheduler:
             return False
         if job.cancelled or job.text_inbox:
             return True
-        if self._first_chunks and (job.chunks_out > 0 or any(job is j for j in self._first_chunks)):
-            return False  # first audio of another request is being made: it gets the cores
+        if self._first_audio_pending and (job.chunks_out > 0 or self._awaits_first_audio(job)):
+            return False  # another request's first audio is being made: it gets the cores
         return job.decoder is not None and not job.lm_done and job.decoder.next_input() is not None
+
+    @staticmethod
+    def _awaits_first_audio(job: _Job) -> bool:
+        """A streaming job has the tokens of its first chunk but not its audio yet."""
+        return job.stream and job.chunks_out == 0 and not job.done and len(job.ids) >= job.first_chunk_tokens
 
     def _run_lm(self) -> None:
         while True:
@@ -305,6 +316,10 @@ class Scheduler:
                     while self._queued and len(self._active) < self.config.max_active:
                         self._active.append(self._queued.popleft())
                         self._cond.notify_all()  # the vocoder worker sees the new job
+                    # While a request has the tokens of its first chunk but no audio yet, the LM steps only requests
+                    # that lack them too: the vocoder worker gets the cores for that first chunk (time to first
+                    # audio as if the LM stood still), and the requests behind it catch up.
+                    self._first_audio_pending = any(self._awaits_first_audio(j) for j in self._active)
                     if any(self._lm_has_work(j) for j in self._active):
                         break
                     if self._lm_busy:  # a flow chunk waiting for partners from the LM need not wait any more
@@ -389,9 +404,6 @@ class Scheduler:
     def _run_vocoder(self) -> None:
         while True:
             with self._cond:
-                if self._first_chunks:
-                    self._first_chunks = []
-                    self._cond.notify_all()  # the LM worker may step every job again
                 while True:
                     for job in self._active:
                         if job.done and not job.vocoder_released:
@@ -403,7 +415,6 @@ class Scheduler:
                         return
                     work = self._pick()
                     if work:
-                        self._first_chunks = [job for job, _, _ in work if job.chunks_out == 0]
                         break
                     self._cond.wait()
             self._vocode(work)
