@@ -146,7 +146,12 @@ class Scheduler:
         self.schedule = schedule or StreamSchedule()
         self.config = config or SchedulerConfig()
         self.token2wav = Token2Wav(model, self.schedule)
-        self._cond = threading.Condition()
+        # One lock, three wake-up lists: consumers wait on ``_cond`` (their buffers), each worker on its own, so the
+        # LM worker's ~100 steps a second wake only the vocoder worker, not every consumer thread.
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._lm_wake = threading.Condition(lock)
+        self._vocoder_wake = threading.Condition(lock)
         self._queued: collections.deque[_Job] = collections.deque()
         self._active: list[_Job] = []  # admitted and not yet released by both workers
         self._seq = itertools.count()
@@ -174,7 +179,7 @@ class Scheduler:
                 raise EngineBusyError(f"busy: {len(self._active)} requests running and {len(self._queued)} queued")
             self._queued.append(job)
             self._ensure_workers()
-            self._cond.notify_all()
+            self._lm_wake.notify()
         return StreamHandle(self, job)
 
     def _decoder(self, request: SynthesisRequest, bistream: bool,
@@ -205,14 +210,14 @@ class Scheduler:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
         for thread in self._threads:
             thread.join(timeout=30)
 
     def _feed(self, job: _Job, item) -> None:
         with self._cond:
             job.text_inbox.append(item)
-            self._cond.notify_all()
+            self._lm_wake.notify()
 
     def _take(self, job: _Job):
         with self._cond:
@@ -221,14 +226,14 @@ class Scheduler:
                     return RequestCancelledError("the engine was closed")
                 self._cond.wait()
             item = job.buffer.popleft()
-            self._cond.notify_all()  # room in the buffer: the worker may resume this request
+            self._vocoder_wake.notify()  # room in the buffer: the vocoder worker may resume this request
             return item
 
     def _cancel(self, job: _Job) -> None:
         with self._cond:
             if not job.done:
                 job.cancelled = True
-                self._cond.notify_all()
+                self._lm_wake.notify()  # the LM worker ends it
 
     def _workers_alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
@@ -256,6 +261,7 @@ class Scheduler:
                 self._closed = True
                 for job in self._active + list(self._queued):
                     self._finish(job, exc)
+                self._wake_all()  # consumers waiting on an empty buffer see the closed engine
 
     def _finish(self, job: _Job, item) -> None:
         """Deliver the final item (``_DONE`` or an exception); the workers free the job's state. Caller holds the
@@ -263,7 +269,13 @@ class Scheduler:
         if not job.done:
             job.done = True
             job.buffer.append(item)
+        self._wake_all()  # its consumer; both workers free their halves
+
+    def _wake_all(self) -> None:
+        """Caller holds the lock."""
         self._cond.notify_all()
+        self._lm_wake.notify()
+        self._vocoder_wake.notify()
 
     def _end(self, jobs: list[_Job], item) -> None:
         """``_finish`` each job with ``item``, taking the lock."""
@@ -280,12 +292,14 @@ class Scheduler:
             job.chunks_out += 1
             job.buffer.append(audio)
             self._cond.notify_all()
+            if job.chunks_out == 1:
+                self._lm_wake.notify()  # first audio: requests paused for it may go on
 
     def _prune(self) -> None:
         """Drop released jobs: their slot is free at once. Caller holds the lock."""
         if any(j.released for j in self._active):
             self._active = [j for j in self._active if not j.released]
-            self._cond.notify_all()
+            self._lm_wake.notify()  # free slots: queued requests may start
 
     # -- LM worker ----------------------------------------------------------------------------------------------
     def _lm_has_work(self, job: _Job) -> bool:
@@ -315,7 +329,7 @@ class Scheduler:
                         break
                     while self._queued and len(self._active) < self.config.max_active:
                         self._active.append(self._queued.popleft())
-                        self._cond.notify_all()  # the vocoder worker sees the new job
+                        self._vocoder_wake.notify()  # the vocoder worker sees the new job
                     # While a request has the tokens of its first chunk but no audio yet, the LM steps only requests
                     # that lack them too: the vocoder worker gets the cores for that first chunk (time to first
                     # audio as if the LM stood still), and the requests behind it catch up.
@@ -324,8 +338,8 @@ class Scheduler:
                         break
                     if self._lm_busy:  # a flow chunk waiting for partners from the LM need not wait any more
                         self._lm_busy = False
-                        self._cond.notify_all()
-                    self._cond.wait()
+                        self._vocoder_wake.notify()
+                    self._lm_wake.wait()
                 if self._closed:
                     for job in self._active + list(self._queued):
                         self._finish(job, RequestCancelledError("the engine was closed"))
@@ -349,7 +363,7 @@ class Scheduler:
                 self._end(active, exc)
             with self._cond:
                 self._lm_steps += 1
-                self._cond.notify_all()
+                self._vocoder_wake.notify()  # new tokens: a chunk may be ready
 
     def _step(self, active: list[_Job], inboxes: dict[int, list]) -> None:
         """One LM step: deliver bistream text, then one decode step of every job with LM work."""
@@ -398,7 +412,7 @@ class Scheduler:
         job.release_lm()  # its KV caches are not needed any more
         with self._cond:
             job.lm_done = True  # after the last id is in job.ids: the vocoder worker may take the final chunk
-            self._cond.notify_all()
+            self._vocoder_wake.notify()
 
     # -- vocoder worker -----------------------------------------------------------------------------------------
     def _run_vocoder(self) -> None:
@@ -416,7 +430,7 @@ class Scheduler:
                     work = self._pick()
                     if work:
                         break
-                    self._cond.wait()
+                    self._vocoder_wake.wait()
             self._vocode(work)
 
     def _pick(self) -> list[tuple[_Job, int, bool]] | None:
