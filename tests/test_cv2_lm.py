@@ -15,7 +15,7 @@ import torch
 from cadenza.layers.kv_cache import KVCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.lm import TIED_LM_HEAD_KEY, TextSpeechLM, drop_tied_lm_head
-from cadenza.models.cosyvoice2.sampling import RasSampler, ras_sampling
+from cadenza.models.cosyvoice2.sampling import RasSampler, nucleus_size, ras_sampling
 
 from conftest import assert_close
 
@@ -275,3 +275,29 @@ def test_kv_cache_append_grow_crop_free():
     assert cache.length == 1 and cache.layer_length(1) == 1 and torch.equal(cache.keys(0), k[:, :, :1])
     cache.free()
     assert cache.length == 0 and cache.keys(0) is None and cache.nbytes == 0
+
+
+def _nucleus_size_loop(head: torch.Tensor, top_p: float) -> int:
+    """The reference's loop: running sum in the tensor's dtype, first entry always taken."""
+    cum, count = torch.zeros((), dtype=head.dtype), 0
+    for value in head:
+        if count > 0 and not bool(cum < top_p):
+            break
+        cum, count = cum + value, count + 1
+    return count
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_nucleus_size_equals_the_reference_loop(dtype):
+    """Random, peaked and boundary cases (a running sum that lands exactly on top_p; ties; one entry)."""
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for _ in range(300):
+        logits = torch.randn(6564, generator=gen) * float(torch.rand((), generator=gen) * 8)
+        cases.append(logits.softmax(0).sort(descending=True, stable=True)[0][:25])
+    cases += [torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.25] * 4), torch.tensor([1.0]), torch.tensor([0.8, 0.2]),
+              torch.tensor([0.4, 0.4, 0.1, 0.1])]
+    for top_p in (0.8, 0.5, 0.95):
+        for head in cases:
+            head = head.to(dtype)
+            assert nucleus_size(head, top_p) == _nucleus_size_loop(head, top_p), (head[:5], top_p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from cadenza.models.cosyvoice2.config import SamplingConfig
@@ -32,17 +33,28 @@ def nucleus_sampling(
     One index is drawn with ``multinomial`` on the *unnormalised* selected probabilities.
     """
     probs, order = logp.softmax(dim=0).sort(descending=True, stable=True)
-    limit = min(top_k, probs.numel())
-    head = probs[:limit]
-    cum = torch.zeros((), dtype=probs.dtype, device=probs.device)
-    count = 0
-    for value in head:
-        if count > 0 and not bool(cum < top_p):  # the first entry is always taken (cum starts at 0 < top_p)
-            break
-        cum = cum + value
-        count += 1
+    head = probs[: min(top_k, probs.numel())]
+    count = nucleus_size(head, top_p)
     pick = torch.multinomial(head[:count], 1, replacement=True, generator=generator)
     return int(order[pick].item())
+
+
+def nucleus_size(head: torch.Tensor, top_p: float) -> int:
+    """How many of the sorted probabilities ``head [K]`` the nucleus takes: the first always, then entry ``i`` while
+    the sum of the entries before it is below ``top_p`` — summed one entry at a time in ``head``'s dtype and compared
+    in it, as the reference's loop does. ``np.cumsum`` adds in order in the array's dtype, so it gives the same sums
+    without a Python step per entry; bfloat16 (no NumPy type) takes the loop."""
+    if head.dtype == torch.bfloat16:
+        cum, count = torch.zeros((), dtype=head.dtype, device=head.device), 0
+        for value in head:
+            if count > 0 and not bool(cum < top_p):
+                break
+            cum, count = cum + value, count + 1
+        return count
+    values = head.detach().cpu().numpy()
+    running = np.cumsum(values, dtype=values.dtype)[:-1]  # running[i - 1]: the sum of the entries before entry i
+    stops = np.flatnonzero(running >= values.dtype.type(top_p))
+    return 1 + (int(stops[0]) if stops.size else running.size)
 
 
 def random_sampling(logp: torch.Tensor, generator: torch.Generator | None = None) -> int:
