@@ -161,19 +161,25 @@ def test_a_request_that_ends_frees_its_slot_before_the_consumer_sees_the_end(mod
 
 
 def test_worker_threads(model):
-    with pytest.raises(ValueError, match="worker_threads"):
-        SchedulerConfig(worker_threads=0)
-    engine = _engine(model, worker_threads=1)
+    for name in ("lm_threads", "vocoder_threads"):
+        with pytest.raises(ValueError, match=name):
+            SchedulerConfig(**{name: 0})
+    engine = _engine(model, lm_threads=1, vocoder_threads=2)
     try:
         seen = {}
-        original = engine.scheduler._vocode
+        sched = engine.scheduler
+        vocode, step = sched._vocode, sched._step
 
-        def spy(work):
-            seen["threads"] = torch.get_num_threads()
-            return original(work)
+        def spy_vocode(work):
+            seen["vocoder"] = torch.get_num_threads()
+            return vocode(work)
 
-        engine.scheduler._vocode = spy
+        def spy_step(*args):
+            seen["lm"] = torch.get_num_threads()
+            return step(*args)
+
+        sched._vocode, sched._step = spy_vocode, spy_step
         assert sum(len(c) for c in engine.stream(_request(engine, 9, 60))) > 0
-        assert seen["threads"] == 1
+        assert seen == {"lm": 1, "vocoder": 2}
     finally:
         engine.close()

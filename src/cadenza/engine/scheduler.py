@@ -53,15 +53,17 @@ class SchedulerConfig:
     # A request whose flow chunk is ready waits up to this many LM steps for requests a few tokens short of a chunk
     # of the same size, so their flows run as one batch (cheaper than one after the other); 0 = never wait.
     flow_batch_wait_steps: int = 4
-    # torch intra-op threads of each worker (None: the process setting, ``torch.get_num_threads()``). Two workers
-    # with the process's threads each may oversubscribe the cores; 1 each suits a 2-core CPU (docs/performance.md).
-    worker_threads: int | None = None
+    # torch intra-op threads of each worker (None: the process setting, ``torch.get_num_threads()``); the two run at
+    # the same time, so their sum may exceed the cores (docs/performance.md has measurements).
+    lm_threads: int | None = None
+    vocoder_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
             raise ValueError("bad scheduler limits")
-        if self.worker_threads is not None and self.worker_threads < 1:
-            raise ValueError(f"worker_threads must be >= 1 or None, got {self.worker_threads}")
+        for name in ("lm_threads", "vocoder_threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
 
 
 @dataclass(eq=False)
@@ -250,8 +252,13 @@ class Scheduler:
     # -- both workers -------------------------------------------------------------------------------------------
     def _worker(self, loop) -> None:
         torch.set_grad_enabled(False)
-        if self.config.worker_threads is not None:
-            torch.set_num_threads(self.config.worker_threads)  # per thread under OpenMP
+        threads = self.config.lm_threads if loop == self._run_lm else self.config.vocoder_threads
+        if threads is not None:
+            # Under OpenMP the count is per thread, but a thread's first parallel op re-applies the process-wide value
+            # (last set by any thread): run one first, then set this thread's count for good.
+            torch.set_num_threads(threads)
+            torch.zeros(1 << 16).add_(1)
+            torch.set_num_threads(threads)
         try:
             with torch.inference_mode():
                 loop()
