@@ -175,6 +175,7 @@ class Scheduler:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
         with self._cond:
             if self._closed:
+                job.release_lm()
                 raise CadenzaError("the engine is closed")
             if len(self._queued) >= self.config.max_queued and len(self._active) >= self.config.max_active:
                 job.release_lm()
@@ -493,6 +494,8 @@ class Scheduler:
         synth = job.synth
         if job.done or job.lm_done or not job.stream or synth is None:
             return False
+        if self._first_audio_pending and job.chunks_out > 0:
+            return False  # paused by the LM worker until someone's first audio is out: it will not come closer
         n = len(job.ids)
         missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - n
         return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
