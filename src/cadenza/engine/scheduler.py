@@ -29,12 +29,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.scheduled_job import Job, SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, TokenChunker, flow_mels, vocode_many
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
@@ -45,73 +45,13 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_active: int = 8  # requests decoded together
-    max_queued: int = 32  # requests waiting for a slot; more -> EngineBusyError
-    max_buffered_chunks: int = 16  # per request, audio chunks not yet read by the consumer
-    # A request whose flow chunk is ready waits up to this many LM steps for requests a few tokens short of a chunk
-    # of the same size, so their flows run as one batch (cheaper than one after the other); 0 = never wait.
-    flow_batch_wait_steps: int = 4
-    # torch intra-op threads of each worker (None: the process setting, ``torch.get_num_threads()``); the two run at
-    # the same time, so their sum may exceed the cores (docs/performance.md has measurements).
-    lm_threads: int | None = None
-    vocoder_threads: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
-            raise ValueError("bad scheduler limits")
-        for name in ("lm_threads", "vocoder_threads"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
-
-
-@dataclass(eq=False)
-class _Job:
-    """One request's live state inside the scheduler. ``decoder`` belongs to the LM worker, ``synth`` to the vocoder
-    worker: each is touched (and freed) by its own worker only. Flags and buffers change under the scheduler lock."""
-
-    request: SynthesisRequest
-    stream: bool
-    decoder: UnistreamDecoder | BistreamDecoder | None
-    synth: StreamSynthesis | None = None
-    ids: list[int] = field(default_factory=list)  # appended by the LM worker only; read by the vocoder worker
-    lm_done: bool = False  # set after the last token is in ``ids``
-    done: bool = False  # the final item is in ``buffer``; the workers free their halves
-    cancelled: bool = False
-    vocoder_released: bool = False  # the vocoder worker freed (or never had) ``synth``
-    chunks_out: int = 0
-    text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / _DONE
-    buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / _DONE
-    seq: int = 0
-    first_chunk_tokens: int = 0  # tokens its first streaming chunk needs (hop + look-ahead)
-    ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
-    submitted: float = field(default_factory=time.perf_counter)
-    first_chunk_s: float | None = None
-
-    @property
-    def released(self) -> bool:
-        return self.decoder is None and self.vocoder_released
-
-    def release_lm(self) -> None:
-        if self.decoder is not None:
-            self.decoder.close()
-            self.decoder = None
-
-    def release_vocoder(self) -> None:
-        if self.synth is not None:
-            self.synth.close()
-            self.synth = None
-        self.vocoder_released = True
-
-
 class StreamHandle:
     """Iterate for float32 audio chunks. ``close()``/``cancel()`` (or dropping the iterator) frees the request.
 
     For bi-streaming requests, ``feed_text(ids)`` and ``end_text()`` deliver the text as it arrives.
     """
 
-    def __init__(self, scheduler: Scheduler, job: _Job) -> None:
+    def __init__(self, scheduler: Scheduler, job: Job) -> None:
         self._scheduler, self._job = scheduler, job
 
     @property
@@ -154,8 +94,8 @@ class Scheduler:
         self._cond = threading.Condition(lock)
         self._lm_wake = threading.Condition(lock)
         self._vocoder_wake = threading.Condition(lock)
-        self._queued: collections.deque[_Job] = collections.deque()
-        self._active: list[_Job] = []  # admitted and not yet released by both workers
+        self._queued: collections.deque[Job] = collections.deque()
+        self._active: list[Job] = []  # admitted and not yet released by both workers
         self._seq = itertools.count()
         self._closed = False
         self._lm_steps = 0  # LM steps run so far (the clock of the flow batch wait)
@@ -169,7 +109,7 @@ class Scheduler:
         """Queue a request. ``bistream``: text arrives later through the handle's ``feed_text``/``end_text``."""
         with torch.no_grad():  # the prompt embeddings are built here, in the caller's thread
             decoder = self._decoder(request, bistream, reference_quirks)
-        job = _Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq),
+        job = Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq),
                    first_chunk_tokens=self._first_chunk_tokens(request))
         if decoder is None:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
@@ -217,12 +157,12 @@ class Scheduler:
         for thread in self._threads:
             thread.join(timeout=30)
 
-    def _feed(self, job: _Job, item) -> None:
+    def _feed(self, job: Job, item) -> None:
         with self._cond:
             job.text_inbox.append(item)
             self._lm_wake.notify()
 
-    def _take(self, job: _Job):
+    def _take(self, job: Job):
         with self._cond:
             while not job.buffer:
                 if self._closed and not self._workers_alive():
@@ -232,7 +172,7 @@ class Scheduler:
             self._vocoder_wake.notify()  # room in the buffer: the vocoder worker may resume this request
             return item
 
-    def _cancel(self, job: _Job) -> None:
+    def _cancel(self, job: Job) -> None:
         with self._cond:
             if not job.done:
                 job.cancelled = True
@@ -271,7 +211,7 @@ class Scheduler:
                     self._finish(job, exc)
                 self._wake_all()  # consumers waiting on an empty buffer see the closed engine
 
-    def _finish(self, job: _Job, item) -> None:
+    def _finish(self, job: Job, item) -> None:
         """Deliver the final item (``_DONE`` or an exception); the workers free the job's state. Caller holds the
         lock."""
         if not job.done:
@@ -285,13 +225,13 @@ class Scheduler:
         self._lm_wake.notify()
         self._vocoder_wake.notify()
 
-    def _end(self, jobs: list[_Job], item) -> None:
+    def _end(self, jobs: list[Job], item) -> None:
         """``_finish`` each job with ``item``, taking the lock."""
         with self._cond:
             for job in jobs:
                 self._finish(job, item)
 
-    def _emit(self, job: _Job, audio: np.ndarray) -> None:
+    def _emit(self, job: Job, audio: np.ndarray) -> None:
         with self._cond:
             if job.done:  # ended meanwhile (cancelled, or failed in the other worker)
                 return
@@ -310,7 +250,7 @@ class Scheduler:
             self._lm_wake.notify()  # free slots: queued requests may start
 
     # -- LM worker ----------------------------------------------------------------------------------------------
-    def _lm_has_work(self, job: _Job) -> bool:
+    def _lm_has_work(self, job: Job) -> bool:
         """Caller holds the lock."""
         if job.done:
             return False
@@ -321,7 +261,7 @@ class Scheduler:
         return job.decoder is not None and not job.lm_done and job.decoder.next_input() is not None
 
     @staticmethod
-    def _awaits_first_audio(job: _Job) -> bool:
+    def _awaits_first_audio(job: Job) -> bool:
         """A streaming job has the tokens of its first chunk but not its audio yet."""
         return job.stream and job.chunks_out == 0 and not job.done and len(job.ids) >= job.first_chunk_tokens
 
@@ -373,7 +313,7 @@ class Scheduler:
                 self._lm_steps += 1
                 self._vocoder_wake.notify()  # new tokens: a chunk may be ready
 
-    def _step(self, active: list[_Job], inboxes: dict[int, list]) -> None:
+    def _step(self, active: list[Job], inboxes: dict[int, list]) -> None:
         """One LM step: deliver bistream text, then one decode step of every job with LM work."""
         for job in active:
             try:
@@ -409,14 +349,14 @@ class Scheduler:
                 except Exception as exc:
                     self._end([job], exc)
 
-    def _accept(self, job: _Job, logp: torch.Tensor) -> None:
+    def _accept(self, job: Job, logp: torch.Tensor) -> None:
         token = job.decoder.accept(logp)
         if token is not None:
             job.ids.append(token)
         if job.decoder.finished:
             self._lm_finished(job)
 
-    def _lm_finished(self, job: _Job) -> None:
+    def _lm_finished(self, job: Job) -> None:
         job.release_lm()  # its KV caches are not needed any more
         with self._cond:
             job.lm_done = True  # after the last id is in job.ids: the vocoder worker may take the final chunk
@@ -441,7 +381,7 @@ class Scheduler:
                     self._vocoder_wake.wait()
             self._vocode(work)
 
-    def _pick(self) -> list[tuple[_Job, int, bool]] | None:
+    def _pick(self) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work: [(job, tokens available, final)] — the most urgent ready job and every ready job
         whose flow chunk has as many frames — or None (nothing ready, or waiting for batch partners). Caller holds
         the lock."""
@@ -473,7 +413,7 @@ class Scheduler:
             job.ready_since = None
         return group
 
-    def _start_synthesis(self, job: _Job) -> bool:
+    def _start_synthesis(self, job: Job) -> bool:
         try:
             job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
                                         lambda k, g=job.request.vocoder_generator: g)
@@ -483,13 +423,13 @@ class Scheduler:
             return False
 
     @staticmethod
-    def _flow_frames(job: _Job, n: int, final: bool) -> int | None:
+    def _flow_frames(job: Job, n: int, final: bool) -> int | None:
         """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
         if not job.stream or (final and n == 0):
             return None
         return job.synth.flow_frames(n, final)
 
-    def _soon_ready(self, job: _Job, frames: int) -> bool:
+    def _soon_ready(self, job: Job, frames: int) -> bool:
         """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
         synth = job.synth
         if job.done or job.lm_done or not job.stream or synth is None:
@@ -500,13 +440,13 @@ class Scheduler:
         missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - n
         return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
 
-    def _vocode(self, work: list[tuple[_Job, int, bool]]) -> None:
+    def _vocode(self, work: list[tuple[Job, int, bool]]) -> None:
         if len(work) > 1:
             self._vocoder_batch(work)
         else:
             self._vocoder_step(*work[0])
 
-    def _vocoder_batch(self, work: list[tuple[_Job, int, bool]]) -> None:
+    def _vocoder_batch(self, work: list[tuple[Job, int, bool]]) -> None:
         """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
         (``vocode_many``: batched where the mel lengths match)."""
         jobs = [job for job, _, _ in work]
@@ -521,7 +461,7 @@ class Scheduler:
             self._emit(job, audio)
         self._end_vocoding([job for job, final in zip(jobs, finals) if final], _DONE)
 
-    def _vocoder_step(self, job: _Job, n: int, final: bool) -> None:
+    def _vocoder_step(self, job: Job, n: int, final: bool) -> None:
         try:
             ids = job.ids[:n]
             if not job.stream:
@@ -539,7 +479,7 @@ class Scheduler:
         if final or not job.stream:
             self._end_vocoding([job], _DONE)
 
-    def _end_vocoding(self, jobs: list[_Job], item) -> None:
+    def _end_vocoding(self, jobs: list[Job], item) -> None:
         """Free the vocoder half of ended jobs, then deliver their final item: a consumer that sees the end finds
         the slot free (the LM half of a job that reaches its last chunk is freed already)."""
         for job in jobs:
