@@ -171,9 +171,9 @@ def _model_section(tokenizer_dir: Path) -> dict:
     return model
 
 
-def _run(stage: str, config: dict, data: Path, out: Path) -> Path:
+def _run(stage: str, config: dict, data: Path, out: Path, resume: bool = False) -> Path:
     with _single_thread():
-        return train(stage, CONFIGS / f"{stage}_tiny.yaml", data, out, config_overrides=config)
+        return train(stage, CONFIGS / f"{stage}_tiny.yaml", data, out, resume=resume, config_overrides=config)
 
 
 # ------------------------------------------------------------------------------------------------ the pipeline
@@ -363,3 +363,44 @@ def test_lm_holds_items_out_and_reports_their_loss(pipeline, tmp_path):
     assert [m["step"] for m in evaluated] == [2, 4]
     assert all(math.isfinite(m["heldout_ce"]) and 0 <= m["heldout_acc"] <= 1 for m in evaluated)
     assert evaluated[-1]["heldout_ce"] != pytest.approx(fresh["heldout_ce"], abs=1e-3)  # it measures the trained LM
+
+
+def test_lm_exports_its_best_heldout_evaluation(pipeline, tmp_path):
+    """``lm.export_best``: ``llm.pt`` holds the weights of the evaluation with the lowest ``heldout_ce`` (loading
+    them gives that loss again), the last step's go to ``llm_last.pt``; a resumed run keeps the best so far."""
+    from cadenza.training.lm_stage import LMStage
+
+    config = _config("lm", pipeline["model_section"])
+    config["lm"].update(heldout_fraction=0.25, split_seed=3, eval_every=1, export_best=True)
+    config["train"].update(max_steps=3, ckpt_every=3)
+    out = tmp_path / "lm"
+    _run("lm", config, pipeline["data"], out)
+    config["train"].update(max_steps=6)
+    _run("lm", config, pipeline["data"], out, resume=True)
+    evaluated = {m["step"]: m["heldout_ce"] for m in read_metrics(out) if "heldout_ce" in m}
+    assert sorted(evaluated) == [1, 2, 3, 4, 5, 6]
+    best = json.loads((out / "best.json").read_text())
+    assert best["step"] == min(evaluated, key=evaluated.get)
+    assert best["heldout_ce"] == pytest.approx(evaluated[best["step"]], abs=1e-6)
+    assert (out / "llm_last.pt").is_file()
+
+    reloaded = dict(config, lm={**config["lm"], "init_llm": str(out / "llm.pt")})
+    stage = LMStage(reloaded, pipeline["data"])
+    stage.dataset()
+    with _single_thread():
+        stage.setup(torch.device("cpu"), lambda m: m)
+        again = stage.evaluate()
+    assert again["heldout_ce"] == pytest.approx(best["heldout_ce"], abs=1e-4)
+    last = torch.load(out / "llm_last.pt", weights_only=True)
+    chosen = torch.load(out / "llm.pt", weights_only=True)
+    assert (best["step"] == 6) == all(torch.equal(last[k], chosen[k]) for k in last)
+
+    # The best is a copy: training on after it (weights changed in place) leaves it as it was.
+    before = {k: v.clone() for k, v in stage.lm.state_dict().items()}
+    stage._track_best(7, {"heldout_ce": 1.0})
+    with torch.no_grad():
+        for p in stage.lm.parameters():
+            p.add_(1.0)
+    stage._track_best(8, {"heldout_ce": 2.0})  # worse: not taken
+    assert stage.best["step"] == 7
+    assert all(torch.equal(stage.best["state"][k], before[k]) for k in before)

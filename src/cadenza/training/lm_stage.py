@@ -17,6 +17,8 @@ Config (``lm:`` section, ``LMStageConfig``)::
       split_seed: 0
       eval_every: 0               # steps between held-out evaluations (heldout_ce, heldout_acc in metrics.jsonl)
       eval_max_items: 64
+      export_best: false          # export the weights of the evaluation with the lowest heldout_ce, not the last
+                                  # step's (llm.pt; the last step's go to llm_last.pt, the choice to best.json)
 
 A small corpus is learned by heart long before the LM generalises (cadenza-tiny: training cross-entropy 0.36 while
 it rose on unseen sentences), so for small data hold items out and keep the checkpoint where ``heldout_ce`` is lowest.
@@ -71,12 +73,15 @@ class LMStageConfig:
     split_seed: int = 0
     eval_every: int = 0
     eval_max_items: int = 64
+    export_best: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.mix_probability <= 1 or not 0 <= self.label_smoothing < 1:
             raise InputError("lm: mix_probability must be in [0, 1] and label_smoothing in [0, 1)")
         if not 0 <= self.heldout_fraction < 1 or self.eval_every < 0 or self.eval_max_items < 1:
             raise InputError("lm: heldout_fraction must be in [0, 1), eval_every >= 0 and eval_max_items >= 1")
+        if self.export_best and not (self.heldout_fraction > 0 and self.eval_every > 0):
+            raise InputError("lm: export_best needs held-out items (heldout_fraction > 0) and eval_every > 0")
         if self.max_speech_tokens < 0 or self.max_text_tokens < 0:
             raise InputError("lm: max_speech_tokens / max_text_tokens must be >= 0")
 
@@ -163,6 +168,39 @@ class LMStageBase(TrainingStage):
 @register
 class LMStage(LMStageBase):
     name = "lm"
+    # With ``export_best``: {"step", "heldout_ce", "state"} of the best evaluation so far (kept in checkpoints).
+    best: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.best is not None:
+            state["best"] = self.best
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict({k: v for k, v in state.items() if k != "best"})
+        self.best = state.get("best")
+
+    def export(self, out_dir: Path) -> None:
+        """``llm.pt``: the last step's weights, or with ``export_best`` the best evaluation's (the last step's then
+        go to ``llm_last.pt`` and the choice to ``best.json``)."""
+        super().export(out_dir)
+        if self.best is None:
+            return
+        import json
+
+        out = Path(out_dir)
+        (out / "llm.pt").replace(out / "llm_last.pt")
+        atomic_torch_save(self.best["state"], out / "llm.pt")
+        (out / "best.json").write_text(json.dumps({"step": self.best["step"],
+                                                   "heldout_ce": self.best["heldout_ce"]}) + "\n")
+
+    def _track_best(self, step: int, heldout: dict[str, float]) -> None:
+        if not self.cfg.export_best or "heldout_ce" not in heldout:
+            return
+        if self.best is None or heldout["heldout_ce"] < self.best["heldout_ce"]:
+            state = {k: v.clone() for k, v in tied_llm_state(self.lm).items()}  # .cpu() alone aliases CPU weights
+            self.best = {"step": step, "heldout_ce": heldout["heldout_ce"], "state": state}
 
     def dataset(self) -> torch.utils.data.Dataset:
         """The training items: every usable item but the held-out ones (``heldout_fraction``)."""
@@ -214,5 +252,7 @@ class LMStage(LMStageBase):
         metrics = {"loss": float(loss.detach()), "acc": float(acc), "grad_norm": grad_norm, "lr": lr,
                    "tokens": float(targets.numel()), "bistream_frac": n_bi / len(seqs)}
         if self.cfg.eval_every > 0 and (step + 1) % self.cfg.eval_every == 0:
-            metrics.update(self.evaluate())
+            heldout = self.evaluate()
+            metrics.update(heldout)
+            self._track_best(step + 1, heldout)
         return metrics
