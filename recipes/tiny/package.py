@@ -2,8 +2,9 @@
 
     python recipes/tiny/package.py --work WORK [--install]
 
-1. `assemble_model_dir` over the newest finished round of each stage in WORK/runs (tokenizer_v2, speaker, lm_v2,
-   flow_v2, hift_gan; falling back to tokenizer, lm, flow, hift_refine, hift) -> WORK/model_fp32 (strict load check);
+1. `assemble_model_dir` over the newest finished round of each stage in WORK/runs (tokenizer_v2, speaker, lm_v3,
+   flow_v3, hift_gan; falling back to tokenizer, lm_v2 / lm, flow_v2 / flow, hift_refine, hift) -> WORK/model_fp32
+   (strict load check);
 2. saved voices: every training voice, by name, from one of its corpus utterances (spk2info.pt);
 3. `cadenza.json`: name, default speaker, voice table, the recipe that made it;
 4. the weights stored in float16 (the loader computes in float32: `model.to(dtype)` after loading), which halves
@@ -27,9 +28,9 @@ HERE = Path(__file__).resolve().parent
 PACKAGE_DIR = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
 # The CPU-trained weights are not intelligible yet (docs/cadenza-tiny.md): say so to every user who loads them.
 STATUS = "experimental"
-STATUS_NOTE = ("2-core-CPU training (two rounds, about 6 CPU-hours): the pipeline works end to end, but the LM does "
-               "not generalise from its 2.4-hour corpus to new sentences, so the ASR understands little of the "
-               "speech; see docs/cadenza-tiny.md")
+STATUS_NOTE = ("2-core-CPU training (three rounds, about 8 CPU-hours): the pipeline works end to end, but the LM "
+               "generalises from its 8.4-hour corpus to new sentences only a little, so the ASR understands little "
+               "of the speech; see docs/cadenza-tiny.md")
 DEFAULT_SPEAKER = "slt"  # chosen by recipes/tiny/pick_default_voice.py (lowest WER of the training voices)
 
 
@@ -100,7 +101,7 @@ def package(work: Path, install: bool, default_speaker: str = DEFAULT_SPEAKER) -
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
     assemble_model_dir(_newest_run(runs, "tokenizer_v2", "tokenizer"), runs / "speaker",
-                       _newest_run(runs, "lm_v2", "lm"), _newest_run(runs, "flow_v2", "flow"),
+                       _newest_run(runs, "lm_v3", "lm_v2", "lm"), _newest_run(runs, "flow_v3", "flow_v2", "flow"),
                        _newest_run(runs, "hift_gan", "hift_refine", "hift"), out=fp32)
     import yaml
 

@@ -14,7 +14,7 @@ PANELS = {
     "tokenizer": ("speech tokenizer (FSQ + CTC)", [("ctc_loss", "CTC loss"), ("mel_l1", "mel L1 (aux)")],
                   "heldout_cer"),
     "speaker": ("speaker encoder (AAM-softmax)", [("loss", "loss")], "heldout_eer"),
-    "lm": ("text-speech LM", [("loss", "cross-entropy")], "acc"),
+    "lm": ("text-speech LM", [("loss", "cross-entropy"), ("heldout_ce", "held-out cross-entropy")], "acc"),
     "flow": ("flow matching", [("loss", "flow-matching MSE")], None),
     "hift": ("HiFT vocoder (warm-up, refinement, GAN)", [("loss_mel", "mel L1")], "loss_f0"),
 }
@@ -26,8 +26,8 @@ PANELS = {
 CHAINS = {
     "tokenizer": [("tokenizer", None), ("tokenizer_v2", "resume")],
     "speaker": [("speaker", None)],
-    "lm": [("lm", None), ("lm_v2", "warm")],
-    "flow": [("flow", None), ("flow_v2", "warm")],
+    "lm": [("lm", None), ("lm_v2", "warm"), ("lm_v3", "warm")],
+    "flow": [("flow", None), ("flow_v2", "warm"), ("flow_v3", "warm")],
     "hift": [("hift", None), ("hift_refine", "warm"), ("hift_gan", "warm")],
 }
 
@@ -59,14 +59,15 @@ def _rows(work: Path, stage: str) -> list[dict]:
     return rows
 
 
-def plot(work: Path, out: Path) -> None:
+def plot(work: Path, out: Path, stages: list[str] | None = None, title: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
-    for ax, (stage, (title, series, extra)) in zip(axes, PANELS.items()):
+    panels = {k: v for k, v in PANELS.items() if stages is None or k in stages}
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (stage, (name, series, extra)) in zip(axes[0], panels.items()):
         rows = _rows(work, stage)
         for (key, label), color in zip(series, ("tab:blue", "tab:green")):
             pts = [(r["step"], r[key]) for r in rows if key in r]
@@ -75,19 +76,20 @@ def plot(work: Path, out: Path) -> None:
         for before, after in zip(rows, rows[1:]):  # where the next run (round) of the stage begins
             if before["run"] != after["run"]:
                 ax.axvline(after["step"], color="grey", linestyle="--", linewidth=0.8)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(name, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if extra:
             pts = [(r["step"], r[extra]) for r in rows if extra in r and r[extra] is not None]
             if pts:
                 twin = ax.twinx()
-                twin.plot(*zip(*pts), color="tab:orange", marker="o" if len(pts) < 20 else None, label=extra)
+                twin.plot(*zip(*pts), color="tab:orange", marker="o" if len(pts) < 20 else None, label=extra,
+                          alpha=0.6)
                 twin.set_ylabel(extra, color="tab:orange", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize=8)
-    fig.suptitle("cadenza-tiny: training curves (recipes/tiny, 2-core CPU; dashed: the next run of a stage begins)",
-                 fontsize=11)
+    fig.suptitle(title or "cadenza-tiny: training curves (recipes/tiny, 2-core CPU; dashed: the next run of a stage "
+                          "begins)", fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
@@ -98,8 +100,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--stages", nargs="+", choices=list(PANELS), default=None, help="panels to draw (default: all)")
+    p.add_argument("--title", default=None)
     a = p.parse_args()
-    plot(a.work, a.out)
+    plot(a.work, a.out, a.stages, a.title)
 
 
 if __name__ == "__main__":

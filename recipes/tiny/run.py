@@ -17,6 +17,10 @@ Steps (each is skipped when its output exists; training stages resume from their
   tokenizer_v2  the tokenizer continued to 2,200 steps             -> WORK/runs/tokenizer_v2
   extract_v2  WORK/data hard-linked to WORK/data_v2 with the new speech tokens
   lm_v2 + flow_v2 (in parallel) warm-started from lm and flow       -> WORK/runs/{lm_v2,flow_v2}
+  third round (more text: the LM had learned its corpus by heart):
+  prepare_v3  the extended corpus (manifest_extended.jsonl: + EXTRA_MINUTES per fast teacher) -> WORK/data_v3,
+              speech tokens from runs/tokenizer_v2, x-vectors from runs/speaker
+  lm_v3 + flow_v3 (in parallel) warm-started from lm_v2 and flow_v2; lm_v3 exports its best held-out evaluation
   assemble    recipes/tiny/package.py                             -> WORK/model (and --install: the package copy)
 Each training process gets one CPU thread (`--threads`), so on a 2-core machine two stages share the CPU.
 `--scale 0.1` shortens every stage to a tenth (a smoke run of the whole recipe).
@@ -34,6 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("tokenizer", "speaker", "hift", "lm", "flow")
+EXTRA_MINUTES = 50  # third round: more minutes per fast teacher (flite, festival, Piper), new sentences only
 
 
 def _log(msg: str) -> None:
@@ -123,6 +128,17 @@ class Recipe:
                 p.unlink(missing_ok=True)
         self.extract("data_v2", "extract_v2", tokens="tokenizer_v2")
 
+    def prepare(self, manifest: str, data: str) -> None:
+        """``cadenza data prepare`` of WORK/corpus/<manifest> into WORK/<data> (24 kHz wav, mel, f0; 2 processes)."""
+        w = self.work
+        if (w / data / "index.jsonl").is_file():
+            return
+        parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus" / manifest),
+                             "--layout", "jsonl", "--out", str(w / data), "--max-seconds", "15",
+                             "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_{data}{i}")
+                 for i in range(2)]
+        self.wait(*parts)
+
     def mark_done(self, *stages: str) -> None:
         for s in stages:
             (self.work / "runs" / s / "done").write_text("ok\n")
@@ -131,17 +147,13 @@ class Recipe:
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
-        if not (w / "corpus" / "manifest.jsonl").is_file():
-            self.run([self.tools_python, str(HERE / "build_corpus.py"), "--out", str(w / "corpus")], "corpus")
+        if not (w / "corpus" / "manifest_extended.jsonl").is_file():  # renders what is missing (resumes)
+            self.run([self.tools_python, str(HERE / "build_corpus.py"), "--out", str(w / "corpus"),
+                      "--extra-minutes", str(EXTRA_MINUTES)], "corpus")
         if not (w / "text_tokenizer" / "merges.txt").is_file():
             self.run([sys.executable, str(HERE / "text_tokenizer.py"), "--corpus", str(w / "corpus" / "manifest.jsonl"),
                       "--out", str(w / "text_tokenizer")], "text")
-        if not (w / "data" / "index.jsonl").is_file():
-            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus" / "manifest.jsonl"),
-                                 "--layout", "jsonl", "--out", str(w / "data"), "--max-seconds", "15",
-                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare{i}")
-                     for i in range(2)]
-            self.wait(*parts)
+        self.prepare("manifest.jsonl", "data")
         hift = self.train("hift")
         front = [p for p in (self.train("tokenizer"), self.train("speaker")) if p is not None]
         self.wait(*front)
@@ -168,6 +180,11 @@ class Recipe:
         back = [p for p in (self.train("lm", "lm_v2", "data_v2"), self.train("flow", "flow_v2", "data_v2")) if p]
         self.wait(*back)
         self.mark_done("lm_v2", "flow_v2")
+        self.prepare("manifest_extended.jsonl", "data_v3")
+        self.extract("data_v3", "extract_v3", tokens="tokenizer_v2", speakers="speaker")
+        back = [p for p in (self.train("lm", "lm_v3", "data_v3"), self.train("flow", "flow_v3", "data_v3")) if p]
+        self.wait(*back)
+        self.mark_done("lm_v3", "flow_v3")
         if gan is not None:
             self.wait(gan)
         self.mark_done("hift_gan")
