@@ -368,7 +368,7 @@ def test_lm_holds_items_out_and_reports_their_loss(pipeline, tmp_path):
 def test_lm_exports_its_best_heldout_evaluation(pipeline, tmp_path):
     """``lm.export_best``: ``llm.pt`` holds the weights of the evaluation with the lowest ``heldout_ce`` (loading
     them gives that loss again), the last step's go to ``llm_last.pt``; a resumed run keeps the best so far."""
-    from cadenza.training.lm_stage import LMStage
+    from cadenza.training.lm_stage import TIED_LM_HEAD_KEY, LMStage
 
     config = _config("lm", pipeline["model_section"])
     config["lm"].update(heldout_fraction=0.25, split_seed=3, eval_every=1, export_best=True)
@@ -394,6 +394,10 @@ def test_lm_exports_its_best_heldout_evaluation(pipeline, tmp_path):
     last = torch.load(out / "llm_last.pt", weights_only=True)
     chosen = torch.load(out / "llm.pt", weights_only=True)
     assert (best["step"] == 6) == all(torch.equal(last[k], chosen[k]) for k in last)
+    assert list(chosen) == list(last)  # the release's key order, tied head included
+    # The head is stored once, as in the release: the same storage as the embedding, in both files.
+    for state in (chosen, last):
+        assert state[TIED_LM_HEAD_KEY].data_ptr() == state["llm.model.model.embed_tokens.weight"].data_ptr()
 
     # The best is a copy: training on after it (weights changed in place) leaves it as it was.
     before = {k: v.clone() for k, v in stage.lm.state_dict().items()}

@@ -87,10 +87,16 @@ class LMStageConfig:
 
 
 def tied_llm_state(lm: TextSpeechLM) -> dict[str, torch.Tensor]:
-    """``lm.state_dict()`` with the release's tied ``llm.model.lm_head.weight`` (= ``embed_tokens``) inserted
-    after the Qwen body, i.e. the exact key names and order of the released ``llm.pt``."""
+    """``lm.state_dict()`` in the layout of the released ``llm.pt`` (see ``with_tied_lm_head``)."""
+    return with_tied_lm_head({k: v.detach().cpu().contiguous() for k, v in lm.state_dict().items()})
+
+
+def with_tied_lm_head(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A CPU state dict of the LM with the release's tied ``llm.model.lm_head.weight`` inserted after the Qwen body,
+    i.e. the exact key names and order of the released ``llm.pt``. The head is the *same* tensor as
+    ``embed_tokens`` (torch.save then stores it once); an existing head entry is replaced by that alias."""
     out: dict[str, torch.Tensor] = {}
-    state = {k: v.detach().cpu().contiguous() for k, v in lm.state_dict().items()}
+    state = {k: v for k, v in state.items() if k != TIED_LM_HEAD_KEY}
     body = [k for k in state if k.startswith("llm.model.model.")]
     for k, v in state.items():
         out[k] = v
@@ -191,7 +197,7 @@ class LMStage(LMStageBase):
 
         out = Path(out_dir)
         (out / "llm.pt").replace(out / "llm_last.pt")
-        atomic_torch_save(self.best["state"], out / "llm.pt")
+        atomic_torch_save(with_tied_lm_head(self.best["state"]), out / "llm.pt")
         (out / "best.json").write_text(json.dumps({"step": self.best["step"],
                                                    "heldout_ce": self.best["heldout_ce"]}) + "\n")
 
@@ -199,7 +205,8 @@ class LMStage(LMStageBase):
         if not self.cfg.export_best or "heldout_ce" not in heldout:
             return
         if self.best is None or heldout["heldout_ce"] < self.best["heldout_ce"]:
-            state = {k: v.clone() for k, v in tied_llm_state(self.lm).items()}  # .cpu() alone aliases CPU weights
+            # Untied, as lm.state_dict() (the head is re-tied at export); .cpu() alone would alias CPU weights.
+            state = {k: v.detach().cpu().clone() for k, v in self.lm.state_dict().items()}
             self.best = {"step": step, "heldout_ce": heldout["heldout_ce"], "state": state}
 
     def dataset(self) -> torch.utils.data.Dataset:
