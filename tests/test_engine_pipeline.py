@@ -98,8 +98,9 @@ def test_lm_decodes_while_a_chunk_is_vocoded(model):
 
 def test_first_audio_gets_the_cores(model):
     """While a request's first chunk is being vocoded, requests that already have audio get no LM steps; one that
-    is still waiting for its first chunk does."""
-    engine = _engine(model, flow_batch_wait_steps=0)
+    is still waiting for its first chunk does. (One vocoder worker: with two, the other new request's first chunk
+    would be vocoded beside the held one.)"""
+    engine = _engine(model, flow_batch_wait_steps=0, vocoder_workers=1)
     sched = engine.scheduler
     _slow_lm(sched, 0.002)
     try:
@@ -160,17 +161,29 @@ def test_a_request_that_ends_frees_its_slot_before_the_consumer_sees_the_end(mod
         engine.close()
 
 
-def test_worker_threads(model):
-    for name in ("lm_threads", "vocoder_threads"):
+def test_worker_layout():
+    """Unset values follow the cores; set ones are kept."""
+    for name in ("vocoder_workers", "lm_threads", "vocoder_threads"):
         with pytest.raises(ValueError, match=name):
             SchedulerConfig(**{name: 0})
-    engine = _engine(model, lm_threads=1, vocoder_threads=2)
+    assert SchedulerConfig().worker_layout(1) == (1, 1, 1)
+    assert SchedulerConfig().worker_layout(2) == (2, 1, 1)
+    assert SchedulerConfig().worker_layout(16) == (2, 8, 8)
+    assert SchedulerConfig(vocoder_workers=1).worker_layout(2) == (1, 1, 2)
+    assert SchedulerConfig(vocoder_workers=3, lm_threads=2, vocoder_threads=1).worker_layout(16) == (3, 2, 1)
+
+
+def test_worker_threads(model):
+    """Each worker runs with its own intra-op thread count, and the caller's count is left as it was."""
+    before = torch.get_num_threads()
+    engine = _engine(model, lm_threads=1, vocoder_threads=2, vocoder_workers=2)
     try:
         seen = {}
         sched = engine.scheduler
         vocode, step = sched._vocode, sched._step
 
         def spy_vocode(work):
+            seen.setdefault("vocoders", set()).add(threading.current_thread().name)
             seen["vocoder"] = torch.get_num_threads()
             return vocode(work)
 
@@ -179,7 +192,9 @@ def test_worker_threads(model):
             return step(*args)
 
         sched._vocode, sched._step = spy_vocode, spy_step
-        assert sum(len(c) for c in engine.stream(_request(engine, 9, 60))) > 0
-        assert seen == {"lm": 1, "vocoder": 2}
+        handles = [engine.stream(_request(engine, 9 + i, 60)) for i in range(2)]
+        assert all(sum(len(c) for c in h) > 0 for h in handles)
+        assert seen == {"lm": 1, "vocoder": 2, "vocoders": {"cadenza-vocoder-0", "cadenza-vocoder-1"}}
+        assert torch.get_num_threads() == before
     finally:
         engine.close()

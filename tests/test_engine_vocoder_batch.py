@@ -135,11 +135,12 @@ def test_rows_draw_from_their_own_generators(model):
             torch.testing.assert_close(batched[row : row + 1], single, atol=TOL_BATCHED, rtol=0)
 
 
-def test_concurrent_streams_equal_sequential_ones(model):
-    """Through the scheduler (batched LM steps, flow and HiFT): four concurrent streams give the audio each gives
-    alone."""
+@pytest.mark.parametrize("vocoder_workers", [1, 2])
+def test_concurrent_streams_equal_sequential_ones(model, vocoder_workers):
+    """Through the scheduler (batched LM steps, flow and HiFT, on one or two vocoder workers): four concurrent
+    streams give the audio each gives alone."""
     engine = CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=StreamSchedule(),
-                              scheduler_config=SchedulerConfig(max_active=4))
+                              scheduler_config=SchedulerConfig(max_active=4, vocoder_workers=vocoder_workers))
     try:
         def request(i: int):
             text = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(i))
@@ -158,6 +159,8 @@ def test_concurrent_streams_equal_sequential_ones(model):
             t.start()
         for t in threads:
             t.join(timeout=300)
+        workers = [t for t in threading.enumerate() if t.name.startswith("cadenza-vocoder-")]
+        assert len(workers) >= vocoder_workers
         for i, expected in enumerate(sequential):
             assert results[i].shape == expected.shape
             np.testing.assert_allclose(results[i], expected, atol=1e-4, rtol=0)

@@ -24,6 +24,7 @@ one condition variable.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import threading
@@ -43,6 +44,14 @@ from cadenza.models.cosyvoice2.sampling import RasSampler
 
 log = logging.getLogger(__name__)
 _DONE = object()
+
+
+def _wait(barrier: threading.Barrier) -> None:
+    """Meet at ``barrier``; a party that never comes (it cannot: nothing blocks before it) only costs the timeout."""
+    try:
+        barrier.wait(timeout=30)
+    except threading.BrokenBarrierError:
+        pass
 
 
 class StreamHandle:
@@ -102,6 +111,7 @@ class Scheduler:
         self._lm_busy = False  # the LM worker has work (a waiting flow chunk may expect partners)
         self._first_audio_pending = False  # see _run_lm
         self._threads: list[threading.Thread] = []
+        self._vocoder_workers = 1  # set when the workers start
 
     # -- consumer side (any thread) ------------------------------------------------------------------------------
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
@@ -169,7 +179,7 @@ class Scheduler:
                     return RequestCancelledError("the engine was closed")
                 self._cond.wait()
             item = job.buffer.popleft()
-            self._vocoder_wake.notify()  # room in the buffer: the vocoder worker may resume this request
+            self._vocoder_wake.notify_all()  # room in the buffer: the vocoder worker may resume this request
             return item
 
     def _cancel(self, job: Job) -> None:
@@ -184,22 +194,29 @@ class Scheduler:
     def _ensure_workers(self) -> None:
         if self._threads:
             return
-        self._threads = [threading.Thread(target=self._worker, args=(self._run_lm,), name="cadenza-lm", daemon=True),
-                         threading.Thread(target=self._worker, args=(self._run_vocoder,), name="cadenza-vocoder",
-                                          daemon=True)]
+        cores = torch.get_num_threads()
+        self._vocoder_workers, lm_threads, vocoder_threads = self.config.worker_layout(cores)
+        started = threading.Barrier(self._vocoder_workers + 2)  # the workers and this thread
+        self._threads = [threading.Thread(target=self._worker, args=(self._run_lm, lm_threads, started),
+                                          name="cadenza-lm", daemon=True)]
+        for w in range(self._vocoder_workers):
+            self._threads.append(threading.Thread(target=self._worker, name=f"cadenza-vocoder-{w}", daemon=True,
+                                                  args=(functools.partial(self._run_vocoder, w), vocoder_threads,
+                                                        started)))
         for thread in self._threads:
             thread.start()
+        _wait(started)
+        torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
 
     # -- both workers -------------------------------------------------------------------------------------------
-    def _worker(self, loop) -> None:
+    def _worker(self, loop, threads: int, started: threading.Barrier) -> None:
         torch.set_grad_enabled(False)
-        threads = self.config.lm_threads if loop == self._run_lm else self.config.vocoder_threads
-        if threads is not None:
-            # Under OpenMP the count is per thread, but a thread's first parallel op re-applies the process-wide value
-            # (last set by any thread): run one first, then set this thread's count for good.
-            torch.set_num_threads(threads)
-            torch.zeros(1 << 16).add_(1)
-            torch.set_num_threads(threads)
+        # Under OpenMP the count is per thread, but a thread's first parallel op re-applies the process-wide value
+        # (last set by any thread): run one first, then set this thread's count for good.
+        torch.set_num_threads(threads)
+        torch.zeros(1 << 16).add_(1)
+        torch.set_num_threads(threads)
+        _wait(started)
         try:
             with torch.inference_mode():
                 loop()
@@ -223,7 +240,7 @@ class Scheduler:
         """Caller holds the lock."""
         self._cond.notify_all()
         self._lm_wake.notify()
-        self._vocoder_wake.notify()
+        self._vocoder_wake.notify_all()
 
     def _end(self, jobs: list[Job], item) -> None:
         """``_finish`` each job with ``item``, taking the lock."""
@@ -250,6 +267,15 @@ class Scheduler:
             self._lm_wake.notify()  # free slots: queued requests may start
 
     # -- LM worker ----------------------------------------------------------------------------------------------
+    def _least_loaded_vocoder(self) -> int:
+        """The vocoder worker with the fewest unfinished requests (a new request's flow and HiFT state lives in
+        one worker for its whole life). Caller holds the lock."""
+        load = [0] * self._vocoder_workers
+        for job in self._active:
+            if not job.vocoder_released:
+                load[job.vocoder_worker] += 1
+        return load.index(min(load))
+
     def _lm_has_work(self, job: Job) -> bool:
         """Caller holds the lock."""
         if job.done:
@@ -276,8 +302,10 @@ class Scheduler:
                     if self._closed:
                         break
                     while self._queued and len(self._active) < self.config.max_active:
-                        self._active.append(self._queued.popleft())
-                        self._vocoder_wake.notify()  # the vocoder worker sees the new job
+                        job = self._queued.popleft()
+                        job.vocoder_worker = self._least_loaded_vocoder()
+                        self._active.append(job)
+                        self._vocoder_wake.notify_all()  # the vocoder worker sees the new job
                     # While a request has the tokens of its first chunk but no audio yet, the LM steps only requests
                     # that lack them too: the vocoder worker gets the cores for that first chunk (time to first
                     # audio as if the LM stood still), and the requests behind it catch up.
@@ -286,7 +314,7 @@ class Scheduler:
                         break
                     if self._lm_busy:  # a flow chunk waiting for partners from the LM need not wait any more
                         self._lm_busy = False
-                        self._vocoder_wake.notify()
+                        self._vocoder_wake.notify_all()
                     self._lm_wake.wait()
                 if self._closed:
                     for job in self._active + list(self._queued):
@@ -311,7 +339,7 @@ class Scheduler:
                 self._end(active, exc)
             with self._cond:
                 self._lm_steps += 1
-                self._vocoder_wake.notify()  # new tokens: a chunk may be ready
+                self._vocoder_wake.notify_all()  # new tokens: a chunk may be ready
 
     def _step(self, active: list[Job], inboxes: dict[int, list]) -> None:
         """One LM step: deliver bistream text, then one decode step of every job with LM work."""
@@ -360,33 +388,34 @@ class Scheduler:
         job.release_lm()  # its KV caches are not needed any more
         with self._cond:
             job.lm_done = True  # after the last id is in job.ids: the vocoder worker may take the final chunk
-            self._vocoder_wake.notify()
+            self._vocoder_wake.notify_all()
 
     # -- vocoder worker -----------------------------------------------------------------------------------------
-    def _run_vocoder(self) -> None:
+    def _run_vocoder(self, worker: int) -> None:
         while True:
             with self._cond:
                 while True:
-                    for job in self._active:
+                    mine = [j for j in self._active if j.vocoder_worker == worker]
+                    for job in mine:
                         if job.done and not job.vocoder_released:
                             job.release_vocoder()
                     self._prune()
                     if self._closed:
-                        for job in self._active:
+                        for job in mine:
                             job.release_vocoder()
                         return
-                    work = self._pick()
+                    work = self._pick(mine)
                     if work:
                         break
                     self._vocoder_wake.wait()
             self._vocode(work)
 
-    def _pick(self) -> list[tuple[Job, int, bool]] | None:
-        """The next vocoder work: [(job, tokens available, final)] — the most urgent ready job and every ready job
-        whose flow chunk has as many frames — or None (nothing ready, or waiting for batch partners). Caller holds
-        the lock."""
+    def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
+        """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
+        urgent ready job and every ready job whose flow chunk has as many frames — or None (nothing ready, or
+        waiting for batch partners). Caller holds the lock."""
         ready = []
-        for job in self._active:
+        for job in mine:
             if job.done or job.cancelled or len(job.buffer) >= self.config.max_buffered_chunks:
                 continue
             lm_done = job.lm_done  # read before the ids: when it is set, every id is in
@@ -406,7 +435,7 @@ class Scheduler:
         group = [r for r in ready if self._flow_frames(*r) == frames]
         if first.ready_since is None:
             first.ready_since = self._lm_steps
-        waiting = [j for j in self._active if j is not first and self._soon_ready(j, frames)]
+        waiting = [j for j in mine if j is not first and self._soon_ready(j, frames)]
         if self._lm_busy and waiting and self._lm_steps - first.ready_since < self.config.flow_batch_wait_steps:
             return None  # woken by the LM worker after each step
         for job, _, _ in group:
