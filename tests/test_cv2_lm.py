@@ -15,7 +15,7 @@ import torch
 from cadenza.layers.kv_cache import KVCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.lm import TIED_LM_HEAD_KEY, TextSpeechLM, drop_tied_lm_head
-from cadenza.models.cosyvoice2.sampling import RasSampler, nucleus_size, ras_sampling
+from cadenza.models.cosyvoice2.sampling import RasSampler, nucleus_size, ras_sampling, top_probabilities
 
 from conftest import assert_close
 
@@ -301,3 +301,21 @@ def test_nucleus_size_equals_the_reference_loop(dtype):
         for head in cases:
             head = head.to(dtype)
             assert nucleus_size(head, top_p) == _nucleus_size_loop(head, top_p), (head[:5], top_p)
+
+
+def test_top_probabilities_equal_the_stable_full_sort():
+    """The top-k shortcut gives the values and ids of the stable descending sort, ties included (inside the k, and
+    across the k-th place, where it falls back to the full sort)."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randn(6564, generator=gen).mul(s).softmax(0) for s in (0.5, 3.0, 10.0)]
+    tied = torch.randn(6564, generator=gen).round().softmax(0)  # few distinct values: ties everywhere
+    cases += [tied, torch.full((50,), 0.02), torch.tensor([0.3, 0.2, 0.2, 0.2, 0.1]), torch.tensor([0.7, 0.3])]
+    spiky = torch.zeros(6564)
+    spiky[[7, 3000, 12]] = torch.tensor([0.5, 0.25, 0.25])
+    cases.append(spiky)
+    for probs in cases:
+        expected_values, expected_ids = probs.sort(descending=True, stable=True)
+        for k in (1, 3, 25, probs.numel(), probs.numel() + 5):
+            values, ids = top_probabilities(probs, k)
+            assert torch.equal(ids, expected_ids[:k]), (k, ids[:8], expected_ids[:8])
+            assert torch.equal(values, expected_values[:k])
