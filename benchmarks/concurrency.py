@@ -1,13 +1,16 @@
 """Aggregate throughput (audio seconds produced per wall-clock second) at 1, 2, 4, 8 concurrent requests.
 
-Run: ``python benchmarks/concurrency.py [--seconds 6]``. Each level submits that many streaming requests at once to
-the scheduler of the mid-size random model and waits for all of them; the single-request throughput measured in
-the same run is the baseline. Prints a table, then ``throughput_8_over_1: X`` last.
+Run: ``python benchmarks/concurrency.py [--seconds 6] [--rounds 3]``. Each level submits that many streaming
+requests at once to the scheduler of the mid-size random model and waits for all of them; the single-request
+throughput measured in the same run is the baseline. The levels run in turn, ``--rounds`` times over, and each
+figure is the median over the rounds (a noisy machine's slow spell then lands on every level alike instead of on
+one). Prints a table, then ``throughput_8_over_1: X`` (ratio of the medians) last.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import threading
 import time
 
@@ -41,17 +44,29 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--vocoder-workers", type=int, default=None, help="default: the scheduler's choice")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    engine = midsize_engine(max_active=8)
+    layout = {} if args.vocoder_workers is None else {"vocoder_workers": args.vocoder_workers}
+    engine = midsize_engine(max_active=8, **layout)
+    levels = (1, 2, 4, 8)
     try:
         run_level(engine, 1, 1.0)  # warm-up
-        results = {n: run_level(engine, n, args.seconds) for n in (1, 2, 4, 8)}
-        print(f"{args.seconds:.0f} s utterances, {args.threads} threads")
-        print(f"{'concurrent':>10}{'audio s / s':>13}{'x single':>10}{'mean first chunk (s)':>22}")
-        for n, (tput, fc) in results.items():
-            print(f"{n:>10}{tput:>13.2f}{tput / results[1][0]:>10.2f}{fc:>22.3f}")
-        print(f"throughput_8_over_1: {results[8][0] / results[1][0]:.2f}")
+        runs: dict[int, list[tuple[float, float]]] = {n: [] for n in levels}
+        for _ in range(args.rounds):
+            for n in levels:
+                runs[n].append(run_level(engine, n, args.seconds))
+        tput = {n: statistics.median(t for t, _ in runs[n]) for n in levels}
+        first = {n: statistics.median(f for _, f in runs[n]) for n in levels}
+        workers = getattr(engine.scheduler, "_vocoder_workers", 1)
+        print(f"{args.seconds:.0f} s utterances, {args.threads} threads, {workers} vocoder worker(s), "
+              f"median of {args.rounds} rounds")
+        print(f"{'concurrent':>10}{'audio s / s':>13}{'x single':>10}{'mean first chunk (s)':>22}  rounds (audio s / s)")
+        for n in levels:
+            each = " ".join(f"{t:.2f}" for t, _ in runs[n])
+            print(f"{n:>10}{tput[n]:>13.2f}{tput[n] / tput[1]:>10.2f}{first[n]:>22.3f}  {each}")
+        print(f"throughput_8_over_1: {tput[8] / tput[1]:.2f}")
     finally:
         engine.close()
 

@@ -43,14 +43,16 @@ def midsize_config() -> CosyVoice2Config:
                                hift=HiFTConfig(base_channels=128, f0_cond_channels=128))
 
 
-def midsize_engine(schedule: StreamSchedule | None = None, max_active: int = 8, seed: int = 0) -> CosyVoice2Engine:
+def midsize_engine(schedule: StreamSchedule | None = None, max_active: int = 8, seed: int = 0,
+                   **scheduler: int | None) -> CosyVoice2Engine:
+    """The mid-size engine; ``scheduler``: further ``SchedulerConfig`` fields (e.g. ``vocoder_workers``)."""
     torch.manual_seed(seed)
     model = CosyVoice2Model(midsize_config()).eval()
     with torch.no_grad():  # random weights large enough that the LM's distribution is not flat
         for p in model.lm.parameters():
             p.mul_(3.0)
     return CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=schedule,
-                            scheduler_config=SchedulerConfig(max_active=max_active, max_queued=64))
+                            scheduler_config=SchedulerConfig(max_active=max_active, max_queued=64, **scheduler))
 
 
 def fixed_length_request(engine: CosyVoice2Engine, seconds: float, seed: int) -> SynthesisRequest:

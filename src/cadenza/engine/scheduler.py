@@ -1,19 +1,22 @@
-"""The request scheduler: two worker threads run the model for every active request, a pipeline of two stages.
+"""The request scheduler: worker threads run the model for every active request, a pipeline of two stages.
 
 * The **LM worker** admits queued requests, feeds bi-streaming text and runs one LM step for every request that has
   LM work: prompts (several new positions) one by one, then all single-token decode steps together in one batched
   forward (per-request KV caches of any length).
-* The **vocoder worker** turns speech tokens into audio at the same time: the flow + HiFT work of the request that
-  has enough tokens for its next chunk — requests still waiting for their first chunk go first, then the oldest —
-  together with every ready request whose flow chunk has as many frames (their estimator calls run as one batch,
-  ``IncrementalFlow.push_many``, and so do their HiFT calls where the mel lengths match, ``vocode_many``). A ready
-  chunk waits up to ``flow_batch_wait_steps`` LM steps for requests a few tokens short of a chunk of its size.
+* The **vocoder workers** (``SchedulerConfig.vocoder_workers``; two from two cores on) turn speech tokens into audio
+  at the same time. Each owns the requests it was given at admission (the least loaded worker's) and runs the
+  flow + HiFT work of the one that has enough tokens for its next chunk — requests still waiting for their first
+  chunk go first, then the oldest — together with every ready request of its own whose flow chunk has as many
+  frames (their estimator calls run as one batch, ``IncrementalFlow.push_many``, and so do their HiFT calls where
+  the mel lengths match, ``vocode_many``). A ready chunk waits up to ``flow_batch_wait_steps`` LM steps for requests
+  a few tokens short of a chunk of its size.
 
-Running the two stages concurrently keeps both cores of a small CPU busy (the LM's small decode steps and the
+Running the stages concurrently keeps both cores of a small CPU busy (the LM's small decode steps and the
 vocoder's Python-level work leave most of a core idle when they run one after the other) and lets the LM go on
-decoding while a chunk is vocoded. Each worker owns its half of a request's state — the LM worker the decoder (KV
-caches), the vocoder worker the ``StreamSynthesis`` (flow and HiFT caches) — and frees it when the request ends,
-however it ends; a request keeps its slot until both halves are freed.
+decoding while a chunk is vocoded; two single-threaded vocoder workers use a 2-core CPU better than one worker with
+two intra-op threads, whose ops at one chunk's size scale poorly (docs/performance.md). Each worker owns its half of
+a request's state — the LM worker the decoder (KV caches), its vocoder worker the ``StreamSynthesis`` (flow and HiFT
+caches) — and frees it when the request ends, however it ends; a request keeps its slot until both halves are freed.
 
 Consumers read chunks from a bounded per-request buffer; a request whose buffer is full is not given vocoder work
 until its consumer reads (a slow reader never holds up anyone else). New requests beyond ``max_active`` wait in a
@@ -97,8 +100,9 @@ class Scheduler:
         self.schedule = schedule or StreamSchedule()
         self.config = config or SchedulerConfig()
         self.token2wav = Token2Wav(model, self.schedule)
-        # One lock, three wake-up lists: consumers wait on ``_cond`` (their buffers), each worker on its own, so the
-        # LM worker's ~100 steps a second wake only the vocoder worker, not every consumer thread.
+        # One lock, three wake-up lists: consumers wait on ``_cond`` (their buffers), the LM worker and the vocoder
+        # workers on their own, so the LM worker's ~100 steps a second wake only the vocoder workers (each then looks
+        # at its own requests), not every consumer thread.
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._lm_wake = threading.Condition(lock)
