@@ -15,6 +15,7 @@ import torch
 
 import cadenza.models.cosyvoice2.flow_incremental as flow_incremental
 from cadenza import Cadenza
+from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import InputError
 from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
@@ -167,9 +168,10 @@ def test_row_stream_caches_split_and_merge():
 
 def test_scheduler_batches_flow_chunks_of_concurrent_requests(cv2_dir, monkeypatch):
     """Concurrent streaming requests: their flow chunks go through ``push_many`` together and the audio equals
-    the requests run one after the other."""
+    the requests run one after the other. (One vocoder worker, so that all three are its requests: each worker
+    batches only its own.)"""
     texts = [[5, 17, 42, 99, 3, 8, 9], [7, 8, 9, 10, 11, 12, 13], [20, 21, 22, 23, 24, 25, 26]]
-    with Cadenza.from_pretrained(cv2_dir) as tts:
+    with Cadenza.from_pretrained(cv2_dir, scheduler=SchedulerConfig(vocoder_workers=1)) as tts:
         eng = tts.engine
         seq = [np.concatenate(list(eng.scheduler.submit(tts.request(text_ids=t, seed=i))))
                for i, t in enumerate(texts)]

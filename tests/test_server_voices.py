@@ -222,7 +222,8 @@ def test_cadenza_serve_command(model_dir, tmp_path):
         port = s.getsockname()[1]
     env = {**os.environ, "CADENZA_API_KEY": "cli-key-0123456"}
     proc = subprocess.Popen([sys.executable, "-c", _SERVE, "serve", "--model", str(model_dir), "--port", str(port),
-                             "--voices-dir", str(tmp_path / "voices"), "--log-level", "warning"],
+                             "--voices-dir", str(tmp_path / "voices"), "--log-level", "warning",
+                             "--max-active", "3", "--max-queued", "5", "--vocoder-workers", "1", "--threads", "1"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -234,6 +235,8 @@ def test_cadenza_serve_command(model_dir, tmp_path):
                 return proc.poll() is not None
 
         assert wait_until(up, timeout=60) and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        health = httpx.get(f"{url}/health").json()
+        assert (health["max_active"], health["max_queued"]) == (3, 5)  # the engine limits given on the command line
         assert httpx.get(f"{url}/v1/audio/voices").status_code == 401
         auth = {"Authorization": "Bearer cli-key-0123456"}
         assert httpx.get(f"{url}/v1/audio/voices", headers=auth).json() == []

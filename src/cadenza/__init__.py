@@ -16,7 +16,7 @@ from cadenza.errors import (
 
 __version__ = "0.1.0"
 __all__ = ["Audio", "AudioError", "Cadenza", "CadenzaError", "CheckpointError", "EngineBusyError", "InputError",
-           "TextError", "UnknownSpeakerError", "VoxCPM2", "load", "model_family", "__version__"]
+           "SchedulerConfig", "TextError", "UnknownSpeakerError", "VoxCPM2", "load", "model_family", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,6 +24,10 @@ def __getattr__(name: str):
         from cadenza import api
 
         return getattr(api, name)
+    if name == "SchedulerConfig":
+        from cadenza.engine.scheduler_config import SchedulerConfig
+
+        return SchedulerConfig
     if name == "VoxCPM2":
         from cadenza.api_voxcpm2 import VoxCPM2
 

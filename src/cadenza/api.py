@@ -22,6 +22,7 @@ from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_pat
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import CheckpointError, InputError, TextError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir, load_cosyvoice2_weights
@@ -73,9 +74,11 @@ class Cadenza:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
-                        dtype: torch.dtype = torch.float32, voices_dir: str | os.PathLike | None = None) -> Cadenza:
+                        dtype: torch.dtype = torch.float32, voices_dir: str | os.PathLike | None = None,
+                        scheduler: SchedulerConfig | None = None) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
-        ``voices_dir`` opens a saved-voice store."""
+        ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
+        (default ``SchedulerConfig()``)."""
         directory = resolve_model_path(path)
         if directory.is_dir() and not is_cosyvoice2_dir(directory):
             inspect_directory(directory)  # raises with the list of what is missing
@@ -84,7 +87,7 @@ class Cadenza:
         frontend = CosyVoice2Frontend(files, model.config)
         speakers = SpeakerStore(files.spk2info or directory / "spk2info.pt")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
-        return cls(CosyVoice2Engine(model, frontend, speakers), directory, voices)
+        return cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler), directory, voices)
 
     @property
     def sample_rate(self) -> int:

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from cadenza.cli.args import MODEL_ENV, positive_int
+from cadenza.cli.args import MODEL_ENV, nonnegative_int, positive_int
+from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import CadenzaError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,14 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                         "command lines are visible to other users)")
     p.add_argument("--max-concurrency", type=positive_int, default=16,
                    help="synthesis requests in flight at once; more get HTTP 429 (default 16)")
+    p.add_argument("--max-active", type=positive_int, default=SchedulerConfig.max_active,
+                   help="requests the engine decodes together; more wait in its queue (default %(default)s)")
+    p.add_argument("--max-queued", type=nonnegative_int, default=SchedulerConfig.max_queued,
+                   help="requests waiting for the engine; more get HTTP 429 (default %(default)s)")
+    p.add_argument("--vocoder-workers", type=positive_int, default=None,
+                   help="flow + HiFT worker threads (default: two from two cores on)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
                                                       "~/.local/share/cadenza/voices)")
     p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest voice upload in MiB (default 10)")
@@ -71,7 +80,14 @@ def run_serve(args: argparse.Namespace) -> None:
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set $%s)",
                     args.host, API_KEY_ENV)
     voices_dir = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
-    tts = Cadenza.from_pretrained(args.model or None, device=args.device)  # None: the built-in cadenza-tiny
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    scheduler = SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
+                                vocoder_workers=args.vocoder_workers)
+    tts = Cadenza.from_pretrained(args.model or None, device=args.device,  # None: the built-in cadenza-tiny
+                                  scheduler=scheduler)
     voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
     print(f"serving {tts.directory} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
     try:

@@ -1,4 +1,4 @@
-"""What the scheduler keeps per request (``Job``) and its limits (``SchedulerConfig``)."""
+"""What the scheduler keeps per request (``Job``)."""
 
 from __future__ import annotations
 
@@ -9,39 +9,6 @@ from dataclasses import dataclass, field
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.token2wav import StreamSynthesis
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_active: int = 8  # requests decoded together
-    max_queued: int = 32  # requests waiting for a slot; more -> EngineBusyError
-    max_buffered_chunks: int = 16  # per request, audio chunks not yet read by the consumer
-    # A request whose flow chunk is ready waits up to this many LM steps for requests a few tokens short of a chunk
-    # of the same size, so their flows run as one batch (cheaper than one after the other); 0 = never wait.
-    flow_batch_wait_steps: int = 4
-    # Vocoder workers (flow + HiFT) running at the same time beside the LM worker, each owning the requests it was
-    # given at admission (the least loaded one's), and the torch intra-op threads of each worker. None = chosen
-    # from the cores torch uses when the first request arrives (``worker_layout``); docs/performance.md measures it.
-    vocoder_workers: int | None = None
-    lm_threads: int | None = None
-    vocoder_threads: int | None = None
-
-    def worker_layout(self, cores: int) -> tuple[int, int, int]:
-        """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:
-        two vocoder workers from two cores on, the cores shared between them, the LM worker half of them. On a 2-core
-        CPU, two single-threaded vocoder workers beat one with both threads by ~35 % at 8 concurrent streams and
-        cost a single stream nothing (intra-op threads gain little at one chunk's size)."""
-        cores = max(1, cores)
-        workers = self.vocoder_workers or (2 if cores >= 2 else 1)
-        return (workers, self.lm_threads or max(1, cores // 2),
-                self.vocoder_threads or max(1, cores // workers))
-
-    def __post_init__(self) -> None:
-        if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
-            raise ValueError("bad scheduler limits")
-        for name in ("vocoder_workers", "lm_threads", "vocoder_threads"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
 
 
 @dataclass(eq=False)

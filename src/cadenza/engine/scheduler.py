@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduled_job import Job, SchedulerConfig
+from cadenza.engine.scheduled_job import Job
+from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, TokenChunker, flow_mels, vocode_many
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder

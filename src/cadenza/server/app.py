@@ -102,7 +102,9 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
         state: ServerState = request.app.state.cadenza
         active, queued = state.load()
         return JSONResponse({"status": "ok", "model": state.config.model_name, "sample_rate": state.sample_rate,
-                             "active": active, "queued": queued, "inflight": state.admission.inflight})
+                             "active": active, "queued": queued, "inflight": state.admission.inflight,
+                             "max_active": state.engine_limits.max_active,
+                             "max_queued": state.engine_limits.max_queued})
 
     return protected, public
 

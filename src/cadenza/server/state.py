@@ -47,6 +47,11 @@ class ServerState:
     def sample_rate(self) -> int:
         return int(self.tts.sample_rate)
 
+    @property
+    def engine_limits(self):
+        """The engine scheduler's ``SchedulerConfig`` (its ``max_active`` / ``max_queued``)."""
+        return self.tts.engine.scheduler.config
+
     def load(self) -> tuple[int, int]:
         """(active, queued) requests of the engine's scheduler."""
         return self.tts.engine.scheduler.load
