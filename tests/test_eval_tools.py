@@ -19,6 +19,7 @@ import soundfile as sf
 from cadenza.cli.main import main
 from cadenza.errors import MissingDependencyError
 from cadenza.evaluation import asr, speaker_similarity
+from cadenza.evaluation.runner import busy_machine_note
 from cadenza.evaluation.wer import wer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -182,6 +183,14 @@ def test_eval_cli_synthesises_with_streaming(whisper, audio_dir, transcripts, cv
     assert summary["first_chunk_s_mean"] == pytest.approx(np.mean(firsts))
     assert min(firsts) <= summary["first_chunk_s_p50"] <= summary["first_chunk_s_p90"] <= max(firsts)
     assert summary["rtf_mean"] == pytest.approx(np.mean([r["rtf"] for r in lines]))
+    assert summary["cpus"] == os.cpu_count() and summary["load_average_max"] >= 0
+    assert summary["latency_note"] == busy_machine_note(summary["load_average_max"], summary["cpus"])
+
+
+def test_a_busy_machine_is_named_in_the_report():
+    assert busy_machine_note(2.0, 2) is None and busy_machine_note(None, 2) is None
+    note = busy_machine_note(4.5, 2)
+    assert "4.5 on 2 CPUs" in note and "not comparable" in note
 
 
 def test_eval_cli_ground_truth_scores_the_fifth_column(whisper, audio_dir, transcripts, tmp_path, capsys):

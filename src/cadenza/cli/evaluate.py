@@ -75,6 +75,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if tts is not None:
             tts.close()
     print(json.dumps(summary, indent=2, ensure_ascii=False))
+    if summary.get("latency_note"):
+        print(f"warning: {summary['latency_note']}", file=sys.stderr)
     print(f"wrote {args.out}/results.jsonl and summary.json: {summary['n']} utterances, WER {summary['wer_mean']:.2%} "
           f"(pooled {summary['wer_pooled']:.2%})", file=sys.stderr)
     return 0

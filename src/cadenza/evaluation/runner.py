@@ -190,6 +190,23 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+BUSY_LOAD_PER_CPU = 1.5  # the run's own threads keep the load near the core count; well above it, someone else ran
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none, e.g. Windows)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def busy_machine_note(load_max: float | None, cpus: int | None) -> str | None:
+    """A warning when the machine was busy with other work during synthesis (latency and RTF then measure the
+    contention, not the model), else None."""
+    if load_max is None or not cpus or load_max <= BUSY_LOAD_PER_CPU * cpus:
+        return None
+    return (f"the machine was busy (1-minute load average up to {load_max:.1f} on {cpus} CPUs): first-chunk latency "
+            "and RTF are not comparable with a quiet run")
+
+
 def summarize(results: Sequence[UtteranceResult]) -> dict:
     """Corpus figures: WER (mean of per-utterance WERs, and pooled), similarity, latency and RTF."""
     scores = [WerScore(r.errors, r.ref_words) for r in results]
@@ -233,8 +250,11 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
     except OSError as exc:
         raise CadenzaError(f"cannot create the output folder {out}: {exc}") from exc
     results: list[UtteranceResult] = []
+    loads: list[float] = []
     with open(out / "results.jsonl", "w", encoding="utf-8") as jsonl:
         for item in items:
+            if tts is not None and (load := load_average()) is not None:
+                loads.append(load)
             result = _evaluate_one(item, out, tts, wavs_dir, seed, speaker, evaluators, similarity)
             jsonl.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
             jsonl.flush()  # a long run leaves its finished lines behind if it is stopped
@@ -245,6 +265,10 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
     summary = {**(meta or {}), "source": source, "seed": seed if tts is not None else None,
                "asr": asr.ASR_NAME, "similarity_model": speaker_similarity.SIMILARITY_NAME if similarity else None,
                **summarize(results)}
+    if tts is not None:  # latency figures are only as good as the machine was quiet
+        cpus = os.cpu_count()
+        load_max = max(loads) if loads else None
+        summary.update(load_average_max=load_max, cpus=cpus, latency_note=busy_machine_note(load_max, cpus))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary
 
