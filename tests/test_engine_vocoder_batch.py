@@ -28,6 +28,7 @@ from cadenza.models.cosyvoice2.config import (
     LMConfig,
     Qwen2Config,
 )
+from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
@@ -166,3 +167,39 @@ def test_concurrent_streams_equal_sequential_ones(model, vocoder_workers):
             np.testing.assert_allclose(results[i], expected, atol=1e-4, rtol=0)
     finally:
         engine.close()
+
+
+def _stream_audio(model, schedule: StreamSchedule, ids: list[int], batched: bool) -> tuple[np.ndarray, StreamSynthesis]:
+    """All chunks of one stream over ``ids`` (through ``flow_mels`` / ``vocode_many`` when ``batched``)."""
+    gen = torch.Generator().manual_seed(77)
+    synth = StreamSynthesis(model, voice(model, 9, 4), schedule, lambda k, g=gen: g)
+    chunks, n = [], 0
+    while True:
+        while n < len(ids) and not synth.ready(n):
+            n += 1
+        final = not synth.ready(n)
+        if batched:
+            chunks.append(vocode_many([synth], flow_mels([synth], [ids[:n]], [final]), [final])[0])
+        else:
+            chunks.append(synth.finish(ids[:n]) if final else synth.next_chunk(ids[:n]))
+        if final:
+            return np.concatenate(chunks), synth
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_stream_past_its_flow_cache_limit_goes_on_by_recomputing(model, batched, caplog):
+    """``flow_cache_limit_mb``: once a stream's cached flow state exceeds it, the cache is freed and later chunks
+    recompute the prefix; the audio is the same as with the cache kept."""
+    ids = torch.randint(0, model.config.flow.vocab_size, (140,), generator=torch.Generator().manual_seed(3)).tolist()
+    cached, kept = _stream_audio(model, StreamSchedule(), ids, batched)
+    assert isinstance(kept.flow.session, IncrementalFlow) and kept.chunks >= 3
+    with caplog.at_level("INFO", logger="cadenza.engine.token2wav"):
+        bounded, switched = _stream_audio(model, StreamSchedule(flow_cache_limit_mb=0.001), ids, batched)
+    assert not hasattr(switched.flow, "session"), "the cached flow was kept past its limit"
+    assert "recomputing from now on" in caplog.text
+    assert bounded.shape == cached.shape
+    np.testing.assert_allclose(bounded, cached, atol=1e-4, rtol=0)
+    kept.close()
+    switched.close()
+    with pytest.raises(ValueError, match="flow_cache_limit_mb"):
+        StreamSchedule(flow_cache_limit_mb=-1)

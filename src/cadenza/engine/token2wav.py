@@ -16,6 +16,7 @@ Two flavours (``StreamSchedule``):
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
+log = logging.getLogger(__name__)
 GeneratorForCall = Callable[[int], torch.Generator | None]
 
 
@@ -41,12 +43,18 @@ class StreamSchedule:
     crossfade: str = "hann"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to 1
     incremental: bool = True  # cached flow (each chunk computed once) instead of re-running the prefix
     final_full_attention: bool = False  # reference: the last chunk is computed without chunk masks
+    # A request whose cached flow state grows past this many MiB continues by recomputing the prefix (the same mel
+    # within float round-off, no cache kept, cost growing with length): bounds the memory of very long streams
+    # (the released flow caches ~4.4 MiB of estimator keys/values per mel frame, 50 frames a second). None: no bound.
+    flow_cache_limit_mb: float | None = 4096.0
 
     def __post_init__(self) -> None:
         if self.crossfade not in ("hamming", "hann"):
             raise ValueError(f"crossfade must be 'hamming' or 'hann', not {self.crossfade!r}")
         if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
             raise ValueError("bad hop lengths")
+        if self.flow_cache_limit_mb is not None and self.flow_cache_limit_mb < 0:
+            raise ValueError(f"flow_cache_limit_mb must be >= 0 or None, not {self.flow_cache_limit_mb}")
 
     @classmethod
     def reference(cls) -> StreamSchedule:
@@ -194,6 +202,7 @@ class StreamSynthesis:
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
         self.flow = (_IncrementalFlowStage(model, prompt) if schedule.incremental
                      else _RecomputeFlow(model, prompt, schedule.final_full_attention))
+        self._model, self._prompt, self._schedule = model, prompt, schedule
         self.vocoder = _StreamingVocoder(model, schedule)
         self.generator_for_call = generator_for_call
         self.chunks = 0
@@ -212,8 +221,23 @@ class StreamSynthesis:
     def flow_mel(self, ids: list[int], final: bool) -> torch.Tensor:
         """The mel ``[1, mel, frames]`` of the next chunk (``final``: of all remaining tokens); follow with ``vocode``."""
         if final:
-            return self.flow.final(ids, self.chunker.offset)
-        return self.flow.chunk(ids, self.chunker.offset, self.chunker.offset + self.chunker.hop, self.lookahead)
+            mel = self.flow.final(ids, self.chunker.offset)
+        else:
+            mel = self.flow.chunk(ids, self.chunker.offset, self.chunker.offset + self.chunker.hop, self.lookahead)
+        self.bound_flow_cache()
+        return mel
+
+    def bound_flow_cache(self) -> None:
+        """Past ``flow_cache_limit_mb`` of cached flow state, free it and go on recomputing the prefix per chunk."""
+        limit = self._schedule.flow_cache_limit_mb
+        if limit is None or not isinstance(self.flow, _IncrementalFlowStage):
+            return
+        held = self.flow.session.nbytes
+        if held > limit * 2**20:
+            log.info("flow cache of a stream at %.0f MiB after %d chunks (limit %.0f MiB): recomputing from now on",
+                     held / 2**20, self.chunks + 1, limit)
+            self.flow.close()
+            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention)
 
     def flow_frames(self, n_tokens: int, final: bool) -> int | None:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
@@ -256,6 +280,7 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
         outs = IncrementalFlow.push_many([synths[i].flow.session for i in batch], tokens, lookaheads, final_flags)
         for i, mel in zip(batch, outs):
             mels[i] = mel
+            synths[i].bound_flow_cache()
     for i, synth in enumerate(synths):
         if mels[i] is None:
             mels[i] = synth.flow_mel(ids[i], finals[i])
