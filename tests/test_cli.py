@@ -43,6 +43,11 @@ def test_errors_are_one_clear_line(cv2_dir, tmp_path):
     assert proc.returncode == 2 and "no text tokenizer" in proc.stderr and "--text-ids" in proc.stderr
     proc = _cadenza("synth", "--model", str(cv2_dir), "--text-ids", "1,x", "-o", str(tmp_path / "x.wav"))
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
+    for flag, value, message in (("--max-queued", "-1", "expected an integer >= 0, got -1"),
+                                 ("--max-active", "0", "expected a positive integer, got 0"),
+                                 ("--vocoder-workers", "two", "expected a positive integer, got 'two'")):
+        proc = _cadenza("serve", flag, value)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 def test_text_file_long_form(cv2_dir, tmp_path):
