@@ -300,3 +300,26 @@ def test_noise_buffer_limit_is_checked_before_anything_changes():
         with pytest.raises(InputError, match="at most"):
             session.push(torch.zeros(1, too_many, dtype=torch.long), None, final=True)
         assert session.push(torch.zeros(1, 3, dtype=torch.long), None, final=True).shape[2] == 3 * cfg.token_mel_ratio
+
+
+@pytest.mark.parametrize("hops", [None, [7, 13, 30]], ids=["engine schedule", "odd hops"])
+def test_a_primed_prompt_cloned_per_request_gives_the_same_mel(flow, case, hops):
+    """``prime`` commits the prompt's own complete chunks before any token; clones of the primed session stream as
+    a fresh session does (checked against the reference calls), and using one clone leaves the primed state as it
+    was for the next."""
+    prompt = case["prompt_token"].repeat(1, 3)  # long enough to hold complete chunks of its own
+    feat = case["prompt_feat"].repeat(1, 3, 1)
+    hops = hops or reference_hops(flow, prompt.size(1), case["token"].size(1))
+    primed = IncrementalFlow(flow, prompt, feat, case["embedding"])
+    primed.prime()
+    assert primed.frames_emitted == 0 and primed._tokens_done >= flow.cfg.encoder.static_chunk_size
+    before = primed.nbytes
+    for _ in range(2):
+        results = run_stream(flow, case["token"], prompt, feat, case["embedding"], hops, session=primed.clone())
+        check_results(results, flow.cfg.token_mel_ratio)
+        assert primed.nbytes == before
+    with pytest.raises(InputError, match="before the first push"):
+        primed.prime()
+    primed.close()
+    with pytest.raises(InputError, match="closed"):
+        primed.clone()

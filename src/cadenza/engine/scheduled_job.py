@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.token2wav import StreamSynthesis
+from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 
 
@@ -20,6 +21,7 @@ class Job:
     stream: bool
     decoder: UnistreamDecoder | BistreamDecoder | None
     synth: StreamSynthesis | None = None
+    flow_session: IncrementalFlow | None = None  # primed flow state built at submit, taken over by ``synth``
     ids: list[int] = field(default_factory=list)  # appended by the LM worker only; read by the vocoder worker
     lm_done: bool = False  # set after the last token is in ``ids``
     done: bool = False  # the final item is in ``buffer``; the workers free their halves
@@ -45,6 +47,9 @@ class Job:
             self.decoder = None
 
     def release_vocoder(self) -> None:
+        if self.flow_session is not None:
+            self.flow_session.close()
+            self.flow_session = None
         if self.synth is not None:
             self.synth.close()
             self.synth = None

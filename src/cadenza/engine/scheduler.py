@@ -37,6 +37,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -101,6 +102,9 @@ class Scheduler:
         self.schedule = schedule or StreamSchedule()
         self.config = config or SchedulerConfig()
         self.token2wav = Token2Wav(model, self.schedule)
+        self._primed = (PrimedPrompts(model.flow, int(self.schedule.primed_prompt_cache_mb * 2**20))
+                        if self.schedule.incremental and self.schedule.primed_prompt_cache_mb > 0
+                        and model.flow.decoder.estimator.supports_cache else None)
         # One lock, three wake-up lists: consumers wait on ``_cond`` (their buffers), the LM worker and the vocoder
         # workers on their own, so the LM worker's ~100 steps a second wake only the vocoder workers (each then looks
         # at its own requests), not every consumer thread.
@@ -122,18 +126,26 @@ class Scheduler:
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
                reference_quirks: bool = False) -> StreamHandle:
         """Queue a request. ``bistream``: text arrives later through the handle's ``feed_text``/``end_text``."""
-        with torch.no_grad():  # the prompt embeddings are built here, in the caller's thread
+        with torch.no_grad():  # the prompt embeddings (and a primed flow prompt) are built here, in the caller's thread
             decoder = self._decoder(request, bistream, reference_quirks)
+            try:
+                session = self._primed.session(request.voice) if stream and self._primed is not None else None
+            except BaseException:
+                if decoder is not None:
+                    decoder.close()
+                raise
         job = Job(request=request, stream=stream, decoder=decoder, seq=next(self._seq),
-                   first_chunk_tokens=self._first_chunk_tokens(request))
+                   first_chunk_tokens=self._first_chunk_tokens(request), flow_session=session)
         if decoder is None:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
         with self._cond:
             if self._closed:
                 job.release_lm()
+                job.release_vocoder()
                 raise CadenzaError("the engine is closed")
             if len(self._queued) >= self.config.max_queued and len(self._active) >= self.config.max_active:
                 job.release_lm()
+                job.release_vocoder()
                 raise EngineBusyError(f"busy: {len(self._active)} requests running and {len(self._queued)} queued")
             self._queued.append(job)
             self._ensure_workers()
@@ -171,6 +183,8 @@ class Scheduler:
             self._wake_all()
         for thread in self._threads:
             thread.join(timeout=30)
+        if self._primed is not None:
+            self._primed.clear()
 
     def _feed(self, job: Job, item) -> None:
         with self._cond:
@@ -326,7 +340,7 @@ class Scheduler:
                         self._finish(job, RequestCancelledError("the engine was closed"))
                         job.release_lm()
                     for job in self._queued:
-                        job.vocoder_released = True  # never reached the vocoder worker
+                        job.release_vocoder()  # never reached a vocoder worker: only a primed flow copy to free
                     self._queued.clear()
                     return
                 self._lm_busy = True
@@ -449,8 +463,9 @@ class Scheduler:
 
     def _start_synthesis(self, job: Job) -> bool:
         try:
+            session, job.flow_session = job.flow_session, None
             job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
-                                        lambda k, g=job.request.vocoder_generator: g)
+                                        lambda k, g=job.request.vocoder_generator: g, flow_session=session)
             return True
         except Exception as exc:
             self._finish(job, exc)

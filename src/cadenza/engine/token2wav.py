@@ -47,12 +47,17 @@ class StreamSchedule:
     # within float round-off, no cache kept, cost growing with length): bounds the memory of very long streams
     # (the released flow caches ~4.4 MiB of estimator keys/values per mel frame, 50 frames a second). None: no bound.
     flow_cache_limit_mb: float | None = 4096.0
+    # Primed prompts (``engine/primed_prompts.py``): the flow state of each voice's prompt, kept for the voice's next
+    # requests up to this many MiB in all (0: off). Saves a saved voice's prompt frames in every first chunk.
+    primed_prompt_cache_mb: float = 1024.0
 
     def __post_init__(self) -> None:
         if self.crossfade not in ("hamming", "hann"):
             raise ValueError(f"crossfade must be 'hamming' or 'hann', not {self.crossfade!r}")
         if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
             raise ValueError("bad hop lengths")
+        if self.primed_prompt_cache_mb < 0:
+            raise ValueError(f"primed_prompt_cache_mb must be >= 0, not {self.primed_prompt_cache_mb}")
         if self.flow_cache_limit_mb is not None and self.flow_cache_limit_mb < 0:
             raise ValueError(f"flow_cache_limit_mb must be >= 0 or None, not {self.flow_cache_limit_mb}")
 
@@ -164,10 +169,12 @@ class _RecomputeFlow:
 class _IncrementalFlowStage:
     """Cached flow stage: each token's mel is computed once (``IncrementalFlow``)."""
 
-    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt) -> None:
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, session=None) -> None:
+        """session: an ``IncrementalFlow`` of this prompt to continue (e.g. a primed one); default a new one."""
         from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 
-        self.session = IncrementalFlow(model.flow, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding)
+        self.session = session or IncrementalFlow(model.flow, prompt.flow_prompt_speech, prompt.prompt_mel,
+                                                  prompt.embedding)
 
     def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
         return self.session.push(*self.push_args(ids, offset, end, lookahead))
@@ -197,10 +204,14 @@ class StreamSynthesis:
     """
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
-                 generator_for_call: GeneratorForCall = lambda k: None) -> None:
+                 generator_for_call: GeneratorForCall = lambda k: None, flow_session=None) -> None:
+        """flow_session: the ``IncrementalFlow`` of ``prompt`` to start from (a primed copy; taken over: ``close``
+        frees it); only with an incremental schedule."""
         self.lookahead = model.config.flow.pre_lookahead_len
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
-        self.flow = (_IncrementalFlowStage(model, prompt) if schedule.incremental
+        if flow_session is not None and not schedule.incremental:
+            raise ValueError("a flow session needs an incremental schedule")
+        self.flow = (_IncrementalFlowStage(model, prompt, flow_session) if schedule.incremental
                      else _RecomputeFlow(model, prompt, schedule.final_full_attention))
         self._model, self._prompt, self._schedule = model, prompt, schedule
         self.vocoder = _StreamingVocoder(model, schedule)

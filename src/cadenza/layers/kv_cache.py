@@ -30,6 +30,17 @@ class KVCache:
         self._values: list[torch.Tensor | None] = [None] * num_layers
         self._lengths = [0] * num_layers
 
+    def clone(self) -> KVCache:
+        """An independent copy holding the cached positions only (appends to either leave the other as it was)."""
+        out = KVCache(self.num_layers, self.initial_capacity)
+        for i in range(self.num_layers):
+            n = self._lengths[i]
+            if self._keys[i] is not None:
+                out._keys[i] = self._keys[i][:, :, :n].clone()
+                out._values[i] = self._values[i][:, :, :n].clone()
+            out._lengths[i] = n
+        return out
+
     @property
     def length(self) -> int:
         """Cached positions (of layer 0)."""

@@ -71,6 +71,18 @@ class StreamCache:
             self._store[layer] = cache
         return cache
 
+    def clone(self) -> StreamCache:
+        """An independent copy of the stored state (tensors and key/value caches copied; the position kept)."""
+        store: dict[Hashable, object] = {}
+        for key, value in self._store.items():
+            if isinstance(value, KVCache):
+                store[key] = value.clone()
+            elif isinstance(value, tuple):
+                store[key] = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in value)
+            else:
+                store[key] = value.clone() if isinstance(value, torch.Tensor) else value
+        return StreamCache(store, self.start, self.commit, self.reserve)
+
     def free(self) -> None:
         """Drop every stored tensor (the cache can then start a new stream)."""
         for value in self._store.values():

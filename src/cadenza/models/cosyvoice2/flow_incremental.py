@@ -129,6 +129,35 @@ class IncrementalFlow:
         )
 
     @torch.inference_mode()
+    def prime(self) -> None:
+        """Compute the prompt's state before any token arrives: the complete chunks of prompt tokens whose look-ahead
+        lies inside the prompt depend on nothing else, so they are committed now (the rest of the prompt stays
+        pending for the first push). Outputs of later pushes are unchanged; a primed session ``clone`` d per request
+        saves every request of one voice that work."""
+        if self._closed or self._tokens_done or self._emitted != self._prompt_feat.size(1) or self._finished:
+            raise InputError("prime() comes before the first push, once")
+        if self._pending.size(1) == 0:
+            return
+        try:
+            step = self._encode(self._pending, self._pending.new_zeros(1, 0), False)
+            mel = self._flow.decoder(step.mu, step.mask, self._spks, step.cond, streaming=True,
+                                     caches=self._step_caches, frame_offset=step.f_start)
+            self._advance(step, mel)  # returns no frames: they are all the prompt's
+        except BaseException:
+            self.close()
+            raise
+
+    def clone(self) -> IncrementalFlow:
+        """An independent copy of this session's state (e.g. of a primed prompt, for a new request)."""
+        if self._closed:
+            raise InputError("this IncrementalFlow is closed")
+        out = object.__new__(IncrementalFlow)
+        out.__dict__.update(self.__dict__)
+        out._encoder_cache = self._encoder_cache.clone()
+        out._step_caches = [cache.clone() for cache in self._step_caches]
+        return out  # the remaining tensors (pending, promised, mu_tail, spks, prompt) are replaced, never mutated
+
+    @torch.inference_mode()
     def push(self, tokens: torch.Tensor, lookahead: torch.Tensor | None = None, final: bool = False) -> torch.Tensor:
         """tokens ``[1, n]`` int, lookahead ``[1, <= pre_lookahead_len]`` (the real next tokens; None on the final
         push) -> mel ``[1, mel, ratio * n]`` float32 of the new tokens.
