@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduler import Scheduler, SchedulerConfig, StreamHandle
+from cadenza.engine.scheduler import Scheduler, SchedulerConfig
+from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav
 from cadenza.errors import InputError, TextError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduler import Scheduler, StreamHandle
+from cadenza.engine.scheduler import Scheduler
+from cadenza.engine.stream_handle import StreamHandle
 
 
 def synthesize_segments(scheduler: Scheduler, requests: Sequence[SynthesisRequest], window: int = 4,

@@ -29,8 +29,8 @@ class Job:
     vocoder_released: bool = False  # the vocoder worker freed (or never had) ``synth``
     vocoder_worker: int = 0  # index of the vocoder worker that owns ``synth`` (set at admission)
     chunks_out: int = 0
-    text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / _DONE
-    buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / _DONE
+    text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / DONE
+    buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / DONE
     seq: int = 0
     first_chunk_tokens: int = 0  # tokens its first streaming chunk needs (hop + look-ahead)
     ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners

@@ -11,17 +11,15 @@
   the mel lengths match, ``vocode_many``). A ready chunk waits up to ``flow_batch_wait_steps`` LM steps for requests
   a few tokens short of a chunk of its size.
 
-Running the stages concurrently keeps both cores of a small CPU busy (the LM's small decode steps and the
-vocoder's Python-level work leave most of a core idle when they run one after the other) and lets the LM go on
-decoding while a chunk is vocoded; two single-threaded vocoder workers use a 2-core CPU better than one worker with
-two intra-op threads, whose ops at one chunk's size scale poorly (docs/performance.md). Each worker owns its half of
-a request's state — the LM worker the decoder (KV caches), its vocoder worker the ``StreamSynthesis`` (flow and HiFT
-caches) — and frees it when the request ends, however it ends; a request keeps its slot until both halves are freed.
+Running the stages concurrently keeps the cores busy and lets the LM decode while a chunk is vocoded; two
+single-threaded vocoder workers use a 2-core CPU better than one with two intra-op threads (docs/performance.md).
+Each worker owns its half of a request's state — the LM worker the decoder (KV caches), its vocoder worker the
+``StreamSynthesis`` (flow and HiFT caches) — and frees it when the request ends, however it ends; a request keeps
+its slot until both halves are freed.
 
-Consumers read chunks from a bounded per-request buffer; a request whose buffer is full is not given vocoder work
-until its consumer reads (a slow reader never holds up anyone else). New requests beyond ``max_active`` wait in a
-bounded queue; beyond that ``submit`` raises ``EngineBusyError``. Nothing sleeps or polls: all hand-offs go through
-one condition variable.
+Consumers read chunks from a bounded per-request buffer; a full buffer gets no vocoder work until its consumer reads
+(a slow reader holds up no one else). Requests beyond ``max_active`` wait in a bounded queue; beyond that ``submit``
+raises ``EngineBusyError``. Nothing sleeps or polls: hand-offs go through one lock and its condition variables.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -41,6 +38,7 @@ from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.engine.stream_handle import DONE, StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, TokenChunker, flow_mels, vocode_many
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
@@ -48,51 +46,14 @@ from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.sampling import RasSampler
 
 log = logging.getLogger(__name__)
-_DONE = object()
 
 
 def _wait(barrier: threading.Barrier) -> None:
-    """Meet at ``barrier``; a party that never comes (it cannot: nothing blocks before it) only costs the timeout."""
+    """Meet at ``barrier``; a party that never comes (nothing blocks before it) only costs the timeout."""
     try:
         barrier.wait(timeout=30)
     except threading.BrokenBarrierError:
         pass
-
-
-class StreamHandle:
-    """Iterate for float32 audio chunks. ``close()``/``cancel()`` (or dropping the iterator) frees the request.
-
-    For bi-streaming requests, ``feed_text(ids)`` and ``end_text()`` deliver the text as it arrives.
-    """
-
-    def __init__(self, scheduler: Scheduler, job: Job) -> None:
-        self._scheduler, self._job = scheduler, job
-
-    @property
-    def first_chunk_seconds(self) -> float | None:
-        return self._job.first_chunk_s
-
-    def feed_text(self, ids: torch.Tensor) -> None:
-        self._scheduler._feed(self._job, ids)
-
-    def end_text(self) -> None:
-        self._scheduler._feed(self._job, _DONE)
-
-    def fail(self, exc: BaseException) -> None:
-        """The text source failed: end the request with ``exc`` (the consumer sees it)."""
-        self._scheduler._feed(self._job, exc)
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        try:
-            while (item := self._scheduler._take(self._job)) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self.cancel()
-
-    def cancel(self) -> None:
-        self._scheduler._cancel(self._job)
 
 
 class Scheduler:
@@ -248,7 +209,7 @@ class Scheduler:
                 self._wake_all()  # consumers waiting on an empty buffer see the closed engine
 
     def _finish(self, job: Job, item) -> None:
-        """Deliver the final item (``_DONE`` or an exception); the workers free the job's state. Caller holds the
+        """Deliver the final item (``DONE`` or an exception); the workers free the job's state. Caller holds the
         lock."""
         if not job.done:
             job.done = True
@@ -367,7 +328,7 @@ class Scheduler:
                 for item in inboxes.get(id(job), ()) if job.decoder is not None else ():
                     if isinstance(item, BaseException):
                         raise item
-                    if item is _DONE:
+                    if item is DONE:
                         job.decoder.end_text()
                     else:
                         job.decoder.feed_text(item)
@@ -508,7 +469,7 @@ class Scheduler:
             return
         for job, audio in zip(jobs, chunks):
             self._emit(job, audio)
-        self._end_vocoding([job for job, final in zip(jobs, finals) if final], _DONE)
+        self._end_vocoding([job for job, final in zip(jobs, finals) if final], DONE)
 
     def _vocoder_step(self, job: Job, n: int, final: bool) -> None:
         try:
@@ -526,7 +487,7 @@ class Scheduler:
             self._end_vocoding([job], exc)
             return
         if final or not job.stream:
-            self._end_vocoding([job], _DONE)
+            self._end_vocoding([job], DONE)
 
     def _end_vocoding(self, jobs: list[Job], item) -> None:
         """Free the vocoder half of ended jobs, then deliver their final item: a consumer that sees the end finds

@@ -17,7 +17,7 @@ import anyio.to_thread
 import numpy as np
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduler import StreamHandle
+from cadenza.engine.stream_handle import StreamHandle
 from cadenza.errors import RequestCancelledError
 from cadenza.server.errors import busy_error
 

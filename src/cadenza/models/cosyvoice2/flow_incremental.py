@@ -136,16 +136,8 @@ class IncrementalFlow:
         saves every request of one voice that work."""
         if self._closed or self._tokens_done or self._emitted != self._prompt_feat.size(1) or self._finished:
             raise InputError("prime() comes before the first push, once")
-        if self._pending.size(1) == 0:
-            return
-        try:
-            step = self._encode(self._pending, self._pending.new_zeros(1, 0), False)
-            mel = self._flow.decoder(step.mu, step.mask, self._spks, step.cond, streaming=True,
-                                     caches=self._step_caches, frame_offset=step.f_start)
-            self._advance(step, mel)  # returns no frames: they are all the prompt's
-        except BaseException:
-            self.close()
-            raise
+        if self._pending.size(1):
+            self._run(self._pending, self._pending.new_zeros(1, 0), False)  # no frames out: all are the prompt's
 
     def clone(self) -> IncrementalFlow:
         """An independent copy of this session's state (e.g. of a primed prompt, for a new request)."""
@@ -166,10 +158,12 @@ class IncrementalFlow:
         next); a look-ahead that contradicts earlier ones raises ``InputError``.
         """
         plan = self._accept(tokens, lookahead, final)
-        if isinstance(plan, torch.Tensor):
-            return plan
+        return plan if isinstance(plan, torch.Tensor) else self._run(*plan)
+
+    def _run(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> torch.Tensor:
+        """Encode ``ids``, run the CFM over the new frames and commit: the new frames' mel (see ``_advance``)."""
         try:
-            step = self._encode(*plan)
+            step = self._encode(ids, context, final)
             mel = self._flow.decoder(step.mu, step.mask, self._spks, step.cond, streaming=True,
                                      caches=self._step_caches, frame_offset=step.f_start)
             return self._advance(step, mel)
