@@ -45,7 +45,8 @@ def test_errors_are_one_clear_line(cv2_dir, tmp_path):
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
     for flag, value, message in (("--max-queued", "-1", "expected an integer >= 0, got -1"),
                                  ("--max-active", "0", "expected a positive integer, got 0"),
-                                 ("--vocoder-workers", "two", "expected a positive integer, got 'two'")):
+                                 ("--vocoder-workers", "two", "expected a positive integer, got 'two'"),
+                                 ("--first-audio-pause", "never", "invalid choice: 'never'")):
         proc = _cadenza("serve", flag, value)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 

@@ -127,6 +127,47 @@ def test_first_audio_gets_the_cores(model):
         engine.close()
 
 
+def _first_chunk_held(model, first_audio_pause: str, cores: int):
+    """A request with audio and a new one whose first chunk the (gated) vocoder worker holds, on ``cores`` torch
+    threads with single-threaded workers (two vocoder workers): whether the request with audio got LM steps meanwhile."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(cores)
+    engine = _engine(model, flow_batch_wait_steps=0, vocoder_workers=2, vocoder_threads=1, lm_threads=1,
+                     first_audio_pause=first_audio_pause)
+    sched = engine.scheduler
+    _slow_lm(sched, 0.002)
+    try:
+        old = sched.submit(_request(engine, 2, 900), stream=True)
+        it_old = iter(old)
+        next(it_old)  # "old" has audio
+        gated = _GatedVocoder(sched, hold=lambda work: any(job.chunks_out == 0 for job, _, _ in work))
+        new = sched.submit(_request(engine, 3, 900), stream=True)
+        it_new = iter(new)
+        assert gated.inside.wait(60)
+        time.sleep(0.05)  # an LM step already under way ends
+        frozen = len(old._job.ids)
+        time.sleep(0.3)
+        stepped = len(old._job.ids) > frozen or old._job.lm_done
+        pending = sched._first_audio_pending
+        gated.release()
+        for it in (it_old, it_new):
+            assert all(np.isfinite(c).all() for c in it)
+        return stepped, pending
+    finally:
+        engine.close()
+        torch.set_num_threads(before)
+
+
+def test_contended_first_audio_pause_keeps_decoding_on_a_spare_core(model):
+    """"contended": one single-threaded vocoder worker busy on a first chunk leaves a core of two for the LM, so the
+    request that has audio keeps decoding; on one core it waits as under "always"."""
+    assert _first_chunk_held(model, "contended", cores=2) == (True, False)
+    assert _first_chunk_held(model, "contended", cores=1) == (False, True)
+    assert _first_chunk_held(model, "always", cores=2) == (False, True)
+    with pytest.raises(ValueError, match="first_audio_pause"):
+        SchedulerConfig(first_audio_pause="sometimes")
+
+
 def test_cancel_while_vocoding_frees_both_halves(model):
     engine = _engine(model)
     sched = engine.scheduler

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cadenza.cli.args import MODEL_ENV, nonnegative_int, positive_int
-from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES, SchedulerConfig
 from cadenza.errors import CadenzaError, MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help="requests waiting for the engine; more get HTTP 429 (default %(default)s)")
     p.add_argument("--vocoder-workers", type=positive_int, default=None,
                    help="flow + HiFT worker threads (default: two from two cores on)")
+    p.add_argument("--first-audio-pause", choices=FIRST_AUDIO_PAUSES, default=SchedulerConfig.first_audio_pause,
+                   help="when the LM pauses other requests while a first chunk is made: always (fastest first audio) "
+                        "or contended (only when cores are short: fewer playback stalls; default %(default)s)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
@@ -85,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> None:
 
         torch.set_num_threads(args.threads)
     scheduler = SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
-                                vocoder_workers=args.vocoder_workers)
+                                vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause)
     tts = Cadenza.from_pretrained(args.model or None, device=args.device,  # None: the built-in cadenza-tiny
                                   scheduler=scheduler)
     voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)

@@ -80,8 +80,10 @@ class Scheduler:
         self._lm_steps = 0  # LM steps run so far (the clock of the flow batch wait)
         self._lm_busy = False  # the LM worker has work (a waiting flow chunk may expect partners)
         self._first_audio_pending = False  # see _run_lm
+        self._vocoding = 0  # vocoder workers inside a piece of work
         self._threads: list[threading.Thread] = []
-        self._vocoder_workers = 1  # set when the workers start
+        self._vocoder_workers = 1  # the layout, set when the workers start
+        self._cores, self._lm_threads, self._vocoder_threads = 1, 1, 1
 
     # -- consumer side (any thread) ------------------------------------------------------------------------------
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
@@ -176,6 +178,7 @@ class Scheduler:
             return
         cores = torch.get_num_threads()
         self._vocoder_workers, lm_threads, vocoder_threads = self.config.worker_layout(cores)
+        self._cores, self._lm_threads, self._vocoder_threads = cores, lm_threads, vocoder_threads
         started = threading.Barrier(self._vocoder_workers + 2)  # the workers and this thread
         self._threads = [threading.Thread(target=self._worker, args=(self._run_lm, lm_threads, started),
                                           name="cadenza-lm", daemon=True)]
@@ -256,6 +259,10 @@ class Scheduler:
                 load[job.vocoder_worker] += 1
         return load.index(min(load))
 
+    def _lm_competes(self) -> bool:
+        """Whether an LM step now takes cores from the vocoder workers at work. Caller holds the lock."""
+        return self._vocoding * self._vocoder_threads + self._lm_threads > self._cores
+
     def _lm_has_work(self, job: Job) -> bool:
         """Caller holds the lock."""
         if job.done:
@@ -288,8 +295,11 @@ class Scheduler:
                         self._vocoder_wake.notify_all()  # the vocoder worker sees the new job
                     # While a request has the tokens of its first chunk but no audio yet, the LM steps only requests
                     # that lack them too: the vocoder worker gets the cores for that first chunk (time to first
-                    # audio as if the LM stood still), and the requests behind it catch up.
-                    self._first_audio_pending = any(self._awaits_first_audio(j) for j in self._active)
+                    # audio as if the LM stood still), and the requests behind it catch up. ("contended": only
+                    # while the LM would take a core from the vocoder workers at work; see SchedulerConfig.)
+                    self._first_audio_pending = (any(self._awaits_first_audio(j) for j in self._active)
+                                                 and (self.config.first_audio_pause == "always"
+                                                      or self._lm_competes()))
                     if any(self._lm_has_work(j) for j in self._active):
                         break
                     if self._lm_busy:  # a flow chunk waiting for partners from the LM need not wait any more
@@ -386,9 +396,16 @@ class Scheduler:
                         return
                     work = self._pick(mine)
                     if work:
+                        self._vocoding += 1
                         break
                     self._vocoder_wake.wait()
-            self._vocode(work)
+            try:
+                self._vocode(work)
+            finally:
+                with self._cond:
+                    self._vocoding -= 1
+                    if self._first_audio_pending:
+                        self._lm_wake.notify()  # under "contended" the cores it used may be the LM's now
 
     def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most

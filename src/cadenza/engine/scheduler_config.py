@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+FIRST_AUDIO_PAUSES = ("always", "contended")
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -20,6 +22,12 @@ class SchedulerConfig:
     vocoder_workers: int | None = None
     lm_threads: int | None = None
     vocoder_threads: int | None = None
+    # While a request's first chunk is being made the LM worker steps only requests still short of their own first
+    # chunk. "always": whenever that happens (the lowest time to first audio). "contended": only while an LM step
+    # would take a core from the busy vocoder workers, so a lone stream keeps decoding on the spare core: its later
+    # chunks come sooner and playback stalls less, for a slower first chunk (memory contention; docs/performance.md
+    # measures both).
+    first_audio_pause: str = "always"
 
     def worker_layout(self, cores: int) -> tuple[int, int, int]:
         """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:
@@ -34,6 +42,9 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.max_active < 1 or self.max_queued < 0 or self.max_buffered_chunks < 1 or self.flow_batch_wait_steps < 0:
             raise ValueError("bad scheduler limits")
+        if self.first_audio_pause not in FIRST_AUDIO_PAUSES:
+            raise ValueError(f"first_audio_pause must be one of {', '.join(FIRST_AUDIO_PAUSES)}, "
+                             f"not {self.first_audio_pause!r}")
         for name in ("vocoder_workers", "lm_threads", "vocoder_threads"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")

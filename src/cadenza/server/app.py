@@ -104,7 +104,8 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
         return JSONResponse({"status": "ok", "model": state.config.model_name, "sample_rate": state.sample_rate,
                              "active": active, "queued": queued, "inflight": state.admission.inflight,
                              "max_active": state.engine_limits.max_active,
-                             "max_queued": state.engine_limits.max_queued})
+                             "max_queued": state.engine_limits.max_queued,
+                             "first_audio_pause": state.engine_limits.first_audio_pause})
 
     return protected, public
 
