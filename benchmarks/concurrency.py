@@ -17,6 +17,8 @@ import time
 import torch
 from midsize import fixed_length_request, midsize_engine
 
+from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES
+
 
 def run_level(engine, n: int, seconds: float) -> tuple[float, float]:
     """Returns (audio seconds per second, mean first-chunk latency)."""
@@ -46,9 +48,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--vocoder-workers", type=int, default=None, help="default: the scheduler's choice")
+    parser.add_argument("--first-audio-pause", default=None, choices=FIRST_AUDIO_PAUSES,
+                        help="SchedulerConfig.first_audio_pause (default: the scheduler's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     layout = {} if args.vocoder_workers is None else {"vocoder_workers": args.vocoder_workers}
+    if args.first_audio_pause is not None:
+        layout["first_audio_pause"] = args.first_audio_pause
     engine = midsize_engine(max_active=8, **layout)
     levels = (1, 2, 4, 8)
     try:
@@ -60,8 +66,9 @@ def main() -> None:
         tput = {n: statistics.median(t for t, _ in runs[n]) for n in levels}
         first = {n: statistics.median(f for _, f in runs[n]) for n in levels}
         workers = getattr(engine.scheduler, "_vocoder_workers", 1)
+        pause = engine.scheduler.config.first_audio_pause
         print(f"{args.seconds:.0f} s utterances, {args.threads} threads, {workers} vocoder worker(s), "
-              f"median of {args.rounds} rounds")
+              f"first_audio_pause={pause}, median of {args.rounds} rounds")
         print(f"{'concurrent':>10}{'audio s / s':>13}{'x single':>10}{'mean first chunk (s)':>22}  rounds (audio s / s)")
         for n in levels:
             each = " ".join(f"{t:.2f}" for t, _ in runs[n])
