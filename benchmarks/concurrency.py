@@ -50,9 +50,12 @@ def main() -> None:
     parser.add_argument("--vocoder-workers", type=int, default=None, help="default: the scheduler's choice")
     parser.add_argument("--first-audio-pause", default=None, choices=FIRST_AUDIO_PAUSES,
                         help="SchedulerConfig.first_audio_pause (default: the scheduler's)")
+    parser.add_argument("--no-flow-ahead", action="store_true", help="SchedulerConfig(flow_ahead=False)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    layout = {} if args.vocoder_workers is None else {"vocoder_workers": args.vocoder_workers}
+    layout: dict = {"flow_ahead": not args.no_flow_ahead}
+    if args.vocoder_workers is not None:
+        layout["vocoder_workers"] = args.vocoder_workers
     if args.first_audio_pause is not None:
         layout["first_audio_pause"] = args.first_audio_pause
     engine = midsize_engine(max_active=8, **layout)
@@ -68,7 +71,8 @@ def main() -> None:
         workers = getattr(engine.scheduler, "_vocoder_workers", 1)
         pause = engine.scheduler.config.first_audio_pause
         print(f"{args.seconds:.0f} s utterances, {args.threads} threads, {workers} vocoder worker(s), "
-              f"first_audio_pause={pause}, median of {args.rounds} rounds")
+              f"first_audio_pause={pause}, flow_ahead={engine.scheduler.config.flow_ahead}, "
+              f"median of {args.rounds} rounds")
         print(f"{'concurrent':>10}{'audio s / s':>13}{'x single':>10}{'mean first chunk (s)':>22}  rounds (audio s / s)")
         for n in levels:
             each = " ".join(f"{t:.2f}" for t, _ in runs[n])

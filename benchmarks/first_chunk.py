@@ -37,9 +37,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--first-audio-pause", default="always", choices=FIRST_AUDIO_PAUSES)
+    parser.add_argument("--no-flow-ahead", action="store_true", help="SchedulerConfig(flow_ahead=False)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    engine = midsize_engine(first_audio_pause=args.first_audio_pause)
+    engine = midsize_engine(first_audio_pause=args.first_audio_pause, flow_ahead=not args.no_flow_ahead)
     try:
         engine.synthesize(fixed_length_request(engine, 2.0, seed=99))  # warm-up
         first, stream_total, nonstream_total, stalls = [], [], [], []
@@ -57,7 +58,7 @@ def main() -> None:
         duration = len(audio) / engine.config.sample_rate
         fc, st, ns = statistics.median(first), statistics.median(stream_total), statistics.median(nonstream_total)
         print(f"utterance: {duration:.1f} s audio, {args.threads} threads, median of {args.repeats}, "
-              f"first_audio_pause={args.first_audio_pause}")
+              f"first_audio_pause={args.first_audio_pause}, flow_ahead={not args.no_flow_ahead}")
         print(f"{'path':<14}{'first audio (s)':>16}{'total (s)':>11}{'RTF':>7}{'playback stall (s)':>20}")
         print(f"{'streaming':<14}{fc:>16.3f}{st:>11.3f}{st / duration:>7.3f}{statistics.median(stalls):>20.3f}")
         print(f"{'non-streaming':<14}{ns:>16.3f}{ns:>11.3f}{ns / duration:>7.3f}{'':>20}")

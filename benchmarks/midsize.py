@@ -44,7 +44,7 @@ def midsize_config() -> CosyVoice2Config:
 
 
 def midsize_engine(schedule: StreamSchedule | None = None, max_active: int = 8, seed: int = 0,
-                   **scheduler: int | str | None) -> CosyVoice2Engine:
+                   **scheduler: int | str | bool | None) -> CosyVoice2Engine:
     """The mid-size engine; ``scheduler``: further ``SchedulerConfig`` fields (e.g. ``vocoder_workers``)."""
     torch.manual_seed(seed)
     model = CosyVoice2Model(midsize_config()).eval()

@@ -36,6 +36,7 @@ class Job:
     ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
     submitted: float = field(default_factory=time.perf_counter)
     first_chunk_s: float | None = None
+    flow_ahead_tokens: int = 0  # tokens whose flow a vocoder worker computed ahead of their chunk
 
     @property
     def released(self) -> bool:

@@ -9,7 +9,9 @@
   chunk go first, then the oldest — together with every ready request of its own whose flow chunk has as many
   frames (their estimator calls run as one batch, ``IncrementalFlow.push_many``, and so do their HiFT calls where
   the mel lengths match, ``vocode_many``). A ready chunk waits up to ``flow_batch_wait_steps`` LM steps for requests
-  a few tokens short of a chunk of its size.
+  a few tokens short of a chunk of its size. With no chunk ready, a worker computes the flow of its streams' next
+  chunks ahead, as far as the tokens decoded so far fix it (``SchedulerConfig.flow_ahead``), unless a stream waits
+  for its first audio.
 
 Running the stages concurrently keeps the cores busy and lets the LM decode while a chunk is vocoded; two
 single-threaded vocoder workers use a 2-core CPU better than one with two intra-op threads (docs/performance.md).
@@ -39,13 +41,22 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import DONE, StreamHandle
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, TokenChunker, flow_mels, vocode_many
+from cadenza.engine.token2wav import (
+    StreamSchedule,
+    StreamSynthesis,
+    Token2Wav,
+    TokenChunker,
+    flow_ahead_many,
+    flow_mels,
+    vocode_many,
+)
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.sampling import RasSampler
 
 log = logging.getLogger(__name__)
+FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (Scheduler._pick_flow_ahead)
 
 
 def _wait(barrier: threading.Barrier) -> None:
@@ -422,7 +433,7 @@ class Scheduler:
             if lm_done or (job.stream and job.synth.ready(n)):
                 ready.append((job, n, lm_done and (not job.stream or not job.synth.ready(n))))
         if not ready:
-            return None
+            return self._pick_flow_ahead(mine)
         ready.sort(key=lambda r: (r[0].chunks_out > 0, r[0].seq))
         first = ready[0][0]
         frames = self._flow_frames(*ready[0])
@@ -438,6 +449,28 @@ class Scheduler:
         for job, _, _ in group:
             job.ready_since = None
         return group
+
+    def _pick_flow_ahead(self, mine: list[Job]) -> list[tuple[Job, int, object]] | None:
+        """Flow work ahead of a chunk for a worker with nothing ready (``SchedulerConfig.flow_ahead``): [(job, its
+        tokens to compute, FLOW_AHEAD)] for the oldest stream that has some and every other whose push runs as many
+        estimator frames (one batch, so streams that batch their chunks stay in step), or None. None while any
+        stream waits for its first audio (that chunk must not queue behind work that can wait) and where it would
+        share a core with the LM (the decoding it would slow is what the chunks wait for: measured, two vocoder
+        workers computing ahead beside the LM on two cores lost 10-20 % at 2-8 streams). Caller holds the lock."""
+        if not self.config.flow_ahead or any(j.stream and j.chunks_out == 0 and not j.done for j in self._active):
+            return None
+        if (self._vocoding + 1) * self._vocoder_threads + self._lm_threads > self._cores:
+            return None  # it would take a core from the LM, which is what the chunks wait for
+        work, frames = [], None
+        for job in sorted(mine, key=lambda j: j.seq):
+            if (job.done or job.cancelled or job.lm_done or not job.stream or job.synth is None
+                    or len(job.buffer) >= self.config.max_buffered_chunks):
+                continue
+            n = job.synth.flow_ahead_tokens(len(job.ids))
+            if n and frames in (None, job.synth.flow_ahead_frames(n)):
+                frames = job.synth.flow_ahead_frames(n)
+                work.append((job, n, FLOW_AHEAD))
+        return work or None
 
     def _start_synthesis(self, job: Job) -> bool:
         try:
@@ -468,6 +501,16 @@ class Scheduler:
         return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
 
     def _vocode(self, work: list[tuple[Job, int, bool]]) -> None:
+        if work[0][2] is FLOW_AHEAD:
+            jobs = [job for job, _, _ in work]
+            try:
+                flow_ahead_many([j.synth for j in jobs], [list(j.ids) for j in jobs], [n for _, n, _ in work])
+            except Exception as exc:  # every state given may be half-updated
+                self._end_vocoding(jobs, exc)
+                return
+            for job, n, _ in work:
+                job.flow_ahead_tokens += n
+            return
         if len(work) > 1:
             self._vocoder_batch(work)
         else:

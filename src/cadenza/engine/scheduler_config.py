@@ -28,6 +28,10 @@ class SchedulerConfig:
     # chunks come sooner and playback stalls less, for a slower first chunk (memory contention; docs/performance.md
     # measures both).
     first_audio_pause: str = "always"
+    # A vocoder worker with no chunk ready computes the flow of a stream's next chunk ahead, up to the last point
+    # where the flow's attention chunks end and the look-ahead has arrived (the same mel: ``StreamSynthesis.
+    # flow_ahead``), so that chunk is quicker once its last token comes. Not while a request awaits its first audio.
+    flow_ahead: bool = True
 
     def worker_layout(self, cores: int) -> tuple[int, int, int]:
         """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:

@@ -217,6 +217,14 @@ class StreamSynthesis:
         self.vocoder = _StreamingVocoder(model, schedule)
         self.generator_for_call = generator_for_call
         self.chunks = 0
+        # Flow computed ahead (``flow_ahead``): the mel of the next chunk's first ``_ahead_tokens`` tokens.
+        self._ahead: list[torch.Tensor] = []
+        self._ahead_tokens = 0
+        flow_cfg = model.config.flow
+        frame_chunk = flow_cfg.estimator.static_chunk_size
+        # Tokens between two points where both the encoder's and the estimator's attention chunks end.
+        self._boundary = math.lcm(flow_cfg.encoder.static_chunk_size,
+                                  frame_chunk // math.gcd(frame_chunk, model.config.token_mel_ratio))
 
     def ready(self, n_tokens: int) -> bool:
         return self.chunker.ready(n_tokens)
@@ -231,12 +239,56 @@ class StreamSynthesis:
 
     def flow_mel(self, ids: list[int], final: bool) -> torch.Tensor:
         """The mel ``[1, mel, frames]`` of the next chunk (``final``: of all remaining tokens); follow with ``vocode``."""
+        start = self.flow_start
         if final:
-            mel = self.flow.final(ids, self.chunker.offset)
+            mel = self.flow.final(ids, start)
         else:
-            mel = self.flow.chunk(ids, self.chunker.offset, self.chunker.offset + self.chunker.hop, self.lookahead)
+            mel = self.flow.chunk(ids, start, self.chunker.offset + self.chunker.hop, self.lookahead)
+        mel = self.with_flow_ahead(mel)
         self.bound_flow_cache()
         return mel
+
+    @property
+    def flow_start(self) -> int:
+        """The first token of the next chunk whose mel is still to compute (after any computed ahead)."""
+        return self.chunker.offset + self._ahead_tokens
+
+    def with_flow_ahead(self, mel: torch.Tensor) -> torch.Tensor:
+        """The chunk's whole mel: what was computed ahead, then ``mel`` (the rest)."""
+        if not self._ahead:
+            return mel
+        mel = torch.cat([*self._ahead, mel], dim=2)
+        self._ahead, self._ahead_tokens = [], 0
+        return mel
+
+    def flow_ahead_tokens(self, n_tokens: int) -> int:
+        """How many of the next chunk's tokens ``flow_ahead`` could compute now, with ``n_tokens`` generated: those
+        up to the last point inside the chunk where the flow's attention chunks (of prompt + generated tokens) end
+        and whose look-ahead has arrived. Their mel is final there: each frame attends up to the end of its own
+        attention chunk, so computing it before the chunk's last token gives the same frames (0 with the
+        recomputing flow, which has no state to carry them)."""
+        if not isinstance(self.flow, _IncrementalFlowStage):
+            return 0
+        start, prompt = self.flow_start, self._prompt.flow_prompt_speech.shape[1]
+        last = min(self.chunker.offset + self.chunker.hop - 1, n_tokens - self.lookahead)
+        point = (prompt + last) // self._boundary * self._boundary - prompt
+        return max(0, point - start)
+
+    @torch.inference_mode()
+    def flow_ahead(self, ids: list[int], n: int) -> None:
+        """Compute the mel of the next ``n`` tokens of the next chunk now (``n`` from ``flow_ahead_tokens``), while
+        the chunk's last tokens are still being decoded; its ``flow_mel`` then computes only the rest."""
+        start = self.flow_start
+        self.keep_flow_ahead(self.flow.chunk(ids, start, start + n, self.lookahead), n)
+
+    def flow_ahead_frames(self, n: int) -> int:
+        """Estimator frames of ``flow_ahead(ids, n)`` (equal counts batch in ``flow_ahead_many``)."""
+        return self.flow.session.frames_to_compute(n)
+
+    def keep_flow_ahead(self, mel: torch.Tensor, n: int) -> None:
+        self._ahead.append(mel)
+        self._ahead_tokens += n
+        self.bound_flow_cache()
 
     def bound_flow_cache(self) -> None:
         """Past ``flow_cache_limit_mb`` of cached flow state, free it and go on recomputing the prefix per chunk."""
@@ -254,7 +306,9 @@ class StreamSynthesis:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
         if not isinstance(self.flow, _IncrementalFlowStage):
             return None
-        return self.flow.session.frames_to_compute(n_tokens - self.chunker.offset if final else self.chunker.hop)
+        start = self.flow_start
+        return self.flow.session.frames_to_compute(n_tokens - start if final
+                                                   else self.chunker.offset + self.chunker.hop - start)
 
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:
@@ -286,16 +340,33 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
         for i in batch:
             synth = synths[i]
             end = None if finals[i] else synth.chunker.offset + synth.chunker.hop
-            args.append(_IncrementalFlowStage.push_args(ids[i], synth.chunker.offset, end, synth.lookahead))
+            args.append(_IncrementalFlowStage.push_args(ids[i], synth.flow_start, end, synth.lookahead))
         tokens, lookaheads, final_flags = (list(column) for column in zip(*args))
         outs = IncrementalFlow.push_many([synths[i].flow.session for i in batch], tokens, lookaheads, final_flags)
         for i, mel in zip(batch, outs):
-            mels[i] = mel
+            mels[i] = synths[i].with_flow_ahead(mel)
             synths[i].bound_flow_cache()
     for i, synth in enumerate(synths):
         if mels[i] is None:
             mels[i] = synth.flow_mel(ids[i], finals[i])
     return mels
+
+
+@torch.inference_mode()
+def flow_ahead_many(synths: list[StreamSynthesis], ids: list[list[int]], ns: list[int]) -> None:
+    """``flow_ahead`` of several requests, their estimator calls batched where frame counts match
+    (``IncrementalFlow.push_many``). On an error every request given may be unusable."""
+    from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
+
+    if len(synths) == 1:
+        synths[0].flow_ahead(ids[0], ns[0])
+        return
+    args = [_IncrementalFlowStage.push_args(i, s.flow_start, s.flow_start + n, s.lookahead)
+            for s, i, n in zip(synths, ids, ns)]
+    tokens, lookaheads, finals = (list(column) for column in zip(*args))
+    outs = IncrementalFlow.push_many([s.flow.session for s in synths], tokens, lookaheads, finals)
+    for synth, mel, n in zip(synths, outs, ns):
+        synth.keep_flow_ahead(mel, n)
 
 
 @torch.inference_mode()
