@@ -96,6 +96,21 @@ def test_lm_decodes_while_a_chunk_is_vocoded(model):
         engine.close()
 
 
+def _old_and_held_first_chunk(engine, n_new: int):
+    """A request that has audio ("old") and ``n_new`` new ones, the vocoder worker held inside the first piece of
+    work with a first chunk in it: (old, new handles, gate, iterators of old and new)."""
+    sched = engine.scheduler
+    old = sched.submit(_request(engine, 2, 900), stream=True)
+    it_old = iter(old)
+    next(it_old)  # "old" has audio
+    gated = _GatedVocoder(sched, hold=lambda work: any(job.chunks_out == 0 for job, _, _ in work))
+    new = [sched.submit(_request(engine, 3 + i, 900), stream=True) for i in range(n_new)]
+    iters = [it_old, *(iter(h) for h in new)]
+    assert gated.inside.wait(60)
+    time.sleep(0.05)  # an LM step already under way ends
+    return old, new, gated, iters
+
+
 def test_first_audio_gets_the_cores(model):
     """While a request's first chunk is being vocoded, requests that already have audio get no LM steps; one that
     is still waiting for its first chunk does. (One vocoder worker: with two, the other new request's first chunk
@@ -104,15 +119,8 @@ def test_first_audio_gets_the_cores(model):
     sched = engine.scheduler
     _slow_lm(sched, 0.002)
     try:
-        old = sched.submit(_request(engine, 2, 900), stream=True)
-        it_old = iter(old)
-        next(it_old)  # "old" has audio
-        gated = _GatedVocoder(sched, hold=lambda work: any(job.chunks_out == 0 for job, _, _ in work))
-        new = [sched.submit(_request(engine, 3 + i, 900), stream=True) for i in range(2)]
-        iters = [iter(h) for h in new]
-        assert gated.inside.wait(60)
+        old, new, gated, iters = _old_and_held_first_chunk(engine, 2)
         assert sched._first_audio_pending and not old._job.lm_done
-        time.sleep(0.05)  # an LM step already under way ends
         frozen = len(old._job.ids)
         others = [h._job for h in new if not any(h._job is j for j in gated.work)]
         before = [len(j.ids) for j in others]
@@ -121,7 +129,7 @@ def test_first_audio_gets_the_cores(model):
         for job, n in zip(others, before):
             assert len(job.ids) > n, "a request still waiting for first audio got no LM steps"
         gated.release()
-        for it in [it_old, *iters]:
+        for it in iters:
             assert all(np.isfinite(c).all() for c in it)
     finally:
         engine.close()
@@ -137,20 +145,13 @@ def _first_chunk_held(model, first_audio_pause: str, cores: int):
     sched = engine.scheduler
     _slow_lm(sched, 0.002)
     try:
-        old = sched.submit(_request(engine, 2, 900), stream=True)
-        it_old = iter(old)
-        next(it_old)  # "old" has audio
-        gated = _GatedVocoder(sched, hold=lambda work: any(job.chunks_out == 0 for job, _, _ in work))
-        new = sched.submit(_request(engine, 3, 900), stream=True)
-        it_new = iter(new)
-        assert gated.inside.wait(60)
-        time.sleep(0.05)  # an LM step already under way ends
+        old, _, gated, iters = _old_and_held_first_chunk(engine, 1)
         frozen = len(old._job.ids)
         time.sleep(0.3)
         stepped = len(old._job.ids) > frozen or old._job.lm_done
         pending = sched._first_audio_pending
         gated.release()
-        for it in (it_old, it_new):
+        for it in iters:
             assert all(np.isfinite(c).all() for c in it)
         return stepped, pending
     finally:
