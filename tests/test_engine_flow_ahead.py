@@ -3,6 +3,8 @@ only sooner. A small random-weight CosyVoice 2; the streams feed tokens as an LM
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -109,8 +111,6 @@ def _engine_audio(model, flow_ahead: bool, cores: int = 2) -> tuple[list[np.ndar
     step = sched._step
 
     def slow_step(*args):  # the tiny LM would otherwise outrun the vocoder, leaving it no idle moment
-        import time
-
         time.sleep(0.003)
         return step(*args)
 

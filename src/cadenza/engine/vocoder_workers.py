@@ -1,0 +1,189 @@
+"""The vocoder workers' half of the ``Scheduler`` (``engine/scheduler.py``): picking a worker's next work among the
+requests it owns (ready chunks, batched by frame count; flow ahead when nothing is ready) and running it (flow +
+HiFT, then handing the audio to the consumer). Everything here runs on a vocoder worker's thread; the state it reads
+(active jobs, the lock and its condition variables, the worker layout, the LM's step count) is the scheduler's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cadenza.engine.scheduled_job import Job
+from cadenza.engine.stream_handle import DONE
+from cadenza.engine.token2wav import StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
+
+FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)
+
+
+class VocoderWorkers:
+    """Mixed into ``Scheduler``: its vocoder-worker loop and the work it does."""
+
+    def _run_vocoder(self, worker: int) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    mine = [j for j in self._active if j.vocoder_worker == worker]
+                    for job in mine:
+                        if job.done and not job.vocoder_released:
+                            job.release_vocoder()
+                    self._prune()
+                    if self._closed:
+                        for job in mine:
+                            job.release_vocoder()
+                        return
+                    work = self._pick(mine)
+                    if work:
+                        self._vocoding += 1
+                        break
+                    self._vocoder_wake.wait()
+            try:
+                self._vocode(work)
+            finally:
+                with self._cond:
+                    self._vocoding -= 1
+                    if self._first_audio_pending:
+                        self._lm_wake.notify()  # under "contended" the cores it used may be the LM's now
+
+    def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
+        """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
+        urgent ready job and every ready job whose flow chunk has as many frames — or None (nothing ready, or
+        waiting for batch partners). Caller holds the lock."""
+        ready = []
+        for job in mine:
+            if job.done or job.cancelled or len(job.buffer) >= self.config.max_buffered_chunks:
+                continue
+            lm_done = job.lm_done  # read before the ids: when it is set, every id is in
+            n = len(job.ids)
+            if job.stream and job.synth is None and not self._start_synthesis(job):
+                continue
+            if lm_done or (job.stream and job.synth.ready(n)):
+                ready.append((job, n, lm_done and (not job.stream or not job.synth.ready(n))))
+        if not ready:
+            return self._pick_flow_ahead(mine)
+        ready.sort(key=lambda r: (r[0].chunks_out > 0, r[0].seq))
+        first = ready[0][0]
+        frames = self._flow_frames(*ready[0])
+        if frames is None:
+            first.ready_since = None
+            return ready[:1]
+        group = [r for r in ready if self._flow_frames(*r) == frames]
+        if first.ready_since is None:
+            first.ready_since = self._lm_steps
+        waiting = [j for j in mine if j is not first and self._soon_ready(j, frames)]
+        if self._lm_busy and waiting and self._lm_steps - first.ready_since < self.config.flow_batch_wait_steps:
+            return None  # woken by the LM worker after each step
+        for job, _, _ in group:
+            job.ready_since = None
+        return group
+
+    def _pick_flow_ahead(self, mine: list[Job]) -> list[tuple[Job, int, object]] | None:
+        """Flow work ahead of a chunk for a worker with nothing ready (``SchedulerConfig.flow_ahead``): [(job, its
+        tokens to compute, FLOW_AHEAD)] for the oldest stream that has some and every other whose push runs as many
+        estimator frames (one batch, so streams that batch their chunks stay in step), or None. None while any
+        stream waits for its first audio (that chunk must not queue behind work that can wait) and where it would
+        share a core with the LM (the decoding it would slow is what the chunks wait for: measured, two vocoder
+        workers computing ahead beside the LM on two cores lost 10-20 % at 2-8 streams). Caller holds the lock."""
+        if (not self.config.flow_ahead or self._lm_competes(starting=1)
+                or any(j.stream and j.chunks_out == 0 and not j.done for j in self._active)):
+            return None
+        work, frames = [], None
+        for job in sorted(mine, key=lambda j: j.seq):
+            if (job.done or job.cancelled or job.lm_done or not job.stream or job.synth is None
+                    or len(job.buffer) >= self.config.max_buffered_chunks):
+                continue
+            n = job.synth.flow_ahead_tokens(len(job.ids))
+            if n and frames in (None, (f := job.synth.flow_ahead_frames(n))):
+                frames = f
+                work.append((job, n, FLOW_AHEAD))
+        return work or None
+
+    def _start_synthesis(self, job: Job) -> bool:
+        try:
+            session, job.flow_session = job.flow_session, None
+            job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
+                                        lambda k, g=job.request.vocoder_generator: g, flow_session=session)
+            return True
+        except Exception as exc:
+            self._finish(job, exc)
+            return False
+
+    @staticmethod
+    def _flow_frames(job: Job, n: int, final: bool) -> int | None:
+        """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
+        if not job.stream or (final and n == 0):
+            return None
+        return job.synth.flow_frames(n, final)
+
+    def _soon_ready(self, job: Job, frames: int) -> bool:
+        """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
+        synth = job.synth
+        if job.done or job.lm_done or not job.stream or synth is None:
+            return False
+        if self._first_audio_pending and job.chunks_out > 0:
+            return False  # paused by the LM worker until someone's first audio is out: it will not come closer
+        n = len(job.ids)
+        missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - n
+        return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
+
+    def _vocode(self, work: list[tuple[Job, int, bool]]) -> None:
+        if work[0][2] is FLOW_AHEAD:
+            self._flow_ahead(work)
+        elif len(work) > 1:
+            self._vocoder_batch(work)
+        else:
+            self._vocoder_step(*work[0])
+
+    def _flow_ahead(self, work: list[tuple[Job, int, object]]) -> None:
+        """Flow of the next chunks ahead (``_pick_flow_ahead``): no audio yet, so nothing to emit."""
+        jobs = [job for job, _, _ in work]
+        try:
+            flow_ahead_many([j.synth for j in jobs], [list(j.ids) for j in jobs], [n for _, n, _ in work])
+        except Exception as exc:  # every state given may be half-updated
+            self._end_vocoding(jobs, exc)
+            return
+        for job, n, _ in work:
+            job.flow_ahead_tokens += n
+
+    def _vocoder_batch(self, work: list[tuple[Job, int, bool]]) -> None:
+        """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
+        (``vocode_many``: batched where the mel lengths match)."""
+        jobs = [job for job, _, _ in work]
+        finals = [final for _, _, final in work]
+        try:
+            mels = flow_mels([j.synth for j in jobs], [j.ids[:n] for j, n, _ in work], finals)
+            chunks = vocode_many([j.synth for j in jobs], mels, finals)
+        except Exception as exc:  # a batched call failed: every state given may be half-updated
+            self._end_vocoding(jobs, exc)
+            return
+        for job, audio in zip(jobs, chunks):
+            self._emit(job, audio)
+        self._end_vocoding([job for job, final in zip(jobs, finals) if final], DONE)
+
+    def _vocoder_step(self, job: Job, n: int, final: bool) -> None:
+        try:
+            ids = job.ids[:n]
+            if not job.stream:
+                audio = (self.token2wav.full(torch.tensor([ids]), job.request.voice, job.request.speed,
+                                             job.request.vocoder_generator)
+                         if ids else np.zeros(0, dtype=np.float32))
+                self._emit(job, audio)
+            elif not final:
+                self._emit(job, job.synth.next_chunk(ids))
+            elif ids:  # the remaining tokens and the held-back overlap of the previous chunk
+                self._emit(job, job.synth.finish(ids))
+        except Exception as exc:
+            self._end_vocoding([job], exc)
+            return
+        if final or not job.stream:
+            self._end_vocoding([job], DONE)
+
+    def _end_vocoding(self, jobs: list[Job], item) -> None:
+        """Free the vocoder half of ended jobs, then deliver their final item: a consumer that sees the end finds
+        the slot free (the LM half of a job that reaches its last chunk is freed already)."""
+        for job in jobs:
+            job.release_vocoder()
+        with self._cond:
+            for job in jobs:
+                self._finish(job, item)
+            self._prune()
