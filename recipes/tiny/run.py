@@ -24,6 +24,16 @@ Steps (each is skipped when its output exists; training stages resume from their
   assemble    recipes/tiny/package.py                             -> WORK/model (and --install: the package copy)
 Each training process gets one CPU thread (`--threads`), so on a 2-core machine two stages share the CPU.
 `--scale 0.1` shortens every stage to a tenth (a smoke run of the whole recipe).
+
+`--design v2` (the shipped weights since 2026-12-03; docs/cadenza-tiny.md says why) continues from the v1 runs above:
+  corpus_v2   recipes/tiny/aligned_corpus.py: Piper joe fed espeak-ng phonemes, phoneme-per-frame tokens from its
+              own durations                                       -> WORK/corpus_v2
+  prepare_v2  cadenza data prepare + the alignment's tokens and text ids (manifest_arrays) + x-vectors from
+              runs/speaker                                        -> WORK/data_p
+  lm_phoneme + flow_phoneme (in parallel; the flow warm-started from runs/flow_v3, a new token embedding), then
+  frame_tokenizer (the phoneme-per-frame ids from audio, for prompts)
+  package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1)
+Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
 from __future__ import annotations
@@ -193,6 +203,49 @@ class Recipe:
         _log(f"done: {w / 'model'}")
 
 
+    def v2(self, install: bool, v1_model: Path | None) -> None:
+        """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
+        standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none."""
+        w = self.work
+        for d in ("logs", "configs", "runs"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        if v1_model is not None:
+            for run, files in (("speaker", ("speaker_encoder.safetensors", "speaker_encoder.json")),
+                               ("flow_v3", ("flow.pt",)), ("hift_gan", ("hift.pt", "cosyvoice2.yaml"))):
+                if not (w / "runs" / run / "done").is_file():
+                    (w / "runs" / run).mkdir(parents=True, exist_ok=True)
+                    for f in files:
+                        shutil.copyfile(v1_model / f, w / "runs" / run / f)
+                    (w / "runs" / run / "from_v1_model.txt").write_text(f"copied from {v1_model}\n")
+                    self.mark_done(run)
+        if not (w / "corpus_v2" / "arrays.jsonl").is_file():
+            self.run([sys.executable, str(HERE / "aligned_corpus.py"), "--out", str(w / "corpus_v2")], "corpus_v2")
+        if not (w / "data_p" / "index.jsonl").is_file():
+            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus_v2" / "manifest.jsonl"),
+                                 "--layout", "jsonl", "--out", str(w / "data_p"), "--max-seconds", "15",
+                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_p{i}")
+                     for i in range(2)]
+            self.wait(*parts)
+        done = w / "data_p" / "extracted.ok"
+        if not done.is_file():
+            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_p"), "--no-progress",
+                      "--extractor", f"cadenza.data.extractors:manifest_arrays={w / 'corpus_v2' / 'arrays.jsonl'}",
+                      "--extractor", "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
+                      f"{w / 'runs' / 'speaker'}"], "extract_p")
+            done.write_text("ok\n")
+        back = [p for p in (self.train("lm", "lm_phoneme", "data_p"), self.train("flow", "flow_phoneme", "data_p"))
+                if p is not None]
+        self.wait(*back)
+        self.mark_done("lm_phoneme", "flow_phoneme")
+        tok = self.train("frame_tokenizer", "frame_tokenizer", "data_p")
+        if tok is not None:
+            self.wait(tok)
+        self.mark_done("frame_tokenizer")
+        cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
+        self.run(cmd + (["--install"] if install else []), "package")
+        _log(f"done: {w / 'model'}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", required=True, type=Path, help="working folder (corpus, data, runs, model)")
@@ -201,8 +254,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training process")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every stage's step count (0.1: smoke run)")
     p.add_argument("--install", action="store_true", help="copy the result into src/cadenza/assets/cadenza-tiny")
+    p.add_argument("--design", choices=("v1", "v2"), default="v2",
+                   help="v2 (default): the v1 rounds, then the phoneme design; v1: stop after the v1 rounds")
+    p.add_argument("--v1-model", type=Path, default=None,
+                   help="with --design v2: a v1 model folder standing in for the v1 runs (skips the v1 rounds)")
     a = p.parse_args()
-    Recipe(a.work, a.tools_python, a.threads, a.scale).all(a.install)
+    recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
+    if a.design == "v1" or a.v1_model is None:
+        recipe.all(a.install and a.design == "v1")
+    if a.design == "v2":
+        recipe.v2(a.install, a.v1_model)
 
 
 if __name__ == "__main__":

@@ -254,16 +254,19 @@ class Cadenza:
         request = self.engine.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text,
                                              lm_prompt_speech=lm_speech, seed=seed)
         handle = self.engine.stream_bistream(request)
-        tokenizer = self.engine.frontend.tokenizer
+        encoder = self.engine.frontend.text_stream_encoder()
 
         def feed() -> None:  # the upstream iterator may block: read it off the consumer's thread
             try:
                 for piece in pieces:
                     if not isinstance(piece, str):
                         raise InputError(f"text pieces must be strings, not {type(piece).__name__}")
-                    ids = tokenizer.encode(piece)
+                    ids = encoder.feed(piece)
                     if ids:
                         handle.feed_text(torch.tensor([ids], dtype=torch.long))
+                ids = encoder.flush()
+                if ids:
+                    handle.feed_text(torch.tensor([ids], dtype=torch.long))
                 handle.end_text()
             except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
                 handle.fail(exc)

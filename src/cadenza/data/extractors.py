@@ -25,6 +25,7 @@ is called with ARG, e.g. a checkpoint path, or with no argument).
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,54 @@ class TextIdsExtractor:
         if not ids:
             raise InputError("the transcript gives no text tokens")
         return {"text_ids": torch.tensor(ids, dtype=torch.int32)}
+
+
+class ManifestArraysExtractor:
+    """Integer arrays computed elsewhere, per utterance id, from a JSONL file (one object per line: ``id`` plus
+    ``speech_tokens`` and/or ``text_ids`` lists) — e.g. tokens from a teacher's own alignment (recipes/tiny).
+
+    On the command line: ``--extractor cadenza.data.extractors:manifest_arrays=PATH``. An utterance the file does
+    not list is rejected with that reason; the fields are those of the file's first line.
+    """
+
+    name = "manifest_arrays"
+    _KNOWN = ("speech_tokens", "text_ids")
+
+    def __init__(self, path: str | Path) -> None:
+        self.rows: dict[str, dict[str, np.ndarray]] = {}
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InputError(f"cannot read the arrays file {path}: {exc}") from exc
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+                row = {k: np.asarray(raw[k], dtype=np.int32) for k in self._KNOWN if k in raw}
+                key = str(raw["id"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"{path}:{n}: not an object with 'id' and integer lists: {exc}") from exc
+            if not row or any(a.ndim != 1 or a.size == 0 for a in row.values()):
+                raise InputError(f"{path}:{n}: needs non-empty 'speech_tokens' and/or 'text_ids' lists")
+            self.rows[key] = row
+        if not self.rows:
+            raise InputError(f"{path} lists no utterances")
+        self.fields = tuple(next(iter(self.rows.values())))
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        row = self.rows.get(utt.id)
+        if row is None:
+            raise InputError(f"{utt.id} is not in the arrays file")
+        missing = [f for f in self.fields if f not in row]
+        if missing:
+            raise InputError(f"{utt.id} lacks {', '.join(missing)} in the arrays file")
+        return {f: torch.from_numpy(row[f]) for f in self.fields}
+
+
+def manifest_arrays(path: str) -> ManifestArraysExtractor:
+    return ManifestArraysExtractor(path)
 
 
 def default_extractors(mel: MelConfig | None = None, wav: bool = True, f0: bool = True) -> list[Extractor]:

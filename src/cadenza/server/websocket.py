@@ -184,7 +184,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
 
 async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) -> None:
     cfg = state.config
-    tokenizer = state.tts.engine.frontend.tokenizer
+    encoder = state.tts.engine.frontend.text_stream_encoder()
     times: dict[str, float] = {}
     outcome: list[BaseException] = []
 
@@ -206,7 +206,7 @@ async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) 
                     raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
                 received.append(text)
                 times.setdefault("first_text", time.perf_counter())
-                ids = tokenizer.encode(text)
+                ids = encoder.feed(text)
                 if ids:
                     handle.feed_text(torch.tensor([ids], dtype=torch.long))
             elif kind == "input.done":
@@ -217,6 +217,9 @@ async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) 
                 except TextError as exc:
                     raise _bad(f"nothing to speak before input.done: {exc}", "text") from exc
                 times.setdefault("first_text", time.perf_counter())
+                ids = encoder.flush()
+                if ids:
+                    handle.feed_text(torch.tensor([ids], dtype=torch.long))
                 handle.end_text()
                 done = True
             else:

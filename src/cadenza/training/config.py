@@ -19,7 +19,7 @@ from cadenza.errors import InputError
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 OPTIMIZERS = ("adam", "adamw")
-PRECISIONS = ("no", "bf16")
+PRECISIONS = ("no", "bf16", "auto")
 
 
 def _fail(section: str, msg: str) -> None:
@@ -68,7 +68,9 @@ class TrainConfig:
     log_every: int = 10
     ckpt_every: int = 1000
     keep_checkpoints: int = 3  # newest checkpoints kept on disk; 0 keeps all
-    mixed_precision: str = "no"  # "bf16": CUDA autocast around train_step (no loss scaling needed)
+    # "bf16": autocast around train_step (CUDA, or a CPU; no loss scaling needed); "auto": bf16 on CUDA and on CPUs
+    # with native bf16 matrix units (AMX / AVX512-BF16), float32 elsewhere (bf16 is emulated, and slow, on AVX2).
+    mixed_precision: str = "no"
     device: str = "auto"  # auto (CUDA if available) | cpu | cuda
     progress: bool = True
     tensorboard: bool = True

@@ -22,6 +22,7 @@ Config (``flow:`` section)::
       min_tokens: 4              # shorter items are skipped
       max_tokens: 0              # longer items are skipped (0 = no limit)
       init_flow: null            # flow.pt or a model directory to start from
+      init_reinit: []            # key prefixes kept fresh on that warm start (e.g. input_embedding. for a new vocabulary)
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class FlowStageConfig:
     min_tokens: int = 4
     max_tokens: int = 0
     init_flow: str | None = None
+    init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
 
     def __post_init__(self) -> None:
         if not self.attention_masks or any(k not in MASK_KINDS for k in self.attention_masks):
@@ -117,7 +119,7 @@ class FlowStage(TrainingStage):
         self.device = device
         flow = TokenToMelFlow(self.flow_cfg)
         if self.cfg.init_flow:
-            load_component(flow, self.cfg.init_flow, "flow.pt")
+            load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit)
         self.flow = flow.to(device).train()
         self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt))
         self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -29,11 +30,23 @@ def _component_file(path: str | Path, name: str) -> Path:
     return p / name if p.is_dir() else p
 
 
-def load_component(module: nn.Module, path: str | Path, name: str) -> Path:
-    """Load ``name`` (``llm.pt`` / ``flow.pt``) from a file or a model directory into ``module``, strictly."""
+def load_component(module: nn.Module, path: str | Path, name: str, reinit: Sequence[str] = ()) -> Path:
+    """Load ``name`` (``llm.pt`` / ``flow.pt``) from a file or a model directory into ``module``, strictly.
+
+    ``reinit``: key prefixes (e.g. ``input_embedding.`` when the speech vocabulary changed) whose tensors keep the
+    module's fresh initialisation; every other key must still match exactly.
+    """
     file = _component_file(path, name)
     ignore = LM_IGNORED_KEYS if name == "llm.pt" else ()
-    load_into(module, read_torch_state_dict(file), str(file), ignore=ignore)
+    state = read_torch_state_dict(file)
+    if reinit:
+        fresh = module.state_dict()
+        unknown = [p for p in reinit if not any(k.startswith(p) for k in fresh)]
+        if unknown:
+            raise CheckpointError(f"reinit prefixes match no parameter of the model: {unknown}")
+        state = {k: v for k, v in state.items() if not any(k.startswith(p) for p in reinit)}
+        state.update({k: v for k, v in fresh.items() if any(k.startswith(p) for p in reinit)})
+    load_into(module, state, str(file), ignore=ignore)
     return file
 
 

@@ -67,10 +67,28 @@ def _loader(stage: TrainingStage, cfg: TrainConfig, info: D.DistInfo) -> tuple[D
     return loader, sampler
 
 
-def _autocast(cfg: TrainConfig, device: torch.device):
-    if cfg.mixed_precision == "bf16" and device.type == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU multiplies bf16 in hardware (AMX or AVX512-BF16; Linux /proc/cpuinfo flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``train.mixed_precision`` asks for on ``device`` (None: float32)."""
+    if cfg.mixed_precision == "bf16":
+        return torch.bfloat16
+    if cfg.mixed_precision == "auto" and (device.type == "cuda" or cpu_has_native_bf16()):
+        return torch.bfloat16
+    return None
+
+
+def _autocast(dtype: torch.dtype | None, device: torch.device):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def _checkpoint(out: Path, stage: TrainingStage, step: int, cfg: TrainConfig, info: D.DistInfo) -> None:
@@ -148,6 +166,10 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
     if not resume and latest_checkpoint(out) is not None:
         raise InputError(f"{out} already holds checkpoints: pass --resume to continue, or use a new --out")
     start = _resume(out, stage, info) if resume else 0
+    amp_dtype = autocast_dtype(cfg, info.device)
+    if info.is_main:
+        log.info("training %s on %s in %s (mixed_precision=%s)", stage_cls.name, info.device,
+                 "float32" if amp_dtype is None else "bfloat16 autocast", cfg.mixed_precision)
     metrics_log = MetricsLogger(out, enabled=info.is_main, tensorboard=cfg.tensorboard)
     metrics_log.truncate_after(start)  # a fresh run starts a fresh file; a resumed one drops the steps it redoes
     bar = _progress(cfg.max_steps, start, cfg.progress and info.is_main)
@@ -160,7 +182,7 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
             loader.generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # worker seeds independent of resume point
             tick = time.perf_counter()
             for batch in loader:
-                with _autocast(cfg, info.device):
+                with _autocast(amp_dtype, info.device):
                     metrics = dict(stage.train_step(batch, step))
                 _check_finite(metrics, step)
                 step += 1

@@ -12,6 +12,7 @@ Config (``lm:`` section, ``LMStageConfig``)::
       max_text_tokens: 0
       label_smoothing: 0.0        # the recipe uses none
       init_llm: null              # llm.pt or a model directory to start from (fine-tuning)
+      init_reinit: []             # key prefixes kept fresh on that warm start (e.g. a new vocabulary's embeddings)
       init_qwen: null             # a HF Qwen2 checkpoint for the body (training from a text LLM)
       heldout_fraction: 0.0       # items kept out of training to measure generalisation (0: none)
       split_seed: 0
@@ -68,6 +69,7 @@ class LMStageConfig:
     max_text_tokens: int = 0
     label_smoothing: float = 0.0
     init_llm: str | None = None
+    init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
     init_qwen: str | None = None
     heldout_fraction: float = 0.0
     split_seed: int = 0
@@ -131,7 +133,7 @@ class LMStageBase(TrainingStage):
     def build_lm(self) -> TextSpeechLM:
         lm = TextSpeechLM(self.lm_cfg)
         if self.cfg.init_llm:
-            load_component(lm, self.cfg.init_llm, "llm.pt")
+            load_component(lm, self.cfg.init_llm, "llm.pt", self.cfg.init_reinit)
         if self.cfg.init_qwen:
             load_qwen_body(lm, self.cfg.init_qwen)
         return lm

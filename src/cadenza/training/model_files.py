@@ -29,7 +29,7 @@ from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
 from cadenza.models.cosyvoice2.yaml_reader import read_hyperpyyaml
 
 YAML_NAME = "cosyvoice2.yaml"
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "phonemes.json")
 
 
 @dataclass(frozen=True)

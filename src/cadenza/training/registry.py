@@ -24,6 +24,7 @@ STAGE_MODULE_PREFIXES: dict[str, tuple[str, ...]] = {
     "dpo": ("dpo_stage",),
     "flow": ("flow_stage",),
     "tokenizer": ("speech_tokenizer",),
+    "frame_tokenizer": ("frame_tokenizer",),
     "speaker": ("speaker_encoder",),
     "hift": ("hift",),
 }

@@ -20,6 +20,7 @@ from cadenza.errors import CheckpointError, TextError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.loader import CosyVoice2Files
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
+from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer
 from cadenza.text.qwen_tokenizer import ENDOFPROMPT, CosyVoice2Tokenizer
 
 SPEECH_TOKENIZER_SR = 16000
@@ -45,6 +46,17 @@ def check_speakable(text: str, what: str = "text") -> str:
     return stripped
 
 
+class _PieceEncoder:
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def feed(self, piece: str) -> list[int]:
+        return self.tokenizer.encode(piece)
+
+    def flush(self) -> list[int]:
+        return []
+
+
 class CosyVoice2Frontend:
     def __init__(self, files: CosyVoice2Files, config: CosyVoice2Config) -> None:
         self.files = files
@@ -64,8 +76,23 @@ class CosyVoice2Frontend:
                         f"{self.files.directory} has no text tokenizer (CosyVoice-BlankEN/vocab.json + merges.txt): "
                         "pass token ids instead of text (text_ids=..., CLI --text-ids)"
                     )
-                self._tokenizer = CosyVoice2Tokenizer(self.files.tokenizer_dir)
+                if (self.files.tokenizer_dir / PHONEMES_FILE).is_file():
+                    self._tokenizer = PhonemeTokenizer.from_dir(self.files.tokenizer_dir)
+                else:
+                    self._tokenizer = CosyVoice2Tokenizer(self.files.tokenizer_dir)
             return self._tokenizer
+
+    @property
+    def reads_phonemes(self) -> bool:
+        return isinstance(self.tokenizer, PhonemeTokenizer)
+
+    def text_stream_encoder(self):
+        """An object with ``feed(piece) -> ids`` and ``flush() -> ids`` for text that arrives in pieces: BPE encodes
+        each piece as it comes (as the reference does); phonemes wait for whole words."""
+        tokenizer = self.tokenizer
+        if isinstance(tokenizer, PhonemeTokenizer):
+            return tokenizer.stream_encoder()
+        return _PieceEncoder(tokenizer)
 
     def _audio_model(self, attr: str):
         """The speech tokenizer / speaker encoder: our own trained one (safetensors) if the folder has it, else
@@ -104,6 +131,8 @@ class CosyVoice2Frontend:
     def instruct_ids(self, instruct: str) -> torch.Tensor:
         """Instruct text (not normalised, as in the reference), ending in ``<|endofprompt|>``."""
         instruct = check_speakable(instruct, "instruct text")
+        if self.reads_phonemes:
+            raise TextError("this model reads phonemes and was not trained with instructions: leave out instruct")
         if not instruct.endswith(ENDOFPROMPT):
             instruct += ENDOFPROMPT
         return torch.tensor([self.tokenizer.encode(instruct)], dtype=torch.long)

@@ -25,6 +25,7 @@ from cadenza.layers.weight_norm import fold_weight_norm
 from cadenza.loading import load_into, read_torch_state_dict
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
+from cadenza.text.phonemes import PHONEMES_FILE
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,9 @@ def inspect_directory(directory: str | Path) -> CosyVoice2Files:
     def optional(rel: str) -> Path | None:
         return d / rel if (d / rel).exists() else None
 
-    tok_dir = d / QWEN_DIR if (d / QWEN_DIR / "vocab.json").is_file() and (d / QWEN_DIR / "merges.txt").is_file() else None
+    # Text tokenizer: the Qwen2 BPE files, or a phoneme table (a model whose LM reads espeak-ng phonemes).
+    bpe = (d / QWEN_DIR / "vocab.json").is_file() and (d / QWEN_DIR / "merges.txt").is_file()
+    tok_dir = d / QWEN_DIR if bpe or (d / QWEN_DIR / PHONEMES_FILE).is_file() else None
     files = CosyVoice2Files(
         directory=d, config=config, qwen_config=qwen_config, weights={n: d / n for n in WEIGHT_FILES},
         tokenizer_dir=tok_dir, campplus=optional("campplus.onnx"),

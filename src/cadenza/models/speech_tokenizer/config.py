@@ -45,6 +45,9 @@ class SpeechTokenizerConfig:
         norm_eps: RMSNorm epsilon.
         vocab_size: ASR output classes including the CTC blank (0 = no ASR head, inference only).
         max_seconds: longest input the tokenizer accepts (the frontend checks prompt length against it).
+        frame_classes: 0 for FSQ codes (the paper's tokenizer); > 0: the ids are instead the argmax of a linear
+            classifier over Encoder1 with this many classes, trained on given per-token labels (cadenza-tiny v2:
+            the phoneme each 40 ms frame lies in, from the teacher's own timings; no FSQ layer then).
     """
 
     n_mels: int = 128
@@ -61,6 +64,7 @@ class SpeechTokenizerConfig:
     norm_eps: float = 1e-6
     vocab_size: int = 0
     max_seconds: float = 30.0
+    frame_classes: int = 0
 
     def __post_init__(self) -> None:
         for name in ("n_mels", "hidden_size", "num_heads", "ffn_size", "encoder1_layers", "conv_kernel",
@@ -68,6 +72,7 @@ class SpeechTokenizerConfig:
             _positive_int(name, getattr(self, name))
         _positive_int("encoder2_layers", self.encoder2_layers, allow_zero=True)
         _positive_int("vocab_size", self.vocab_size, allow_zero=True)
+        _positive_int("frame_classes", self.frame_classes, allow_zero=True)
         _check(self.vocab_size != 1, "vocab_size must be 0 (no ASR head) or at least 2 (blank + one symbol)")
         _check(isinstance(self.conv_strides, tuple) and len(self.conv_strides) > 0
                and all(isinstance(s, int) and s > 0 for s in self.conv_strides),
@@ -96,7 +101,10 @@ class SpeechTokenizerConfig:
 
     @property
     def codebook_size(self) -> int:
-        """Number of token ids, ``(2 * fsq_scale + 1) ** fsq_dims`` (6561 for K = 1, D = 8)."""
+        """Number of token ids: ``frame_classes`` for a frame classifier, else ``(2 * fsq_scale + 1) ** fsq_dims``
+        (6561 for K = 1, D = 8)."""
+        if self.frame_classes:
+            return self.frame_classes
         return fsq_codebook_size(self.fsq_scale, self.fsq_dims)
 
     def to_dict(self) -> dict[str, Any]:

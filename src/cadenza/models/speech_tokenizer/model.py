@@ -33,7 +33,10 @@ class SpeechTokenizerModel(nn.Module):
         self.cfg = cfg
         self.downsample = ConvDownsampler(cfg)
         self.encoder = TransformerEncoder(cfg, cfg.encoder1_layers)
-        self.quantizer = ScalarQuantizer(cfg.hidden_size, cfg.hidden_size, cfg.fsq_dims, cfg.fsq_scale)
+        # FSQ codes (the paper's), or a frame classifier over given labels (``frame_classes``; no quantiser).
+        self.quantizer = (None if cfg.frame_classes else
+                          ScalarQuantizer(cfg.hidden_size, cfg.hidden_size, cfg.fsq_dims, cfg.fsq_scale))
+        self.classifier = nn.Linear(cfg.hidden_size, cfg.frame_classes) if cfg.frame_classes else None
 
     def token_lengths(self, mel_lengths: torch.Tensor) -> torch.Tensor:
         """Mel frames ``[B]`` -> token count ``[B]`` (``frames // downsample``)."""
@@ -55,18 +58,31 @@ class SpeechTokenizerModel(nn.Module):
         return self.encoder(x, mask), mask
 
     def codes(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Encoder1 output ``[..., H]`` -> integer-valued codes ``[..., D]`` in ``[-K, K]``."""
+        """Encoder1 output ``[..., H]`` -> integer-valued codes ``[..., D]`` in ``[-K, K]`` (FSQ tokenizers)."""
+        if self.quantizer is None:
+            raise InputError("a frame-classifier tokenizer has no FSQ codes")
         return self.quantizer.codes(hidden)
+
+    def frame_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Encoder1 output ``[..., H]`` -> class logits ``[..., frame_classes]`` (frame-classifier tokenizers)."""
+        if self.classifier is None:
+            raise InputError("an FSQ tokenizer has no frame classifier")
+        return self.classifier(hidden)
 
     def forward(self, mel: torch.Tensor, mel_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``mel [B, n_mels, T]`` -> ids ``[B, T // downsample]`` int64 in ``[0, codebook_size)``; positions past
         an utterance's own ``mel_lengths[b] // downsample`` hold -1."""
         hidden, mask = self.encode(mel, mel_lengths)
-        ids = codes_to_index(self.codes(hidden), self.cfg.fsq_scale)
+        if self.classifier is not None:
+            ids = self.frame_logits(hidden).argmax(-1)
+        else:
+            ids = codes_to_index(self.codes(hidden), self.cfg.fsq_scale)
         return ids.masked_fill(~mask, -1)
 
     def embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """ids ``[...]`` -> up-projected code vectors ``[..., H]`` (the input of Encoder2)."""
+        if self.quantizer is None:
+            raise InputError("a frame-classifier tokenizer has no code vectors")
         codes = index_to_codes(ids, self.cfg.fsq_scale, self.cfg.fsq_dims).to(self.quantizer.out_proj.weight.dtype)
         return self.quantizer.out_proj(codes / self.cfg.fsq_scale)
 
@@ -107,6 +123,8 @@ class SupervisedSpeechTokenizer(nn.Module):
         super().__init__()
         if cfg.vocab_size < 2:
             raise InputError("the supervised tokenizer needs an ASR vocabulary: set vocab_size (blank + symbols)")
+        if cfg.frame_classes:
+            raise InputError("a frame-classifier tokenizer (frame_classes > 0) trains with the frame_tokenizer stage")
         self.cfg = cfg
         self.tokenizer = SpeechTokenizerModel(cfg)
         self.encoder2 = TransformerEncoder(cfg, cfg.encoder2_layers)

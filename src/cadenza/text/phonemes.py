@@ -1,0 +1,185 @@
+"""Text -> IPA phonemes with espeak-ng, and the phoneme text tokenizer of a model folder (``phonemes.json``).
+
+A model whose LM reads phonemes instead of BPE (cadenza-tiny, docs/cadenza-tiny.md) carries
+``CosyVoice-BlankEN/phonemes.json``::
+
+    {"backend": "espeak-ng", "language": "en-us", "symbols": ["_", "^", "$", " ", ",", ".", ..., "ə", "ˈ", ...]}
+
+The engine then turns normalised text into espeak-ng IPA (one symbol per Unicode code point after NFD, so
+``"oʊ"`` is two symbols and stress marks are symbols of their own, as Piper does), keeps clause punctuation and
+word spaces as symbols, and maps each symbol to its index in ``symbols``. The same code phonemises the training
+corpus (``recipes/tiny``), so training and inference cannot disagree.
+
+espeak-ng comes from the ``espeakng-loader`` wheel (its shared library and data; eSpeak NG is GPL-3.0 and is
+loaded at run time, not linked). The library is not thread-safe: every call holds one process-wide lock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadenza.errors import CheckpointError, MissingDependencyError, TextError
+
+PHONEMES_FILE = "phonemes.json"
+# Clause punctuation kept as symbols (espeak-ng's own clause terminators): a pause the model can learn.
+_CLAUSE = re.compile(r"([,.;:!?]+)")
+_PAREN_FLAGS = re.compile(r"\([^)]*\)")  # espeak's language-switch flags such as "(fr)": not phonemes
+_IPA_MODE = 0x02  # espeak_TextToPhonemes phonememode: IPA as UTF-8, no separator between phonemes
+_lock = threading.Lock()
+_espeak: _Espeak | None = None
+
+
+class _Espeak:
+    """The espeak-ng shared library of ``espeakng-loader``, initialised once per process."""
+
+    def __init__(self) -> None:
+        try:
+            import espeakng_loader
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "this model reads phonemes: install espeak-ng's loader with `pip install espeakng-loader` "
+                "(a dependency of cadenza; it ships the espeak-ng library and data)") from exc
+        lib = ctypes.cdll.LoadLibrary(espeakng_loader.get_library_path())
+        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_SetVoiceByName.restype = ctypes.c_int
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int]
+        data = str(espeakng_loader.get_data_path()).encode()
+        # 0x02: AUDIO_OUTPUT_SYNCHRONOUS (no audio device); 0x8000: espeakINITIALIZE_DONT_EXIT (no exit() on error).
+        if lib.espeak_Initialize(0x02, 0, data, 0x8000) <= 0:
+            raise MissingDependencyError(f"espeak-ng failed to initialise with its data at {data.decode()}")
+        self.lib = lib
+        self.voice: str | None = None
+
+    def clause_ipa(self, text: str, language: str) -> str:
+        """IPA of ``text`` (clauses joined by spaces); the caller holds ``_lock``."""
+        if self.voice != language:
+            if self.lib.espeak_SetVoiceByName(language.encode()) != 0:
+                raise TextError(f"espeak-ng has no voice for language {language!r}")
+            self.voice = language
+        buf = ctypes.c_char_p(text.encode("utf-8"))
+        ptr = ctypes.pointer(buf)
+        parts = []
+        while ptr.contents.value:  # espeak advances the pointer clause by clause; NULL/empty when done
+            out = self.lib.espeak_TextToPhonemes(ptr, 1, _IPA_MODE)  # 1: espeakCHARS_UTF8
+            if out:
+                parts.append(out.decode("utf-8").strip())
+        return " ".join(p for p in parts if p)
+
+
+def phonemize(text: str, language: str = "en-us") -> list[str]:
+    """Normalised text -> IPA symbols (NFD code points), clause punctuation and word spaces kept.
+
+    ``"Hello there, friend."`` -> ``['h', 'ə', 'l', 'ˈ', 'o', 'ʊ', ' ', 'ð', 'ˈ', 'ɛ', 'ɹ', ',', ' ', ...]``.
+    """
+    global _espeak
+    symbols: list[str] = []
+    pieces = _CLAUSE.split(text)
+    with _lock:
+        if _espeak is None:
+            _espeak = _Espeak()
+        for i in range(0, len(pieces), 2):
+            clause = pieces[i].strip()
+            punct = pieces[i + 1][0] if i + 1 < len(pieces) else ""
+            ipa = _PAREN_FLAGS.sub("", _espeak.clause_ipa(clause, language)) if clause else ""
+            ipa = re.sub(r"\s+", " ", ipa).strip()
+            if not ipa:
+                continue
+            if symbols and symbols[-1] not in (" ",):
+                symbols.append(" ")
+            symbols.extend(unicodedata.normalize("NFD", ipa))
+            if punct:
+                symbols.append(punct)
+    while symbols and symbols[-1] == " ":
+        symbols.pop()
+    return symbols
+
+
+@dataclass(frozen=True)
+class PhonemeTable:
+    """``phonemes.json``: the espeak-ng language and the symbol list (a symbol's index is its text token id)."""
+
+    symbols: tuple[str, ...]
+    language: str = "en-us"
+    backend: str = "espeak-ng"
+
+    def __post_init__(self) -> None:
+        if self.backend != "espeak-ng":
+            raise CheckpointError(f"{PHONEMES_FILE}: unknown phoneme backend {self.backend!r} (only 'espeak-ng')")
+        if not self.symbols or len(set(self.symbols)) != len(self.symbols):
+            raise CheckpointError(f"{PHONEMES_FILE}: 'symbols' must be a non-empty list without repeats")
+
+    @classmethod
+    def read(cls, path: str | Path) -> PhonemeTable:
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(symbols=tuple(raw["symbols"]), language=str(raw.get("language", "en-us")),
+                       backend=str(raw.get("backend", "espeak-ng")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"cannot read the phoneme table {path}: {exc}") from exc
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"backend": self.backend, "language": self.language,
+                                          "symbols": list(self.symbols)}, ensure_ascii=False, indent=0) + "\n",
+                              encoding="utf-8")
+
+
+class PhonemeTokenizer:
+    """Text -> phoneme ids through espeak-ng (same interface as the Qwen2 tokenizer: ``encode(text) -> ids``).
+
+    Symbols espeak produces that the table lacks are dropped (a model cannot say what it never saw).
+    """
+
+    def __init__(self, table: PhonemeTable) -> None:
+        self.table = table
+        self.index = {s: i for i, s in enumerate(table.symbols)}
+
+    @classmethod
+    def from_dir(cls, directory: str | Path) -> PhonemeTokenizer:
+        return cls(PhonemeTable.read(Path(directory) / PHONEMES_FILE))
+
+    def symbols(self, text: str) -> list[str]:
+        return [s for s in phonemize(text, self.table.language) if s in self.index]
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index[s] for s in self.symbols(text)]
+
+    def stream_encoder(self) -> PhonemeStreamEncoder:
+        return PhonemeStreamEncoder(self)
+
+
+class PhonemeStreamEncoder:
+    """Text pieces as they arrive (e.g. an upstream LLM's tokens) -> phoneme ids, a whole word at a time.
+
+    A word's pronunciation depends on all its letters ("Hel" + "lo"), so text is held back up to the last space or
+    clause punctuation; ``flush`` encodes the rest at the end of the stream.
+    """
+
+    def __init__(self, tokenizer: PhonemeTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.pending = ""
+
+    def feed(self, piece: str) -> list[int]:
+        self.pending += piece
+        cut = max(self.pending.rfind(c) for c in " \n,.;:!?")
+        if cut < 0:
+            return []
+        ready, self.pending = self.pending[: cut + 1], self.pending[cut + 1:]
+        ids = self.tokenizer.encode(ready) if ready.strip() else []
+        # A word space between two pieces belongs to the stream: keep one after every completed chunk.
+        space = self.tokenizer.index.get(" ")
+        if ids and space is not None and ids[-1] != space:
+            ids.append(space)
+        return ids
+
+    def flush(self) -> list[int]:
+        ready, self.pending = self.pending, ""
+        return self.tokenizer.encode(ready) if ready.strip() else []

@@ -1,0 +1,85 @@
+"""The phoneme text frontend (models whose LM reads espeak-ng phonemes, e.g. cadenza-tiny v2): text -> IPA symbols,
+the folder's ``phonemes.json`` table, streaming pieces a word at a time, and the frontend's choice of tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from cadenza.errors import CheckpointError, TextError
+from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTable, PhonemeTokenizer, phonemize
+
+SYMBOLS = ("_", "^", "$", " ", ",", ".", "?", "!", ";", ":", "ˈ", "ˌ", "ː", "a", "b", "d", "e", "f", "h", "i", "j",
+           "k", "l", "m", "n", "o", "p", "s", "t", "u", "v", "w", "z", "æ", "ð", "ŋ", "ɑ", "ɔ", "ə", "ɚ", "ɛ", "ɜ",
+           "ɡ", "ɪ", "ɹ", "ɾ", "ʃ", "ʊ", "ʌ", "ʒ", "θ", "ᵻ", "r", "c", "ç", "x", "ʔ", "ɐ", "ɒ", "ɬ", "ʲ")
+
+
+def test_phonemize_keeps_words_stress_and_clause_punctuation():
+    out = phonemize("Hello there, friend.")
+    text = "".join(out)
+    assert text.startswith("həlˈoʊ ðˈɛɹ,") and text.endswith(".")
+    assert out.count(" ") == 2 and "ˈ" in out
+    assert all(len(s) == 1 for s in out)  # one code point per symbol (NFD), as Piper
+    assert phonemize("") == [] and phonemize("   ") == []
+    # Clause punctuation becomes a symbol even when espeak would fold it into the clause.
+    assert "".join(phonemize("Yes; no? Maybe!")).count(";") == 1
+
+
+def test_phonemize_is_deterministic_and_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    sentences = ["The kettle takes a few minutes to boil.", "Could you call me later?"] * 8
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(phonemize, sentences))
+    assert results[0::2] == [results[0]] * 8 and results[1::2] == [results[1]] * 8
+
+
+def test_table_round_trip_and_validation(tmp_path):
+    table = PhonemeTable(symbols=SYMBOLS)
+    table.write(tmp_path / PHONEMES_FILE)
+    assert PhonemeTable.read(tmp_path / PHONEMES_FILE) == table
+    with pytest.raises(CheckpointError, match="without repeats"):
+        PhonemeTable(symbols=("a", "a"))
+    with pytest.raises(CheckpointError, match="unknown phoneme backend"):
+        PhonemeTable(symbols=("a",), backend="festival")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(CheckpointError, match="cannot read the phoneme table"):
+        PhonemeTable.read(tmp_path / "bad.json")
+
+
+def test_tokenizer_encodes_known_symbols_and_streams_whole_words():
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    text = "Please call me tomorrow, at half past seven."
+    ids = tok.encode(text)
+    assert ids and all(0 <= i < len(SYMBOLS) for i in ids)
+    assert [SYMBOLS[i] for i in ids] == [s for s in phonemize(text) if s in tok.index]
+    # Pieces as an upstream LLM streams them: words are held back until complete, so the ids are the whole text's
+    # (a word split as "tomor" + "row" is phonemised once, whole).
+    stream = tok.stream_encoder()
+    pieces = ["Ple", "ase call", " me tomor", "row, at", " half past", " sev", "en."]
+    streamed = [i for p in pieces for i in stream.feed(p)] + stream.flush()
+    space = tok.index[" "]
+    assert [i for i in streamed if i != space] == [i for i in ids if i != space]
+    assert stream.feed("") == [] and stream.flush() == []
+
+
+def test_frontend_reads_phonemes_when_the_folder_has_a_table(cv2_dir, tmp_path):
+    from cadenza.models.cosyvoice2.config import CosyVoice2Config
+    from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
+    from cadenza.models.cosyvoice2.loader import QWEN_DIR, inspect_directory
+
+    model = tmp_path / "model"
+    shutil.copytree(cv2_dir, model)
+    PhonemeTable(symbols=SYMBOLS).write(model / QWEN_DIR / PHONEMES_FILE)
+    files = inspect_directory(model)
+    assert files.tokenizer_dir == model / QWEN_DIR
+    frontend = CosyVoice2Frontend(files, CosyVoice2Config.official())
+    assert frontend.reads_phonemes
+    ids = frontend.text_ids("Good morning.")
+    assert ids.dtype == torch.long and ids.shape[0] == 1 and int(ids.max()) < len(SYMBOLS)
+    with pytest.raises(TextError, match="reads phonemes"):
+        frontend.instruct_ids("Speak slowly.")
+    json.loads((model / QWEN_DIR / PHONEMES_FILE).read_text())  # plain JSON, readable by any tool
