@@ -2,7 +2,7 @@
 
     python recipes/tiny/diagnose_v2.py --work WORK [--model DIR] [--limit 120]      (needs the `eval` extra)
 
-For each sentence of ``WORK/corpus/test/everyday.lst`` and the teacher's own rendering of it (Piper joe):
+For each sentence of ``WORK/corpus_v2/test/everyday.lst`` and the teacher's own rendering of it (Piper joe):
 
 * ``teacher``         the rendering itself (the ASR's floor on this voice and text);
 * ``vocoder``         its mel -> HiFT (copy synthesis: what the vocoder alone loses);
@@ -11,8 +11,10 @@ For each sentence of ``WORK/corpus/test/everyday.lst`` and the teacher's own ren
 * ``tts``             text -> LM -> flow -> HiFT with the default voice, no prompt given (what `cadenza synth`
                       does: milestone M2).
 
-Prints one line per utterance and stage, then per stage the mean WER (Whisper base), the share of reference words
-the ASR heard, and (for ``vc``) the tokenizer's frame accuracy against the alignment; writes WORK/eval/diagnose_v2.json.
+Prints one line per utterance and stage, then per stage the mean WER (Whisper base), the pooled WER (errors over all
+reference words), the share of reference words the ASR heard, and (for ``vc``) the tokenizer's frame accuracy against
+the alignment; writes WORK/eval/diagnose_v2.json (``--out``). A v1 folder works for the ``tts`` stage (its default
+voice), which gives the v1 baseline on the same sentences.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 
-def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: tuple[str, ...] = ()) -> dict:
+def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: tuple[str, ...] = (),
+             out: Path | None = None) -> dict:
     import torch
 
     from cadenza.api import Cadenza
@@ -35,23 +38,25 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: t
     from cadenza.engine.request import SynthesisRequest
     from cadenza.evaluation.asr import transcribe
     from cadenza.evaluation.test_list import read_test_list
-    from cadenza.evaluation.wer import recognized_words, wer
+    from cadenza.evaluation.wer import recognized_words
+    from cadenza.evaluation.wer import score as word_score
 
     tts = Cadenza.from_pretrained(model)
     eng = tts.engine
     cfg = eng.config
-    test = work / "corpus" / "test"
+    test = work / "corpus_v2" / "test"
     items = read_test_list(test / "everyday.lst")[:limit]
     voice = eng.speakers.get(tts.default_speaker or "joe")
     stages = stages or ("teacher", "vocoder", "vc_oracle", "vc", "tts")
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, int, int]]] = {}
     frame_acc: list[float] = []
     started = time.time()
 
     def score(stage: str, item, samples: np.ndarray, sr: int) -> None:
         hyp = transcribe(samples, sr)
         hits, n_words = recognized_words(item.target_text, hyp)
-        results.setdefault(stage, []).append((wer(item.target_text, hyp), hits / n_words))
+        s = word_score(item.target_text, hyp)
+        results.setdefault(stage, []).append((s.wer, hits / n_words, s.errors, s.ref_words))
         print(f"{stage:10s} {results[stage][-1][0]:5.2f} | {item.target_text} | {hyp}", flush=True)
 
     for item in items:
@@ -78,14 +83,16 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: t
             score("tts", item, audio.samples, audio.sample_rate)
     tts.close()
     summary = {stage: {"wer_mean": float(np.mean([r[0] for r in rows])),
+                       "wer_pooled": sum(r[2] for r in rows) / max(sum(r[3] for r in rows), 1),
                        "words_heard": float(np.mean([r[1] for r in rows])), "n": len(rows)}
                for stage, rows in results.items()}
     if frame_acc:
         summary["vc"]["tokenizer_frame_acc"] = float(np.mean(frame_acc))
     for stage, s in summary.items():
         extra = f"  tokenizer frame accuracy {s['tokenizer_frame_acc']:.1%}" if "tokenizer_frame_acc" in s else ""
-        print(f"{stage:10s} WER {s['wer_mean']:.3f}  words heard {s['words_heard']:.0%}  (n={s['n']}){extra}")
-    out = work / "eval" / "diagnose_v2.json"
+        print(f"{stage:10s} WER {s['wer_mean']:.3f} (pooled {s['wer_pooled']:.3f})  words heard {s['words_heard']:.0%}"
+              f"  (n={s['n']}){extra}")
+    out = out or work / "eval" / "diagnose_v2.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model, "limit": limit, "seed": seed, "stages": summary,
                                "seconds": round(time.time() - started)}, indent=1))
@@ -99,8 +106,9 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=120)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stages", nargs="*", default=[], help="a subset of: teacher vocoder vc_oracle vc tts")
+    p.add_argument("--out", type=Path, default=None, help="summary JSON (default WORK/eval/diagnose_v2.json)")
     a = p.parse_args()
-    diagnose(a.work, a.model, a.limit, a.seed, tuple(a.stages))
+    diagnose(a.work, a.model, a.limit, a.seed, tuple(a.stages), a.out)
 
 
 if __name__ == "__main__":

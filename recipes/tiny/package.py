@@ -133,14 +133,18 @@ V2_STATUS_NOTE = ("cadenza-tiny v2 (phonemes in, phoneme-per-frame tokens from t
 
 def _oracle_voice(tts, corpus: Path, item: dict, arrays: dict[str, dict]):
     """The default voice's prompt from one corpus utterance: its mel and x-vector from the audio, and its speech
-    tokens and text ids from the teacher's own alignment (exact, where the trained tokenizer would be ~90 %)."""
+    tokens from the teacher's own alignment (exact, where the trained tokenizer is not).
+
+    The LM gets no prompt (no transcript, no prompt tokens): the model was trained on that one voice, so the LM
+    needs no example of it, and its input is then exactly what training showed it (one sentence from position 0).
+    Only the flow is prompted (mel, tokens, x-vector), as in cross-lingual mode."""
     from dataclasses import replace
 
     voice = tts.voice_from_audio(str(corpus / item["audio"]), item["text"])
     tokens = torch.tensor([arrays[item["id"]]["speech_tokens"]], dtype=torch.long)
     n = min(voice.prompt_mel.shape[1] // 2, tokens.shape[1])
-    text = torch.tensor([arrays[item["id"]]["text_ids"]], dtype=torch.long)
-    return replace(voice, prompt_text=text, llm_prompt_speech=tokens[:, :n], flow_prompt_speech=tokens[:, :n],
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    return replace(voice, prompt_text=empty, llm_prompt_speech=empty, flow_prompt_speech=tokens[:, :n],
                    prompt_mel=voice.prompt_mel[:, : 2 * n])
 
 

@@ -193,13 +193,14 @@ class Cadenza:
                          seed=seed, speed=speed)
 
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
-        """Text -> normalised segments of at most ``max_tokens`` (default ``SEGMENT_TOKENS``) tokens, cut at
-        sentence, then clause ends."""
+        """Text -> normalised segments of at most ``max_tokens`` (default: the tokenizer's ``segment_tokens``, else
+        ``SEGMENT_TOKENS``) tokens, cut at sentence, then clause ends."""
         text = check_speakable(text)
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
-        pieces = split_text(text, max_tokens or SEGMENT_TOKENS, count_tokens=lambda s: len(tokenizer.encode(s)))
+        budget = max_tokens or getattr(tokenizer, "segment_tokens", SEGMENT_TOKENS)
+        pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)))
         pieces = [p for p in pieces if is_speakable(p)]
         if not pieces:
             raise TextError("text has nothing to speak after normalisation")

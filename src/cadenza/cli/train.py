@@ -13,7 +13,7 @@ import sys
 
 from cadenza.errors import CadenzaError
 
-STAGE_CHOICES = ("tokenizer", "speaker", "lm", "flow", "hift", "dpo")
+STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo")
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:

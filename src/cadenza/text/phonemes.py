@@ -138,6 +138,10 @@ class PhonemeTokenizer:
     Symbols espeak produces that the table lacks are dropped (a model cannot say what it never saw).
     """
 
+    # Long text is cut into segments of at most this many ids (the engine's default, 80, is sized for BPE: 80
+    # phonemes are only ~4 s of speech). 240 phonemes are ~13 s at English's ~19 symbols per second.
+    segment_tokens = 240
+
     def __init__(self, table: PhonemeTable) -> None:
         self.table = table
         self.index = {s: i for i, s in enumerate(table.symbols)}

@@ -33,10 +33,17 @@ def chunk_sizes(kind: str, token_chunk: int, frame_chunk: int) -> tuple[int, int
 
 
 class FlowForTraining(nn.Module):
-    def __init__(self, flow: TokenToMelFlow, loss_on_prompt: bool = False) -> None:
+    """``prior_weight`` > 0 adds ``prior_weight x`` the mean squared error between the encoder's ``mu`` and the
+    target mel on the loss frames (Grad-TTS / Matcha-TTS's encoder loss; not in CosyVoice 2). It supervises the
+    token -> mel mapping directly instead of only through the decoder's vector field: with a new token vocabulary
+    the flow otherwise learns what each token sounds like slowly (cadenza-tiny v2, docs/cadenza-tiny.md). ``mu``
+    stays a conditioning input of the decoder, so inference is unchanged."""
+
+    def __init__(self, flow: TokenToMelFlow, loss_on_prompt: bool = False, prior_weight: float = 0.0) -> None:
         super().__init__()
         self.flow = flow
         self.loss_on_prompt = loss_on_prompt
+        self.prior_weight = prior_weight
 
     def forward(
         self,
@@ -70,4 +77,7 @@ class FlowForTraining(nn.Module):
             mel, mask, mu, flow.speaker_projection(spk), cond,
             loss_mask=loss_mask, chunk_sizes=est_chunks, t=t, z=z, cfg_keep=cfg_keep,
         )
+        if self.prior_weight > 0:
+            prior = ((mu.float() - mel.float()) ** 2 * loss_mask).sum() / (loss_mask.sum() * mel.size(1)).clamp_min(1)
+            loss = loss + self.prior_weight * prior
         return loss, loss_mask.sum()

@@ -23,6 +23,7 @@ Config (``flow:`` section)::
       max_tokens: 0              # longer items are skipped (0 = no limit)
       init_flow: null            # flow.pt or a model directory to start from
       init_reinit: []            # key prefixes kept fresh on that warm start (e.g. input_embedding. for a new vocabulary)
+      prior_weight: 0.0          # > 0: also fit the encoder's mu to the mel (MSE; Grad-TTS's encoder loss)
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class FlowStageConfig:
     max_tokens: int = 0
     init_flow: str | None = None
     init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
+    prior_weight: float = 0.0  # > 0: + weight x MSE(mu, mel), a direct token -> mel signal (flow_objective.py)
 
     def __post_init__(self) -> None:
         if not self.attention_masks or any(k not in MASK_KINDS for k in self.attention_masks):
@@ -121,7 +123,7 @@ class FlowStage(TrainingStage):
         if self.cfg.init_flow:
             load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit)
         self.flow = flow.to(device).train()
-        self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt))
+        self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt, self.cfg.prior_weight))
         self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
 
     def dataset(self) -> Dataset:
