@@ -59,6 +59,14 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     # The second round starts from the first round's exports.
     assert yaml.safe_load(recipe.config("lm_v2").read_text())["lm"]["init_llm"] == f"{tmp_path.resolve()}/runs/lm"
     assert yaml.safe_load(recipe.config("flow_v2").read_text())["flow"]["init_flow"] == f"{tmp_path.resolve()}/runs/flow"
+    # v2: the phoneme LM from scratch, its flow from the v1 flow with a new embedding, the next flow round from it.
+    flow_p = yaml.safe_load(recipe.config("flow_phoneme").read_text())["flow"]
+    assert flow_p["init_flow"] == f"{tmp_path.resolve()}/runs/flow_v3" and flow_p["init_reinit"] == ["input_embedding."]
+    r2 = yaml.safe_load(recipe.config("flow_phoneme_r2").read_text())["flow"]
+    assert r2["init_flow"] == f"{tmp_path.resolve()}/runs/flow_phoneme" and r2["init_reinit"] == []
+    lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
+    assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
+    assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
 
 
 def test_second_round_continues_the_newest_checkpoint_and_packages_the_newest_round(tmp_path):

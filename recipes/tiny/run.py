@@ -82,6 +82,7 @@ class Recipe:
         import yaml
 
         text = (HERE / "configs" / f"{name}.yaml").read_text().replace("WORK/", f"{self.work}/")
+        text = text.replace("init_flow: SHIPPED", f"init_flow: {self.work / 'runs' / 'flow_phoneme'}")
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
         if "adversarial_start" in cfg.get("hift", {}):
@@ -203,21 +204,34 @@ class Recipe:
         _log(f"done: {w / 'model'}")
 
 
-    def v2(self, install: bool, v1_model: Path | None) -> None:
+    def seed_runs(self, model: Path, runs: dict[str, tuple[str, ...]]) -> None:
+        """Stand-in runs (marked done) holding files copied from a model folder, for runs WORK does not have."""
+        for run, files in runs.items():
+            if (self.work / "runs" / run / "done").is_file():
+                continue
+            (self.work / "runs" / run).mkdir(parents=True, exist_ok=True)
+            for f in files:
+                (self.work / "runs" / run / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(model / f, self.work / "runs" / run / f)
+            (self.work / "runs" / run / "from_model.txt").write_text(f"copied from {model}\n")
+            self.mark_done(run)
+
+    def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
-        standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none."""
+        standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
+        shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
+        of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
+        if from_shipped:
+            shipped = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
+            blank = ("cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "CosyVoice-BlankEN/phonemes.json")
+            self.seed_runs(shipped, {"lm_phoneme": ("llm.pt", *blank), "flow_phoneme": ("flow.pt", *blank),
+                                     "frame_tokenizer": ("speech_tokenizer.safetensors", "speech_tokenizer.json")})
         if v1_model is not None:
-            for run, files in (("speaker", ("speaker_encoder.safetensors", "speaker_encoder.json")),
-                               ("flow_v3", ("flow.pt",)), ("hift_gan", ("hift.pt", "cosyvoice2.yaml"))):
-                if not (w / "runs" / run / "done").is_file():
-                    (w / "runs" / run).mkdir(parents=True, exist_ok=True)
-                    for f in files:
-                        shutil.copyfile(v1_model / f, w / "runs" / run / f)
-                    (w / "runs" / run / "from_v1_model.txt").write_text(f"copied from {v1_model}\n")
-                    self.mark_done(run)
+            self.seed_runs(v1_model, {"speaker": ("speaker_encoder.safetensors", "speaker_encoder.json"),
+                                      "flow_v3": ("flow.pt",), "hift_gan": ("hift.pt", "cosyvoice2.yaml")})
         if not (w / "corpus_v2" / "arrays.jsonl").is_file():
             self.run([sys.executable, str(HERE / "aligned_corpus.py"), "--out", str(w / "corpus_v2")], "corpus_v2")
         if not (w / "data_p" / "index.jsonl").is_file():
@@ -241,6 +255,11 @@ class Recipe:
         if tok is not None:
             self.wait(tok)
         self.mark_done("frame_tokenizer")
+        if more_flow:
+            more = self.train("flow", "flow_phoneme_r2", "data_p")
+            if more is not None:
+                self.wait(more)
+            self.mark_done("flow_phoneme_r2")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
@@ -258,12 +277,16 @@ def main() -> None:
                    help="v2 (default): the v1 rounds, then the phoneme design; v1: stop after the v1 rounds")
     p.add_argument("--v1-model", type=Path, default=None,
                    help="with --design v2: a v1 model folder standing in for the v1 runs (skips the v1 rounds)")
+    p.add_argument("--from-shipped", action="store_true",
+                   help="with --design v2: the shipped v2 weights stand in for the first v2 round (continue from them)")
+    p.add_argument("--more-flow", action="store_true",
+                   help="with --design v2: one more flow round (configs/flow_phoneme_r2.yaml) from the newest v2 flow")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
-        recipe.v2(a.install, a.v1_model)
+        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow)
 
 
 if __name__ == "__main__":
