@@ -154,7 +154,7 @@ def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str
     from cadenza.api import Cadenza
     from cadenza.training.export import assemble_model_dir
 
-    runs, corpus = work / "runs", work / "corpus"
+    runs, corpus = work / "runs", work / "corpus_v2"
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
     assemble_model_dir(_newest_run(runs, "frame_tokenizer"), _newest_run(runs, "speaker"),

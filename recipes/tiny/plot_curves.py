@@ -1,6 +1,7 @@
 """Plot the training curves of every cadenza-tiny stage from WORK/runs/*/metrics.jsonl into one PNG.
 
     python recipes/tiny/plot_curves.py --work WORK --out docs/images/cadenza-tiny-training.png   (needs matplotlib)
+    python recipes/tiny/plot_curves.py --work WORK --stages lm_phoneme flow_phoneme frame_tokenizer --out ...  (v2)
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ PANELS = {
     "lm": ("text-speech LM", [("loss", "cross-entropy"), ("heldout_ce", "held-out cross-entropy")], "acc"),
     "flow": ("flow matching", [("loss", "flow-matching MSE")], None),
     "hift": ("HiFT vocoder (warm-up, refinement, GAN)", [("loss_mel", "mel L1")], "loss_f0"),
+    # v2 (--design v2)
+    "lm_phoneme": ("phoneme LM", [("loss", "cross-entropy"), ("heldout_ce", "held-out cross-entropy")],
+                   "heldout_acc"),
+    "flow_phoneme": ("flow (+ encoder prior from step 600)", [("loss", "loss")], None),
+    "frame_tokenizer": ("frame tokenizer", [("loss", "cross-entropy")], "heldout_frame_acc"),
 }
+V2_STAGES = ["lm_phoneme", "flow_phoneme", "frame_tokenizer"]
 
 
 # stage -> its runs in training order: the first continues from a fresh start, the others from the one before.
@@ -29,6 +36,9 @@ CHAINS = {
     "lm": [("lm", None), ("lm_v2", "warm"), ("lm_v3", "warm")],
     "flow": [("flow", None), ("flow_v2", "warm"), ("flow_v3", "warm")],
     "hift": [("hift", None), ("hift_refine", "warm"), ("hift_gan", "warm")],
+    "lm_phoneme": [("lm_phoneme", None)],
+    "flow_phoneme": [("flow_phoneme", None), ("flow_phoneme_r2", "warm")],
+    "frame_tokenizer": [("frame_tokenizer", None)],
 }
 
 
@@ -65,7 +75,7 @@ def plot(work: Path, out: Path, stages: list[str] | None = None, title: str | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = {k: v for k, v in PANELS.items() if stages is None or k in stages}
+    panels = {k: v for k, v in PANELS.items() if (k not in V2_STAGES if stages is None else k in stages)}
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (stage, (name, series, extra)) in zip(axes[0], panels.items()):
         rows = _rows(work, stage)
