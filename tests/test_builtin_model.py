@@ -1,7 +1,7 @@
 """The built-in cadenza-tiny model: it loads with no path, its default and saved voices work through the API, the
 stream and the CLI, output lengths stay inside the model's LM length limits, the output is speech-like (level,
 pauses, not noise, voiced), the packaged folder is never written to, and the offline ASR of the eval extra
-understands the default voice (>= 60 % of the words of ten new sentences). Needs the shipped weights
+understands the default voice (>= 70 % of the words of ten new sentences). Needs the shipped weights
 (src/cadenza/assets/cadenza-tiny).
 """
 
@@ -172,9 +172,9 @@ HELD_OUT_LIST = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "list
 
 
 def test_default_voice_is_understood_by_an_offline_asr(tiny):
-    """What a new user hears first: the offline ASR of the eval extra (Whisper base) recognises >= 60 % of the words
-    of ten new everyday sentences in the default voice. Measured: 75 % (seed 0; 79 % over all 120 sentences); the v1
-    weights gave ~10 %. (The issue's goal, WER <= 0.20, is not met yet: 0.25 over the 120.)"""
+    """What a new user hears first: the offline ASR of the eval extra (Whisper base) recognises >= 70 % of the words
+    of ten new everyday sentences in the default voice. Measured: 81 % (seed 0; 84 %, WER 0.19, over all 120
+    sentences); the v1 weights gave ~10 %."""
     pytest.importorskip("faster_whisper", reason="needs the eval extra (pip install -e '.[eval]')")
     from cadenza.evaluation.asr import transcribe
     from cadenza.evaluation.wer import recognized_words
@@ -188,4 +188,4 @@ def test_default_voice_is_understood_by_an_offline_asr(tiny):
         h, n = recognized_words(text, hyp)
         hits, total = hits + h, total + n
         heard.append(hyp)
-    assert hits / total >= 0.6, (hits, total, heard)
+    assert hits / total >= 0.7, (hits, total, heard)
