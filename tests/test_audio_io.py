@@ -129,6 +129,20 @@ def test_multichannel_is_averaged():
     np.testing.assert_allclose(wav.numpy(), (left + right) / 3, atol=1e-6)
 
 
+@pytest.mark.parametrize(("channels", "subtype", "fmt"), [(1, "PCM_16", "FLAC"), (3, "FLOAT", "WAV")])
+def test_blockwise_decoding_equals_whole_file_read(channels, subtype, fmt):
+    # Several decoding blocks long (2**18 samples per block, whatever the channel count), with and without a limit.
+    rng = np.random.default_rng(0)
+    samples = (rng.standard_normal((48000 * 7, channels)) * 0.1).astype(np.float32)
+    data = _wav_bytes(samples, 48000, subtype=subtype, fmt=fmt)
+    raw, _ = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    expected = raw.mean(axis=1, dtype=np.float32) if channels > 1 else raw[:, 0]
+    np.testing.assert_array_equal(load_audio(data, 48000).numpy(), expected)
+    np.testing.assert_array_equal(load_audio(data, 48000, max_seconds=7.0).numpy(), expected)
+    with pytest.raises(AudioError, match=r"too long: 7\.00 s, the limit is 6\.5 s"):
+        load_audio(data, 48000, max_seconds=6.5)
+
+
 def test_resample_lengths_and_identity():
     x = torch.randn(2, 4410, generator=torch.Generator().manual_seed(0)) * 0.1
     assert torch.equal(resample(x[0], 16000, 16000), x[0])

@@ -9,6 +9,7 @@ reference). Every failure is an ``AudioError`` whose message says what is wrong 
 from __future__ import annotations
 
 import io
+import math
 import os
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +24,12 @@ from cadenza.errors import AudioError
 DEFAULT_MAX_BYTES = 50 * 2**20  # 50 MiB: ~4.5 min of 16-bit 48 kHz stereo; far beyond any sensible prompt
 MIN_SAMPLE_RATE = 8_000
 MAX_SAMPLE_RATE = 192_000
+# More channels than any real recording has (7.1.4 is 12, ambisonics 3rd order is 16); a header claiming thousands is
+# hostile, and every channel of a block is decoded before the down-mix.
+MAX_CHANNELS = 32
+_BLOCK_SAMPLES = 1 << 18  # samples (frames x channels) decoded per block: 1 MiB of float32
+_UNKNOWN_FRAMES = 1 << 62  # libsndfile reports SF_COUNT_MAX frames when the header gives no length (streamed FLAC)
+_MAX_PREALLOCATED = 1 << 28  # frames (1 GiB, virtual until written) reserved on the header's word; beyond: grow
 
 AudioSource = str | os.PathLike | bytes | bytearray | memoryview | BinaryIO
 
@@ -77,36 +84,84 @@ def _open_source(source: AudioSource, max_bytes: int | None) -> str | io.BytesIO
     return io.BytesIO(data)
 
 
-def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFAULT_MAX_BYTES) -> torch.Tensor:
+def _too_long(what: str, seconds: float | None, max_seconds: float) -> AudioError:
+    """``seconds``: the length the header gives, ``None`` when only the decoded part is known."""
+    length = f"more than {max_seconds:g} s" if seconds is None else f"{seconds:.2f} s"
+    return AudioError(f"{what} is too long: {length}, the limit is {max_seconds:g} s (use a shorter clip)")
+
+
+def _decode(f: sf.SoundFile, what: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """Mono float32 ``[frames]`` and the rate of the open file ``f``: the header is checked first, then the audio is
+    read in blocks and down-mixed block by block, so at most ``max_seconds`` (plus one sample) of mono is held."""
+    sample_rate, channels, frames = f.samplerate, f.channels, f.frames
+    if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
+        raise AudioError(
+            f"{what} has sample rate {sample_rate} Hz; supported rates are {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz"
+        )
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"{what} has {channels} channels; at most {MAX_CHANNELS} are supported")
+    cap = _UNKNOWN_FRAMES if max_seconds is None else math.floor(max_seconds * sample_rate) + 1  # frames to read
+    # MP3 lengths are estimates (from the bit rate when there is no Xing/Info frame): never refuse on those.
+    known = frames < _UNKNOWN_FRAMES and not f.subtype.startswith("MPEG_")
+    if known and frames >= cap:
+        raise _too_long(what, frames / sample_rate, max_seconds)  # refused before decoding anything
+    # Headers can lie or be silent (streamed FLAC, Ogg, MP3), so the limit also holds for what is decoded.
+    block = np.empty((max(1, _BLOCK_SAMPLES // channels), channels), np.float32)  # reused: 1 MiB
+    out = np.empty(min(frames if known else len(block), cap, _MAX_PREALLOCATED), np.float32)
+    total = 0
+    while total < cap:
+        got = f.read(min(len(block), cap - total), dtype="float32", always_2d=True, out=block)  # [n, channels]
+        n = len(got)
+        if n == 0:
+            break
+        if total + n > len(out):  # longer than the header said (or it said nothing): grow geometrically
+            grown = np.empty(min(max(2 * len(out), total + n), cap), np.float32)
+            grown[:total] = out[:total]
+            out = grown
+        if channels > 1:
+            got.mean(axis=1, dtype=np.float32, out=out[total:total + n])
+        else:
+            out[total:total + n] = got[:, 0]
+        if not np.isfinite(out[total:total + n]).all():
+            raise AudioError(f"{what} contains NaN or infinite samples")
+        total += n
+    if total >= cap:
+        raise _too_long(what, None, max_seconds)
+    if total == 0:
+        raise AudioError(f"{what} contains no audio samples")
+    return (out if total == len(out) else out[:total].copy()), sample_rate  # a copy frees an oversized buffer
+
+
+def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
+               max_seconds: float | None = None) -> torch.Tensor:
     """Decode ``source`` to mono float32 at ``target_sr``. Returns ``[samples]``.
 
     ``source``: a path, the raw bytes of an audio file, or a binary file object (read from its current position).
     Any container/codec libsndfile supports (WAV, FLAC, OGG/Vorbis, Opus, MP3 with libsndfile >= 1.1, ...), at any
-    rate from 8 to 192 kHz. Multichannel audio is averaged to mono. ``max_bytes`` bounds the encoded size
-    (``None``: no limit). Raises ``AudioError`` if the file is missing, empty, too big, not decodable, has an
-    unsupported rate, holds no samples, or holds NaN/inf samples.
+    rate from 8 to 192 kHz, with 1 to ``MAX_CHANNELS`` channels (averaged to mono). ``max_bytes`` bounds the
+    encoded size, ``max_seconds`` the duration (``None``: no limit). The duration is checked on the header before
+    decoding, and decoding stops as soon as more than ``max_seconds`` came out, so a small file that expands to
+    hours of audio costs at most ``max_seconds`` of mono float32. Raises ``AudioError`` if the file is missing,
+    empty, too big, too long, not decodable, has an unsupported rate or channel count, holds no samples, or holds
+    NaN/inf samples.
     """
     if int(target_sr) <= 0:
         raise ValueError(f"target_sr must be positive, got {target_sr}")
+    if max_seconds is not None and not (max_seconds > 0 and math.isfinite(max_seconds)):
+        raise ValueError(f"max_seconds must be positive and finite, or None; got {max_seconds}")
     what = _describe(source)
     readable = _open_source(source, max_bytes)
     try:
-        samples, sample_rate = sf.read(readable, dtype="float32", always_2d=True)  # [frames, channels]
+        with sf.SoundFile(readable) as f:
+            mono, sample_rate = _decode(f, what, max_seconds)
+    except AudioError:
+        raise
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as err:
         reason = getattr(err, "error_string", None) or str(err)  # libsndfile's reason, without the object repr
         raise AudioError(
             f"cannot decode {what}: not a supported audio format, or the file is corrupt ({reason})"
         ) from err
-    if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
-        raise AudioError(
-            f"{what} has sample rate {sample_rate} Hz; supported rates are {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz"
-        )
-    if samples.shape[0] == 0:
-        raise AudioError(f"{what} contains no audio samples")
-    mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
-    if not np.isfinite(mono).all():
-        raise AudioError(f"{what} contains NaN or infinite samples")
-    return resample(torch.from_numpy(np.ascontiguousarray(mono)), sample_rate, int(target_sr))
+    return resample(torch.from_numpy(mono), sample_rate, int(target_sr))
 
 
 def save_wav(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int) -> None:

@@ -44,7 +44,9 @@ def validate_prompt_audio(
         raise AudioError("prompt audio contains NaN or infinite samples")
     seconds = samples.numel() / sr
     if seconds < min_seconds:
-        raise AudioError(f"prompt audio is too short: {seconds:.2f} s, need at least {min_seconds:g} s")
+        count = samples.numel()
+        length = f"{seconds:.2f} s" if seconds >= 0.01 else f"{count} sample{'s' * (count != 1)} ({seconds:.4f} s)"
+        raise AudioError(f"prompt audio is too short: {length}, need at least {min_seconds:g} s")
     if seconds > max_seconds:
         raise AudioError(
             f"prompt audio is too long: {seconds:.2f} s, the limit is {max_seconds:g} s (trim it to one or two sentences)"

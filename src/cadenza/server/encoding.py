@@ -173,40 +173,73 @@ def _demuxer(data: bytes) -> str | None:
 
 
 def decode_with_av(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:
-    """Decode audio that libsndfile cannot read (m4a/AAC, WebM/Opus from browsers, ...) to mono float32.
+    """Decode audio that libsndfile cannot read (m4a/AAC, WebM/Opus from browsers, ...) to mono float32 ``[N]``.
 
-    Only the containers in ``_MAGIC`` (and raw ADTS/MP3) are accepted. Decoding stops past ``max_seconds`` (+1 s,
-    so that the caller's duration check still sees "too long"). Raises ``AudioError`` when it cannot be decoded.
+    Returns ``(samples, rate)`` with ``N <= max_seconds * rate``. Only the containers in ``_MAGIC`` (and raw
+    ADTS/MP3) are accepted. The rate and channel count are checked before decoding (the limits of ``load_audio``),
+    so is the stream's duration where the container states it; decoding stops as soon as more than ``max_seconds``
+    came out, so at most that much mono audio is ever held. Raises ``AudioError`` when the audio cannot be decoded,
+    has an unsupported rate or channel count, holds no samples, or is longer than ``max_seconds``.
     """
     import io
+    import itertools
+    import math
 
     import av
 
+    from cadenza.audio.io import MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
     from cadenza.errors import AudioError
 
+    what = "the uploaded audio"
     demuxer = _demuxer(data)
     if demuxer is None:
-        raise AudioError("cannot decode the uploaded audio: not a supported format (WAV, FLAC, MP3, Ogg, M4A/MP4, "
+        raise AudioError(f"cannot decode {what}: not a supported format (WAV, FLAC, MP3, Ogg, M4A/MP4, "
                          "WebM/Matroska, AAC)")
+
+    def too_long(seconds: float | None) -> AudioError:  # the wording of load_audio's
+        length = f"more than {max_seconds:g} s" if seconds is None else f"{seconds:.2f} s"
+        return AudioError(f"{what} is too long: {length}, the limit is {max_seconds:g} s (use a shorter clip)")
+
     try:
         with av.open(io.BytesIO(data), mode="r", format=demuxer) as container:
             if not container.streams.audio:
-                raise AudioError("the upload holds no audio stream")
+                raise AudioError(f"{what} holds no audio stream")
             stream = container.streams.audio[0]
-            rate = stream.codec_context.sample_rate or stream.rate
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+            rate = stream.codec_context.sample_rate or stream.rate or 0
+            channels = stream.codec_context.channels
+            if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+                raise AudioError(f"{what} has sample rate {rate} Hz; supported rates are "
+                                 f"{MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz")
+            if channels > MAX_CHANNELS:  # 0 (not known before decoding) is checked on each frame below
+                raise AudioError(f"{what} has {channels} channels; at most {MAX_CHANNELS} are supported")
+            # Raw MP3/ADTS durations are FFmpeg's estimates from the bit rate: only stated durations refuse early.
+            if demuxer not in ("mp3", "aac") and stream.duration and stream.time_base:
+                seconds = float(stream.duration * stream.time_base)
+                if seconds > max_seconds:
+                    raise too_long(seconds)
+            cap = math.floor(max_seconds * rate) + 1  # samples; reaching it means too long
+            # Planar float in the stream's own layout, down-mixed here by the channel mean as load_audio does
+            # (FFmpeg's mono down-mix weights channels and can exceed full scale).
+            resampler = av.AudioResampler(format="fltp", rate=rate)
             parts, total = [], 0
-            for frame in container.decode(stream):
+            # Lazily, one codec frame at a time (<= 64 Ki samples per channel); None at the end flushes the resampler.
+            for frame in itertools.chain(container.decode(stream), [None]):
+                if frame is not None and not 1 <= frame.layout.nb_channels <= MAX_CHANNELS:  # may change midway
+                    raise AudioError(f"{what} has {frame.layout.nb_channels} channels; at most {MAX_CHANNELS} "
+                                     "are supported")
                 for out in resampler.resample(frame):
-                    arr = out.to_ndarray().reshape(-1)
-                    parts.append(arr)
-                    total += arr.size
-                if total > (max_seconds + 1.0) * rate:
-                    break
+                    arr = out.to_ndarray()  # [channels, samples]
+                    parts.append(arr.mean(axis=0, dtype=np.float32) if len(arr) > 1 else arr[0])
+                    total += arr.shape[1]
+                if total >= cap:
+                    raise too_long(None)
     except AudioError:
         raise
     except (av.error.FFmpegError, ValueError, OSError, IndexError, TypeError) as exc:
-        raise AudioError(f"cannot decode the uploaded audio: not a supported format, or corrupt ({exc})") from exc
-    if not parts or not rate:
-        raise AudioError("the uploaded audio contains no samples")
-    return np.concatenate(parts).astype(np.float32), int(rate)
+        raise AudioError(f"cannot decode {what}: not a supported format, or corrupt ({exc})") from exc
+    if not total:
+        raise AudioError(f"{what} contains no audio samples")
+    samples = np.concatenate(parts).astype(np.float32, copy=False)
+    if not np.isfinite(samples).all():
+        raise AudioError(f"{what} contains NaN or infinite samples")
+    return samples, int(rate)

@@ -106,6 +106,8 @@ def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
                   ) -> tuple[torch.Tensor, int]:
     """Encoded audio bytes or ``(samples, sample_rate)`` -> validated mono float32 ``[N]`` at <= 48 kHz, rate.
 
+    Encoded audio is never decoded past ``max_seconds`` (``load_audio`` checks the header, then stops decoding at the
+    limit), so a small file that expands to hours of audio is refused at the cost of ``max_seconds`` of audio.
     Raises ``AudioError`` for anything ``load_audio``/``validate_prompt_audio`` reject (undecodable, too big,
     too short or long, silent, NaN).
     """
@@ -118,12 +120,15 @@ def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
 
             wav, sr = resample(wav, sr, MAX_STORED_RATE), MAX_STORED_RATE
     elif isinstance(audio, (bytes, bytearray, memoryview)):
-        try:
-            native = sf.info(io.BytesIO(bytes(audio))).samplerate
-        except (sf.LibsndfileError, RuntimeError, ValueError, TypeError):
-            native = MAX_STORED_RATE  # undecodable: load_audio below raises the specific error
+        data = bytes(audio)
+        native = MAX_STORED_RATE  # undecodable or too big: load_audio below raises the specific error
+        if max_bytes is None or len(data) <= max_bytes:  # header only: cheap, and never on an oversized upload
+            try:
+                native = sf.info(io.BytesIO(data)).samplerate
+            except (sf.LibsndfileError, RuntimeError, ValueError, TypeError):
+                pass
         sr = min(max(int(native), MIN_SAMPLE_RATE), MAX_STORED_RATE)
-        wav = load_audio(bytes(audio), sr, max_bytes=max_bytes)
+        wav = load_audio(data, sr, max_bytes=max_bytes, max_seconds=max_seconds)
     else:
         raise AudioError(f"prompt audio must be encoded bytes or (samples, sample_rate), not {type(audio).__name__}")
     validate_prompt_audio(wav, sr, min_seconds=min_seconds, max_seconds=max_seconds)
