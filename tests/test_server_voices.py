@@ -108,8 +108,10 @@ def test_bad_uploads(live, kwargs, status, param):
 
 def test_upload_form_problems(live):
     c = live.client
-    _error(c.post("/v1/audio/voices", json={"name": "x"}), 400)
-    _error(c.post("/v1/audio/voices", data={"name": "x", "consent": CONSENT}), 400, "audio")
+    # Only multipart carries a file; a urlencoded form (what any web page can post) is refused outright.
+    assert _error(c.post("/v1/audio/voices", json={"name": "x"}), 415)["code"] == "unsupported_media_type"
+    _error(c.post("/v1/audio/voices", data={"name": "x", "consent": CONSENT}), 415)
+    _error(c.post("/v1/audio/voices", files={"name": (None, "x"), "consent": (None, CONSENT)}), 400, "audio")
     _error(c.post("/v1/audio/voices", files={"audio": ("a.wav", b"", "audio/wav")},
                   data={"name": "x", "consent": CONSENT}), 400, "audio")
     too_long = wav_bytes(tone(31.0, sr=8000), sr=8000)  # 496 kB on the wire
@@ -191,10 +193,15 @@ def test_busy_answers_429(model_dir, tmp_path):
             assert r.headers["retry-after"] == "3" and "busy" in err["message"]
             held.cancel()
             assert wait_until(lambda: eng.scheduler.load == (0, 0))
-            # 2. The server is full: a WebSocket session in progress holds the one admission.
+            # 2. A WebSocket session that has sent only its config and whitespace holds nothing ...
             with connect(f"{server.ws_url}/v1/audio/speech/stream") as ws:
                 ws.send('{"type": "session.config", "voice": "gina"}')
                 assert '"audio.start"' in ws.recv(timeout=60)
+                ws.send('{"type": "input.text", "text": "  "}')
+                assert c.post("/v1/audio/speech", json=body).status_code == 200
+                # ... but once it has text to speak, it holds the one admission: the server is full.
+                ws.send('{"type": "input.text", "text": "Hello there "}')
+                assert wait_until(lambda: c.get("/health").json()["inflight"] == 1)
                 r = c.post("/v1/audio/speech", json=body)
                 assert "in flight" in _error(r, 429)["message"] and r.headers["retry-after"] == "3"
             assert wait_until(lambda: eng.scheduler.load == (0, 0) and c.get("/health").json()["inflight"] == 0)

@@ -141,5 +141,27 @@ def test_disconnect_and_idle_timeout_free_the_request(tts, live):
         ws.send(json.dumps({"type": "input.text", "text": "Hello"}))  # fewer tokens than the LM's text group
         assert wait_until(lambda: sched.load == (1, 0)), sched.load
         events, _, code = _drain(ws)
-    assert code == 1007 and "no message for 1 s" in events[-1]["error"]["message"]
+    assert code == 1007 and "no text for 1 s" in events[-1]["error"]["message"]
     assert wait_until(lambda: sched.load == (0, 0)), sched.load
+
+
+def test_sessions_without_text_hold_nothing_and_empty_pieces_do_not_keep_them_open(tts, live):
+    """A session takes an engine request and an admission slot only once it has something to speak, and only text
+    with something in it moves its idle deadline: whitespace every 0.3 s does not keep it past 1 s."""
+    import time
+
+    sched, admission = tts.engine.scheduler, live.server.config.app.state.cadenza.admission
+    with _connect(live) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "alice", "seed": 1}))
+        ws.recv(timeout=60)
+        started = time.monotonic()
+        try:
+            for _ in range(20):
+                ws.send(json.dumps({"type": "input.text", "text": " "}))
+                assert sched.load == (0, 0) and admission.inflight == 0
+                time.sleep(0.3)
+        except ConnectionClosed:
+            pass
+        events, _, code = _drain(ws)
+    assert code == 1007 and "no text for 1 s" in events[-1]["error"]["message"]
+    assert time.monotonic() - started < 3.0

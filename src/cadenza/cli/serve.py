@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 API_KEY_ENV = "CADENZA_API_KEY"
 VOICES_ENV = "CADENZA_VOICES_DIR"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-WS_MAX_MESSAGE_BYTES = 1 * 2**20  # WebSocket messages carry text pieces and small JSON only
+WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
 
 
 def default_voices_dir() -> Path:
@@ -56,6 +56,17 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
                                                       "~/.local/share/cadenza/voices)")
     p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest voice upload in MiB (default 10)")
+    # Defaults of the two below live in ServerConfig (the server package needs its extra: not imported here).
+    p.add_argument("--max-audio-seconds", type=float, default=None,
+                   help="most audio one request may make; longer inputs are refused with 400 (default 600)")
+    p.add_argument("--max-connections", type=positive_int, default=None,
+                   help="open connections at most; more get 503 (default 1024)")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="HOST",
+                   help="a Host name clients may use (repeatable; '*' for any). Default: any with an API key; "
+                        "without one, loopback names and --host")
+    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web origin (https://app.example.com) whose pages may call the server (repeatable; "
+                        "'*' for any). Default: only the server's own pages")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run_serve)
     return p
@@ -67,6 +78,7 @@ def run_serve(args: argparse.Namespace) -> None:
         import uvicorn
 
         from cadenza.server import ServerConfig, create_app
+        from cadenza.server.protocol import uvicorn_config
     except ImportError as exc:
         raise MissingDependencyError(f"the server needs the 'server' extra ({exc.name} is missing): "
                                      "pip install 'cadenza[server]'") from exc
@@ -74,14 +86,25 @@ def run_serve(args: argparse.Namespace) -> None:
     from cadenza.voices import VoiceStore
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    hosts = args.allowed_host
+    if hosts is None and api_key is None:
+        hosts = list(LOOPBACK) + ([args.host] if args.host not in WILDCARD_ADDRESSES + LOOPBACK else [])
+    audio_s = ServerConfig.max_audio_seconds if args.max_audio_seconds is None else args.max_audio_seconds
     try:
         config = ServerConfig(api_key=api_key, max_concurrency=args.max_concurrency,
-                              max_upload_bytes=int(args.max_upload_mb * 2**20))
+                              max_upload_bytes=int(args.max_upload_mb * 2**20), max_audio_seconds=audio_s,
+                              max_inflight_audio_seconds=max(ServerConfig.max_inflight_audio_seconds, audio_s),
+                              max_connections=args.max_connections or ServerConfig.max_connections,
+                              allowed_hosts=None if hosts is None else tuple(hosts),
+                              allowed_origins=tuple(args.allowed_origin))
     except ValueError as exc:
         raise CadenzaError(f"bad server setting: {exc}") from exc
     if api_key is None and args.host not in LOOPBACK:
         log.warning("listening on %s without an API key: anyone who can reach it can use it (set $%s)",
                     args.host, API_KEY_ENV)
+        if args.allowed_host is None:
+            log.warning("without an API key only the Host names %s are answered: add the names clients use with "
+                        "--allowed-host", ", ".join(config.hosts))
     voices_dir = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
     if args.threads is not None:
         import torch
@@ -94,8 +117,12 @@ def run_serve(args: argparse.Namespace) -> None:
     voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
     print(f"serving {tts.directory} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
     try:
-        uvicorn.run(create_app(tts, voices, config), host=args.host, port=args.port, log_level=args.log_level,
-                    ws_max_size=WS_MAX_MESSAGE_BYTES, timeout_graceful_shutdown=10)
+        server = uvicorn.Server(uvicorn_config(create_app(tts, voices, config), config, host=args.host,
+                                               port=args.port, log_level=args.log_level))
+        try:
+            server.run()
+        except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
+            pass
     finally:
         voices.close()
         tts.close()

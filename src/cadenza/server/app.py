@@ -1,9 +1,10 @@
 """``create_app(tts, voices, config)``: the FastAPI application (OpenAI speech, voices, WebSocket, metrics).
 
 Endpoints: ``POST /v1/audio/speech``, ``WS /v1/audio/speech/stream``, ``POST/GET /v1/audio/voices``,
-``GET/DELETE /v1/audio/voices/{id}``, ``GET /v1/models``, ``GET /metrics`` (all behind the API key when one is
-configured) and ``GET /health`` (open, for load balancers). Two ASGI middlewares wrap everything: a request-body
-limit (413 before a big upload lands in memory) and request counting for ``/metrics``.
+``GET/DELETE /v1/audio/voices/{id}``, ``GET /v1/models``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs``
+(all behind the API key when one is configured) and ``GET /health`` (open, for load balancers). ASGI middlewares
+wrap everything: the ``Host``/``Origin`` check (origin.py), a request-body limit (413 before a big upload lands in
+memory) and request counting for ``/metrics``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,6 +22,7 @@ from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig
 from cadenza.server.errors import APIError, install_error_handlers
 from cadenza.server.metrics import CONTENT_TYPE, Metrics
+from cadenza.server.origin import HostOriginCheck
 from cadenza.server.state import ServerState
 from cadenza.voices import VoiceStore
 
@@ -97,10 +100,22 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
         text = state.metrics.render(active, queued, state.admission.inflight)
         return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
+    @protected.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(request.app.openapi())
+
+    @protected.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=request.app.title)
+
     @public.get("/health")
     async def health(request: Request) -> JSONResponse:
         state: ServerState = request.app.state.cadenza
         active, queued = state.load()
+        if state.model_failure is not None:  # a load balancer should stop sending work here
+            return JSONResponse({"status": "unavailable", "model": state.config.model_name,
+                                 "reason": "the model's files failed at run time (see the server log)"},
+                                status_code=503)
         return JSONResponse({"status": "ok", "model": state.config.model_name, "sample_rate": state.sample_rate,
                              "active": active, "queued": queued, "inflight": state.admission.inflight,
                              "max_active": state.engine_limits.max_active,
@@ -118,7 +133,9 @@ def create_app(tts, voices: VoiceStore, config: ServerConfig | None = None) -> F
     from cadenza import __version__
 
     config = config or ServerConfig()
-    app = FastAPI(title="Cadenza speech server", version=__version__)
+    # FastAPI's own /docs, /redoc and /openapi.json would be open to anyone: ours sit behind the key.
+    app = FastAPI(title="Cadenza speech server", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     state = ServerState(tts, voices, config)
     app.state.cadenza = state
     install_error_handlers(app, config.retry_after_s)
@@ -131,4 +148,5 @@ def create_app(tts, voices: VoiceStore, config: ServerConfig | None = None) -> F
     app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
     app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.add_middleware(CountRequests, metrics=state.metrics)
+    app.add_middleware(HostOriginCheck, hosts=config.hosts, origins=config.allowed_origins)  # outermost: first
     return app

@@ -1,32 +1,58 @@
-"""Server settings (``cadenza serve`` flags map onto these)."""
+"""Server settings (``cadenza serve`` flags map onto these); docs/server.md "Limits and security" lists them all."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+ANY = "*"
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     """Limits and options of the HTTP/WebSocket server.
 
-    ``api_key``: when set, every endpoint but ``/health`` needs ``Authorization: Bearer <key>``.
-    ``max_concurrency``: synthesis requests (HTTP and WebSocket together) in flight at once; more get 429 right away
-    (the engine's own queue limit gives 429 too). ``max_upload_bytes``: one voice upload (the audio file);
-    ``max_prompt_seconds``: its duration. ``max_input_chars``: the ``input`` text (OpenAI's limit is 4096).
-    ``max_segment_tokens``: longer inputs are split at sentence boundaries and spoken segment after segment (the
-    engine takes at most 1000 text tokens per request, and the LM is steadier on shorter ones).
-    ``ws_idle_timeout_s``: a WebSocket session that sends nothing for this long is closed and its request freed.
-    ``prompt_cache_size``: voices whose computed prompt features are kept in memory (the rest are re-read from the
-    voice store's on-disk cache). ``retry_after_s``: the ``Retry-After`` header of 429 answers.
+    Access: ``api_key``: when set, every endpoint but ``/health`` needs ``Authorization: Bearer <key>``.
+    ``allowed_hosts``: ``Host`` header values (without port) the server answers; ``None`` picks a default: any host
+    with a key, loopback names without one (a page on another site cannot then reach an open server through DNS
+    rebinding). ``"*"`` allows any. ``allowed_origins``: browser origins (``https://app.example.com``) allowed to call
+    the server besides its own (same-origin) pages; ``"*"`` allows any.
+
+    Work: ``max_concurrency``: synthesis requests (HTTP and WebSocket together) in flight at once;
+    ``max_inflight_audio_seconds``: the estimated audio of all of them together (admission counts work, not only
+    requests); beyond either, 429 at once. ``max_input_chars``: the ``input`` text as sent (OpenAI's limit is 4096);
+    ``max_normalized_chars``: the text after normalisation (numbers, symbols read out); ``max_audio_seconds``: the
+    audio one request may make (refused up front from an estimate, and cut there if the model runs on).
+    ``max_segment_tokens``: longer inputs are split at sentence boundaries and spoken segment after segment.
+
+    Uploads: ``max_upload_bytes`` (one voice's audio file), ``max_prompt_seconds`` (its duration; decoding stops
+    there, whatever the file's header claims).
+
+    Connections: ``ws_idle_timeout_s``: a WebSocket session whose client sends no text for this long before
+    ``input.done`` is closed (empty pieces do not count); ``ws_max_session_s``: the longest a WebSocket session may
+    last; ``header_timeout_s``: a connection must send its request headers within this time (``cadenza serve``);
+    ``max_connections``: open connections at most (``cadenza serve``; more get 503).
+
+    Other: ``prompt_cache_size``: voices whose computed prompt features are kept in memory; ``retry_after_s``: the
+    ``Retry-After`` header of 429 answers; ``model_name``: what ``/v1/models`` lists.
     """
 
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] = ()
     max_concurrency: int = 16
+    max_inflight_audio_seconds: float = 1800.0
+    max_input_chars: int = 4096
+    max_normalized_chars: int = 8192
+    max_audio_seconds: float = 600.0
+    max_segment_tokens: int = 80
     max_upload_bytes: int = 10 * 2**20
     max_prompt_seconds: float = 30.0
-    max_input_chars: int = 4096
-    max_segment_tokens: int = 80
     ws_idle_timeout_s: float = 60.0
+    ws_max_session_s: float = 900.0
+    header_timeout_s: float = 10.0
+    max_connections: int = 1024
     prompt_cache_size: int = 64
     retry_after_s: int = 1
     model_name: str = "cadenza-cosyvoice2"
@@ -35,13 +61,40 @@ class ServerConfig:
         if self.api_key is not None and (not isinstance(self.api_key, str) or len(self.api_key) < 8
                                          or self.api_key != self.api_key.strip()):
             raise ValueError("api_key must be a string of at least 8 characters without surrounding spaces")
-        for name in ("max_concurrency", "max_upload_bytes", "max_input_chars", "max_segment_tokens",
-                     "prompt_cache_size", "retry_after_s"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if not 0 < self.max_prompt_seconds <= 30.0:
+        for name in ("max_concurrency", "max_upload_bytes", "max_input_chars", "max_normalized_chars",
+                     "max_segment_tokens", "max_connections", "prompt_cache_size", "retry_after_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("max_inflight_audio_seconds", "max_audio_seconds", "max_prompt_seconds", "ws_idle_timeout_s",
+                     "ws_max_session_s", "header_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                         and value > 0):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.max_prompt_seconds > 30.0:
             raise ValueError("max_prompt_seconds must be in (0, 30] (the frontends read at most 30 s of prompt)")
-        if self.ws_idle_timeout_s <= 0:
-            raise ValueError("ws_idle_timeout_s must be positive")
-        if not self.model_name:
+        if self.max_inflight_audio_seconds < self.max_audio_seconds:
+            raise ValueError("max_inflight_audio_seconds must be at least max_audio_seconds (else a request of the "
+                             "allowed size could never be admitted)")
+        if self.max_normalized_chars < self.max_input_chars:
+            raise ValueError("max_normalized_chars must be at least max_input_chars")
+        for name in ("allowed_hosts", "allowed_origins"):
+            value = getattr(self, name)
+            if value is None and name == "allowed_hosts":
+                continue
+            if not isinstance(value, tuple) or not all(isinstance(v, str) and v and v == v.strip() for v in value):
+                raise ValueError(f"{name} must be a tuple of non-empty strings, got {value!r}")
+        if any(o != ANY and (not o.startswith(("http://", "https://")) or o.endswith("/"))
+               for o in self.allowed_origins):
+            raise ValueError("allowed_origins are 'scheme://host[:port]' (no path, no trailing '/') or '*', got "
+                             f"{self.allowed_origins!r}")
+        if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError("model_name must not be empty")
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The allowed ``Host`` names in effect (lower case)."""
+        if self.allowed_hosts is None:
+            return (ANY,) if self.api_key is not None else LOOPBACK_HOSTS
+        return tuple(h.lower().strip("[]") for h in self.allowed_hosts)

@@ -23,34 +23,58 @@ from cadenza.server.errors import busy_error
 
 
 class Admission:
-    """At most ``limit`` synthesis requests in flight; beyond that, 429 at once (no waiting room to fill up)."""
+    """At most ``limit`` synthesis requests and ``max_work`` estimated audio seconds in flight; beyond either, 429
+    at once (no waiting room to fill up).
 
-    def __init__(self, limit: int, retry_after_s: int) -> None:
-        self.limit, self.retry_after_s = limit, retry_after_s
+    Counting work as well as requests keeps one request that asks for ten minutes of audio from weighing the same as
+    one that asks for a word. A request is admitted with a small cost first (its text is not planned yet) and
+    ``Slot.grow`` adds the rest once it is known.
+    """
+
+    def __init__(self, limit: int, retry_after_s: int, max_work: float = float("inf")) -> None:
+        self.limit, self.retry_after_s, self.max_work = limit, retry_after_s, max_work
         self._lock = threading.Lock()
         self.inflight = 0
+        self.work = 0.0
 
-    def acquire(self) -> Slot:
+    def _busy(self, why: str):
+        return busy_error(f"the server is busy: {why}; retry in a moment", self.retry_after_s)
+
+    def acquire(self, cost: float = 0.0) -> Slot:
         with self._lock:
             if self.inflight >= self.limit:
-                raise busy_error(f"the server is busy: {self.inflight} requests in flight (limit {self.limit}); "
-                                 "retry in a moment", self.retry_after_s)
+                raise self._busy(f"{self.inflight} requests in flight (limit {self.limit})")
+            self._take(cost)
             self.inflight += 1
-        return Slot(self)
+        return Slot(self, cost)
 
-    def _release(self) -> None:
+    def _take(self, cost: float) -> None:
+        if cost > 0 and self.work + cost > self.max_work:
+            raise self._busy(f"{self.work:.0f} s of audio in the making (limit {self.max_work:.0f} s)")
+        self.work += cost
+
+    def _release(self, cost: float) -> None:
         with self._lock:
             self.inflight -= 1
+            self.work = max(0.0, self.work - cost)
 
 
 class Slot:
-    def __init__(self, admission: Admission) -> None:
-        self._admission, self._held = admission, True
+    def __init__(self, admission: Admission, cost: float = 0.0) -> None:
+        self._admission, self._held, self.cost = admission, True, cost
+
+    def grow(self, extra: float) -> None:
+        """Count ``extra`` more seconds of work; 429 (``APIError``) if that goes over the limit."""
+        if extra <= 0 or not self._held:
+            return
+        with self._admission._lock:
+            self._admission._take(extra)
+            self.cost += extra
 
     def release(self) -> None:  # idempotent: every exit path may call it
         if self._held:
             self._held = False
-            self._admission._release()
+            self._admission._release(self.cost)
 
 
 class EngineStream:
@@ -58,11 +82,13 @@ class EngineStream:
 
     ``requests`` are submitted lazily, one after the other. ``stream=False`` uses the engine's whole-utterance
     path (needed for ``speed != 1``). ``handle`` instead of ``requests``: a bi-streaming request already submitted.
+    ``max_samples``: the stream ends there (the engine request is cancelled and ``truncated`` set): the server's
+    bound on the audio of one request, should the model run on past what its text needed.
     """
 
     def __init__(self, submit: Callable[[SynthesisRequest, bool], StreamHandle], requests: list[SynthesisRequest],
                  stream: bool = True, limiter: anyio.CapacityLimiter | None = None,
-                 handle: StreamHandle | None = None) -> None:
+                 handle: StreamHandle | None = None, max_samples: int | None = None) -> None:
         self._submit, self._pending, self._stream = submit, list(requests), stream
         self._limiter = limiter
         self._lock = threading.Lock()
@@ -71,6 +97,8 @@ class EngineStream:
         self.cancelled = False
         self.started = time.perf_counter()
         self.samples = 0
+        self.max_samples = max_samples
+        self.truncated = False
 
     def next_blocking(self) -> np.ndarray | None:
         """The next chunk, or ``None`` at the end (or after ``cancel``). Raises the engine's errors."""
@@ -97,6 +125,12 @@ class EngineStream:
             except BaseException:
                 raise
             if chunk.size:
+                if self.max_samples is not None and self.samples + chunk.size > self.max_samples:
+                    chunk = chunk[: self.max_samples - self.samples]
+                    self.truncated = True
+                    self.cancel()
+                    if not chunk.size:
+                        return None
                 self.samples += chunk.size
                 return chunk
 

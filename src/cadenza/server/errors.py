@@ -1,7 +1,7 @@
 """OpenAI-style error answers: ``{"error": {"message", "type", "param", "code"}}`` with the right HTTP status.
 
 Every failure path of the server ends here: our own ``APIError``, Cadenza's errors (bad text, audio, voice: 400;
-a full engine queue: 429 with ``Retry-After``), FastAPI's validation errors (422 turned into 400, as OpenAI
+a full engine queue: 429 with ``Retry-After``; broken model files: 503 with the detail only in the log), FastAPI's validation errors (422 turned into 400, as OpenAI
 answers), Starlette's HTTP errors (404, 405, 413) and, last, unexpected exceptions (500, details only in the log).
 """
 
@@ -17,7 +17,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cadenza.errors import (
     AudioError,
     CadenzaError,
+    CheckpointError,
     EngineBusyError,
+    MissingDependencyError,
     RequestCancelledError,
     TextError,
     UnknownSpeakerError,
@@ -55,6 +57,12 @@ def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None
         return exc
     if isinstance(exc, EngineBusyError):
         return busy_error(f"the server is busy ({exc}); retry in a moment", retry_after_s)
+    if isinstance(exc, (CheckpointError, MissingDependencyError)):
+        # The server's model files or installation, never the client's input: a generic answer, the detail (with
+        # paths) only in the log.
+        log.error("model failure: %s", exc)
+        return APIError(503, "the model cannot run on this server right now (see the server log)",
+                        type="server_error", code="model_unavailable")
     if isinstance(exc, RequestCancelledError):
         return APIError(503, f"the request was cancelled: {exc}", type="server_error", code="cancelled")
     if isinstance(exc, UnknownSpeakerError):

@@ -22,14 +22,17 @@ from typing import Literal
 
 import anyio
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from cadenza.errors import TextError
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
-from cadenza.server.errors import APIError, from_exception
+from cadenza.server.errors import APIError
+from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, require_json, voice_ref
 from cadenza.server.state import ServerState
+from cadenza.text.duration import estimate_speech_seconds
 
 log = logging.getLogger(__name__)
 ENDPOINT = "/v1/audio/speech"
@@ -38,18 +41,19 @@ MIN_SPEED, MAX_SPEED = 0.5, 2.0
 router = APIRouter()
 
 
-class VoiceId(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str = Field(min_length=1, max_length=128)
+__all__ = ["SpeechRequest", "VoiceId", "router"]
+
+# Admission's first, provisional cost of a request whose text is not planned yet (seconds of audio).
+PLANNING_COST_S = 1.0
 
 
 class SpeechRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    model: str = Field(min_length=1, max_length=256)
-    input: str = Field(min_length=1)
-    voice: str | VoiceId = Field(union_mode="left_to_right")
-    instructions: str | None = Field(default=None, max_length=4096)
+    model: Text = Field(min_length=1, max_length=256)
+    input: Text = Field(min_length=1)
+    voice: VoiceRef
+    instructions: Text | None = Field(default=None, max_length=4096)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"
@@ -57,19 +61,36 @@ class SpeechRequest(BaseModel):
     stream: bool = True
 
 
-def _plan(state: ServerState, body: SpeechRequest, seed: int) -> tuple[list, int]:
-    """(engine requests, text token count). Blocking: resolves the voice (may compute its features)."""
-    ref = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-    voice = state.prompts.resolve(ref)
-    frontend = state.tts.engine.frontend
+def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
+    """Seconds of audio the normalised ``segments`` should make; a 400 naming ``param`` when the text or that
+    estimate is over the server's limits (before any synthesis work)."""
+    cfg = state.config
+    n_chars = sum(len(s) for s in segments)
+    if n_chars > cfg.max_normalized_chars:
+        raise APIError(400, f"{param} reads out to {n_chars} characters (numbers and symbols spelled out); the limit "
+                       f"is {cfg.max_normalized_chars}", param=param, code="string_above_max_length")
+    seconds = sum(estimate_speech_seconds(s) for s in segments)
+    if seconds > cfg.max_audio_seconds:
+        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio; one request may make at most "
+                       f"{cfg.max_audio_seconds:g} s: split it into several requests", param=param,
+                       code="audio_above_max_duration")
+    return seconds
+
+
+def _plan(state: ServerState, body: SpeechRequest, seed: int) -> tuple[list, int, float]:
+    """(engine requests, text token count, estimated audio seconds). Blocking: normalises and tokenizes the text,
+    resolves the voice (may compute its features) -- in this order, so text over the limits costs no voice work."""
     segments = state.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
+    seconds = bound_text(state, segments)
+    voice = state.prompts.resolve(voice_ref(body.voice), reveal_names=False)
+    frontend = state.tts.engine.frontend
     instructions = body.instructions if body.instructions and body.instructions.strip() else None
     requests, n_text = [], 0
     for i, segment in enumerate(segments):
         ids = frontend.text_ids(segment)
         n_text += ids.shape[1]
         requests.append(state.prompts.build(ids, voice, instructions, seed=seed + i, speed=body.speed))
-    return requests, n_text
+    return requests, n_text, seconds
 
 
 async def wait_for_disconnect(request: Request) -> None:
@@ -89,22 +110,27 @@ def _check(body: SpeechRequest, state: ServerState) -> None:
                        "change the pitch)", param="speed", code="unsupported_value")
 
 
-@router.post(ENDPOINT)
+@router.post(ENDPOINT, dependencies=[Depends(require_json)])
 async def create_speech(body: SpeechRequest, request: Request) -> Response:
     state: ServerState = request.app.state.cadenza
     started = time.perf_counter()
     _check(body, state)
     seed = body.seed if body.seed is not None else secrets.randbits(62)
-    slot = state.admission.acquire()
+    slot = state.admission.acquire(PLANNING_COST_S)
     stream: EngineStream | None = None
     try:
         try:
-            requests, n_text = await anyio.to_thread.run_sync(_plan, state, body, seed, limiter=state.limiter)
+            requests, n_text, seconds = await anyio.to_thread.run_sync(_plan, state, body, seed,
+                                                                       limiter=state.limiter)
+        except APIError:
+            raise
         except Exception as exc:
-            param = "instructions" if "instruct" in str(exc) else None
-            raise from_exception(exc, state.config.retry_after_s, param=param) from exc
+            param = "instructions" if "instruct" in str(exc) else ("input" if isinstance(exc, TextError) else None)
+            raise state.error(exc, param=param) from exc
+        slot.grow(seconds - PLANNING_COST_S)
         engine_streaming = body.stream and body.speed == 1.0
-        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter)
+        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter,
+                              max_samples=int(state.config.max_audio_seconds * state.sample_rate))
         sr = state.sample_rate
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:
@@ -121,7 +147,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         try:  # the first chunk before the headers: errors before any audio still get a proper status
             first = await stream.map(step)
         except Exception as exc:
-            raise from_exception(exc, state.config.retry_after_s) from exc
+            raise state.error(exc) from exc
         state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
     except BaseException:
         if stream is not None:
@@ -205,7 +231,7 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
             try:
                 data, done = await stream.map(step)
             except Exception as exc:
-                yield _event({"type": "error", **from_exception(exc, state.config.retry_after_s).body()})
+                yield _event({"type": "error", **state.error(exc).body()})
                 completed = True
                 return
         n_out = stream.samples // state.tts.engine.token2wav.hop
@@ -240,7 +266,7 @@ async def _whole(state: ServerState, body: SpeechRequest, stream: EngineStream, 
             tg.start_soon(collect)
             tg.start_soon(watch)
     except Exception as exc:
-        raise from_exception(getattr(exc, "exceptions", [exc])[0], state.config.retry_after_s) from exc
+        raise state.error(getattr(exc, "exceptions", [exc])[0]) from exc
     if disconnected:
         stream.cancel()
         state.metrics.count_disconnect()

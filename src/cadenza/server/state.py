@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from cadenza.errors import CheckpointError, MissingDependencyError
 from cadenza.server.config import ServerConfig
 from cadenza.server.engine_stream import Admission
+from cadenza.server.errors import APIError, from_exception
 from cadenza.server.metrics import Metrics
 from cadenza.voices import VoiceStore
 from cadenza.voices.prompts import VoicePrompts
@@ -22,6 +24,7 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     prompts: VoicePrompts = field(init=False)
     admission: Admission = field(init=False)
+    model_failure: str | None = field(default=None, init=False)  # why /health says the model cannot run
     _limiter: anyio.CapacityLimiter | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -30,7 +33,14 @@ class ServerState:
         # One feature cache per store: share the API's when the server serves the same store.
         self.prompts = (shared if shared is not None and getattr(self.tts, "voices", None) is self.voices
                         else VoicePrompts(self.tts, self.voices, self.config.prompt_cache_size))
-        self.admission = Admission(self.config.max_concurrency, self.config.retry_after_s)
+        self.admission = Admission(self.config.max_concurrency, self.config.retry_after_s,
+                                   max_work=self.config.max_inflight_audio_seconds)
+
+    def error(self, exc: BaseException, param: str | None = None) -> APIError:
+        """The client's answer for ``exc``; a failure of the model's files also turns ``/health`` to 503."""
+        if isinstance(exc, (CheckpointError, MissingDependencyError)):
+            self.model_failure = type(exc).__name__
+        return from_exception(exc, self.config.retry_after_s, param=param)
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:

@@ -3,8 +3,8 @@
 Creating a voice takes a multipart form: ``audio`` (the recording; ``audio_sample`` is accepted too), ``name``,
 ``consent`` (the speaker's consent statement, required, stored verbatim with the time) and ``transcript``
 (optional: without it the voice is used cross-lingually). The recording is validated (size, duration, silence),
-stored, and its prompt features are computed right away with this model -- so a voice the model cannot use (e.g. a
-transcript with nothing to speak) is refused at creation, not at its first use.
+its prompt features are computed with this model, and only then is it saved (one transaction) -- so a voice the
+model cannot use (e.g. a transcript with nothing to speak) is refused at creation and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
 from cadenza.server.encoding import decode_with_av
-from cadenza.server.errors import APIError, from_exception
+from cadenza.server.errors import APIError
 from cadenza.server.state import ServerState
 from cadenza.voices import VoiceRecord
 from cadenza.voices.validation import decode_prompt
@@ -32,8 +32,9 @@ def _public(record: VoiceRecord) -> dict:
 
 
 def _add(state: ServerState, name: str, data: bytes, transcript: str | None, consent: str) -> VoiceRecord:
-    """Blocking: decode, validate, store, compute the prompt features (undoing the store if that fails)."""
+    """Blocking: check the fields, decode (bounded), compute the prompt features, then save in one transaction."""
     cfg = state.config
+    state.voices.check_new(name, transcript, consent)  # the cheap refusals before any decoding
     try:
         wav, sr = decode_prompt(data, cfg.max_upload_bytes, max_seconds=cfg.max_prompt_seconds)
     except AudioError as exc:
@@ -41,14 +42,7 @@ def _add(state: ServerState, name: str, data: bytes, transcript: str | None, con
             raise
         samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
         wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
-    record = state.voices.add(name, (wav.numpy(), sr), transcript, consent)
-    try:
-        state.prompts.prompt(record)
-    except BaseException:
-        state.voices.delete(record.id)
-        state.prompts.forget(record.id)
-        raise
-    return record
+    return state.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds)
 
 
 def _param_of(exc: Exception) -> str | None:
@@ -77,9 +71,9 @@ def _text_field(form, name: str, required: bool) -> str | None:
 async def create_voice(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
     content_type = request.headers.get("content-type", "")
-    if not content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        raise APIError(400, "send the voice as multipart/form-data with fields audio, name, consent and optional "
-                       "transcript", code="invalid_content_type")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise APIError(415, "send the voice as multipart/form-data with fields audio, name, consent and optional "
+                       "transcript", code="unsupported_media_type")
     try:
         form = await request.form(max_files=1, max_fields=8)
     except APIError:
@@ -107,7 +101,7 @@ async def create_voice(request: Request) -> JSONResponse:
             record = await anyio.to_thread.run_sync(_add, state, name, data, transcript, consent,
                                                     limiter=state.limiter)
         except Exception as exc:
-            raise from_exception(exc, state.config.retry_after_s, param=_param_of(exc)) from exc
+            raise state.error(exc, param=_param_of(exc)) from exc
     finally:
         await form.close()
     return JSONResponse(_public(record), status_code=201)

@@ -12,8 +12,9 @@ Protocol (JSON text messages, audio as binary messages), one utterance per conne
 Errors: ``{"type": "error", "error": {"message", "type", "param", "code"}}``, then the server closes (1007 bad
 message, 1008 not authorised, 1011 server error, 1013 busy). The text pieces are tokenized as they arrive and fed
 to the engine's bi-streaming LM (``engine.build_bistream`` + ``stream_bistream``), so audio starts before the text
-ends. A client that disconnects, or sends nothing for ``ws_idle_timeout_s`` before ``input.done``, cancels the
-request and frees its engine state.
+ends. The engine request (and an admission slot) is taken only when the text so far has something to speak, and
+only text with something in it moves the idle deadline (``ws_idle_timeout_s``); a session lasts at most
+``ws_max_session_s``. A client that disconnects or times out cancels the request and frees its engine state.
 """
 
 from __future__ import annotations
@@ -28,17 +29,18 @@ import anyio
 import torch
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.errors import InputError, TextError
-from cadenza.models.cosyvoice2.frontend import check_speakable
+from cadenza.models.cosyvoice2.frontend import check_speakable, is_speakable
 from cadenza.server.auth import authorized
 from cadenza.server.encoding import pcm16
-from cadenza.server.engine_stream import EngineStream
-from cadenza.server.errors import APIError, from_exception
-from cadenza.server.openai_speech import VoiceId
+from cadenza.server.engine_stream import EngineStream, Slot
+from cadenza.server.errors import APIError
+from cadenza.server.fields import STRICT, Text, VoiceRef, unicode_text, voice_ref
 from cadenza.server.state import ServerState
+from cadenza.text.duration import estimate_speech_seconds
 
 log = logging.getLogger(__name__)
 WS_PATH = "/v1/audio/speech/stream"
@@ -48,12 +50,12 @@ router = APIRouter()
 
 
 class SessionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["session.config"]
-    voice: str | VoiceId = Field(union_mode="left_to_right")
-    instructions: str | None = Field(default=None, max_length=4096)
+    voice: VoiceRef
+    instructions: Text | None = Field(default=None, max_length=4096)
     seed: int | None = Field(default=None, ge=0, lt=2**62)
-    model: str | None = Field(default=None, max_length=256)
+    model: Text | None = Field(default=None, max_length=256)
     response_format: Literal["pcm"] = "pcm"
 
 
@@ -78,8 +80,8 @@ def _close_code(error: APIError, exc: BaseException | None = None) -> int:
     return CLOSE_BAD_DATA
 
 
-async def _receive_json(ws: WebSocket, timeout: float | None) -> dict:
-    with anyio.fail_after(timeout):  # None: no deadline
+async def _receive_json(ws: WebSocket, timeout: float) -> dict:
+    with anyio.fail_after(timeout):
         message = await ws.receive()
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
@@ -118,7 +120,7 @@ async def speech_stream(ws: WebSocket) -> None:
         code = 1001
         state.metrics.count_disconnect()
     except Exception as exc:  # noqa: BLE001 - never let a session take the server down
-        error = from_exception(exc, state.config.retry_after_s)
+        error = state.error(exc)
         code = _close_code(error, exc)
         await _send_error(ws, error)
     state.metrics.count_request(WS_PATH, code)
@@ -146,7 +148,11 @@ async def _send_error(ws: WebSocket, error: APIError) -> None:
 
 async def _session(ws: WebSocket, state: ServerState) -> None:
     cfg = state.config
-    data = await _receive_json(ws, cfg.ws_idle_timeout_s)
+    deadlines = _Deadlines(cfg.ws_idle_timeout_s, cfg.ws_max_session_s)
+    try:
+        data = await _receive_json(ws, deadlines.timeout())
+    except TimeoutError:
+        raise _bad(f"no session.config within {cfg.ws_idle_timeout_s:g} s: session closed") from None
     try:
         config = SessionConfig.model_validate(data)
     except ValidationError as exc:
@@ -155,45 +161,133 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         raise _bad(f"the first message must be a valid session.config: {param}: {first.get('msg')}", param) from exc
     seed = config.seed if config.seed is not None else secrets.randbits(62)
     instructions = config.instructions if config.instructions and config.instructions.strip() else None
-    ref = config.voice.id if isinstance(config.voice, VoiceId) else config.voice
     try:
-        slot = state.admission.acquire()
-    except APIError as exc:
-        raise _Close(CLOSE_BUSY, exc) from exc
-    stream: EngineStream | None = None
+        ref = voice_ref(config.voice)
+        # Only that the voice exists: no slot, no feature work until there is text to speak.
+        await anyio.to_thread.run_sync(state.prompts.lookup, ref, limiter=state.limiter)
+    except Exception as exc:
+        error = state.error(exc, param="voice")
+        raise _Close(_close_code(error, exc), error) from exc
+    await _send(ws.send_json({"type": "audio.start", "sample_rate": state.sample_rate, "format": "pcm_s16le",
+                              "seed": seed}))
+    synthesis = _Synthesis(state, ref, instructions, seed)
     try:
+        await _run(ws, state, synthesis, deadlines)
+    finally:
+        synthesis.close()
+
+
+class _Deadlines:
+    """The idle deadline (moved only by text with something in it) and the whole session's."""
+
+    def __init__(self, idle_s: float, session_s: float) -> None:
+        now = time.monotonic()
+        self.idle_s, self.session_s = idle_s, session_s
+        self.idle_at, self.session_at = now + idle_s, now + session_s
+
+    def text_arrived(self) -> None:
+        self.idle_at = time.monotonic() + self.idle_s
+
+    def timeout(self, idle: bool = True) -> float:
+        return max(0.0, (min(self.idle_at, self.session_at) if idle else self.session_at) - time.monotonic())
+
+    def expired(self) -> _Close:
+        if time.monotonic() >= self.session_at - 0.05:
+            return _bad(f"the session lasted {self.session_s:g} s, the longest allowed: session closed")
+        return _bad(f"no text for {self.idle_s:g} s before input.done: session closed")
+
+
+class _Synthesis:
+    """The engine side of a session, started only once there is text to speak (then it holds an admission slot).
+
+    Until then a session costs nothing but its connection: a client that sends only its config, or empty pieces,
+    cannot pin engine slots.
+    """
+
+    def __init__(self, state: ServerState, ref: str, instructions: str | None, seed: int) -> None:
+        self.state, self.ref, self.instructions, self.seed = state, ref, instructions, seed
+        self.slot: Slot | None = None
+        self.handle = None
+        self.stream: EngineStream | None = None
+        self.started = anyio.Event()
+        self.seconds = 0.0  # estimated audio of the text so far
+
+    async def start(self, seconds: float) -> None:
+        state = self.state
+        try:
+            self.slot = state.admission.acquire(seconds)
+        except APIError as exc:
+            raise _Close(CLOSE_BUSY, exc) from exc
+        self.seconds = seconds
+
         def start():
-            voice = state.prompts.resolve(ref)
-            request = state.prompts.build_bistream(voice, instructions, seed)
+            voice = state.prompts.resolve(self.ref, reveal_names=False)
+            request = state.prompts.build_bistream(voice, self.instructions, self.seed)
             return state.tts.engine.stream_bistream(request)
 
         try:
-            handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
+            self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
         except Exception as exc:
-            error = from_exception(exc, cfg.retry_after_s)
+            error = state.error(exc, param="voice")
             raise _Close(_close_code(error, exc), error) from exc
-        stream = EngineStream(state.submit, [], limiter=state.limiter, handle=handle)
-        await _send(ws.send_json({"type": "audio.start", "sample_rate": state.sample_rate, "format": "pcm_s16le",
-                                  "seed": seed}))
-        await _run(ws, state, handle, stream)
-    finally:
-        if stream is not None:
-            stream.cancel()
-        slot.release()
+        self.stream = EngineStream(state.submit, [], limiter=state.limiter, handle=self.handle,
+                                   max_samples=int(state.config.max_audio_seconds * state.sample_rate))
+        self.started.set()
+
+    def grow(self, seconds: float) -> None:
+        """Count more estimated audio against admission (429-like close when the server has no room)."""
+        try:
+            self.slot.grow(seconds - self.seconds)
+        except APIError as exc:
+            raise _Close(CLOSE_BUSY, exc) from exc
+        self.seconds = max(self.seconds, seconds)
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.cancel()
+        elif self.handle is not None:
+            self.handle.cancel()
+        if self.slot is not None:
+            self.slot.release()
 
 
-async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) -> None:
+async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlines: _Deadlines) -> None:
     cfg = state.config
     encoder = state.tts.engine.frontend.text_stream_encoder()
     times: dict[str, float] = {}
     outcome: list[BaseException] = []
+    pending: list[int] = []  # text ids made before the engine started
+
+    def feed(ids: list[int]) -> None:
+        if not ids:
+            return
+        if synthesis.handle is None:
+            pending.extend(ids)
+        else:
+            synthesis.handle.feed_text(torch.tensor([ids], dtype=torch.long))
+
+    async def begin(text: str) -> None:
+        seconds = estimate_speech_seconds(text)
+        if seconds > cfg.max_audio_seconds:
+            raise _Close(CLOSE_BAD_DATA, APIError(
+                400, f"the text would make about {seconds:.0f} s of audio; one session may make at most "
+                f"{cfg.max_audio_seconds:g} s", param="text", code="audio_above_max_duration"))
+        if synthesis.handle is None:
+            await synthesis.start(max(seconds, 1.0))
+            ids, pending[:] = list(pending), []
+            feed(ids)
+        else:
+            synthesis.grow(seconds)
 
     async def receive() -> None:
         chars = 0
         done = False
         received: list[str] = []
         while True:
-            data = await _receive_json(ws, None if done else cfg.ws_idle_timeout_s)
+            try:
+                data = await _receive_json(ws, deadlines.timeout(idle=not done))
+            except TimeoutError:
+                raise deadlines.expired() from None
             kind = data["type"]
             if done:
                 raise _bad(f"no messages are expected after input.done (got {kind!r})")
@@ -201,14 +295,22 @@ async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) 
                 text = data.get("text")
                 if not isinstance(text, str):
                     raise _bad("input.text needs a string 'text'", "text")
+                try:
+                    unicode_text(text)
+                except ValueError as exc:
+                    raise _bad(f"text: {exc}", "text") from exc
                 chars += len(text)
                 if chars > cfg.max_input_chars:
                     raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
                 received.append(text)
+                if not text.strip():
+                    continue  # whitespace keeps word boundaries, but neither starts work nor moves the deadline
+                deadlines.text_arrived()
                 times.setdefault("first_text", time.perf_counter())
-                ids = encoder.feed(text)
-                if ids:
-                    handle.feed_text(torch.tensor([ids], dtype=torch.long))
+                feed(encoder.feed(text))
+                so_far = "".join(received)
+                if synthesis.handle is not None or is_speakable(so_far):
+                    await begin(so_far)
             elif kind == "input.done":
                 # Nothing speakable at all is the client's error (and the engine's bi-streaming LM would wait
                 # forever for a first text token).
@@ -217,15 +319,17 @@ async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) 
                 except TextError as exc:
                     raise _bad(f"nothing to speak before input.done: {exc}", "text") from exc
                 times.setdefault("first_text", time.perf_counter())
-                ids = encoder.flush()
-                if ids:
-                    handle.feed_text(torch.tensor([ids], dtype=torch.long))
-                handle.end_text()
+                feed(encoder.flush())
+                if synthesis.handle is None:
+                    await begin("".join(received))
+                synthesis.handle.end_text()
                 done = True
             else:
                 raise _bad(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
 
     async def send() -> None:
+        await synthesis.started.wait()
+        stream = synthesis.stream
         while (chunk := await stream.next()) is not None:
             if "first_chunk" not in times:
                 times["first_chunk"] = time.perf_counter()
@@ -247,10 +351,9 @@ async def _run(ws: WebSocket, state: ServerState, handle, stream: EngineStream) 
         tg.start_soon(guarded, receive, tg)
         tg.start_soon(guarded, send, tg)
     result = outcome[0] if outcome else StopAsyncIteration()
-    if isinstance(result, TimeoutError):
-        raise _bad(f"no message for {cfg.ws_idle_timeout_s:g} s before input.done: session closed")
     if not isinstance(result, StopAsyncIteration):
         raise result
+    stream = synthesis.stream
     audio_s = stream.samples / state.sample_rate
     start = times.get("first_text", stream.started)
     first = times["first_chunk"] - start if "first_chunk" in times else None

@@ -14,6 +14,7 @@ always brings along).
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.errors import UnknownSpeakerError
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, entry_to_prompt
 from cadenza.voices import VoiceRecord, VoiceStore, cosyvoice2_frontend_files, prompt_cache_key
+from cadenza.voices.store import stored_samples
+from cadenza.voices.validation import PromptInput, decode_prompt
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,21 +49,52 @@ class VoicePrompts:
         self._lock = threading.Lock()
 
     # -- voices --------------------------------------------------------------------------------------------------
-    def resolve(self, ref: str) -> Voice:
-        """Blocking (may compute features): call it off the event loop. Raises ``UnknownSpeakerError``."""
+    def lookup(self, ref: str, reveal_names: bool = False) -> VoiceRecord | str:
+        """The store's record for ``ref``, else the name of a ``spk2info.pt`` speaker; no feature work. Raises
+        ``UnknownSpeakerError``; its message lists the saved voices only with ``reveal_names`` (the Python API's
+        user owns them all; a server's clients must not learn each other's voice names)."""
         try:
-            record = self.store.get(ref)
+            return self.store.get(ref)
         except UnknownSpeakerError:
             speakers = self.tts.engine.speakers
             if isinstance(ref, str) and ref in speakers:
-                return Voice(speakers.get(ref), ref, "speaker")
-            saved = [r.name for r in self.store.list()[:20]] + speakers.ids()[:20]
+                return ref
+            if reveal_names:
+                saved = [r.name for r in self.store.list()[:20]] + speakers.ids()[:20]
+                hint = f" (available: {', '.join(saved) or 'none yet'})"
+            else:
+                hint = f"; the model's own speakers: {', '.join(speakers.ids()[:20])}" if speakers.ids() else ""
             raise UnknownSpeakerError(
-                f"unknown voice {str(ref)[:80]!r}: create one with POST /v1/audio/voices "
-                f"(available: {', '.join(saved) or 'none yet'})"
+                f"unknown voice {str(ref)[:80]!r}: create one with POST /v1/audio/voices{hint}"
             ) from None
-        prompt = self.prompt(record)
-        return Voice(prompt, record.id, "zero_shot" if record.transcript is not None else "cross_lingual")
+
+    def resolve(self, ref: str, reveal_names: bool = True) -> Voice:
+        """Blocking (may compute features): call it off the event loop. Raises ``UnknownSpeakerError``."""
+        found = self.lookup(ref, reveal_names)
+        if isinstance(found, str):
+            return Voice(self.tts.engine.speakers.get(found), found, "speaker")
+        prompt = self.prompt(found)
+        return Voice(prompt, found.id, "zero_shot" if found.transcript is not None else "cross_lingual")
+
+    def create(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
+               max_seconds: float | None = None) -> VoiceRecord:
+        """Validate, compute the prompt features, then save the voice in one transaction (and cache the features).
+
+        Nothing is written unless the model can use the voice (a transcript with nothing to speak, audio the model
+        refuses): a crash or an error at any point leaves no voice behind that the caller was not told about.
+        """
+        max_seconds = self.store.max_seconds if max_seconds is None else max_seconds
+        name, transcript, consent = self.store.check_new(name, transcript, consent)
+        wav, sr = decode_prompt(audio, self.store.max_audio_bytes, max_seconds=max_seconds)
+        # The features of exactly what the store will give back (16-bit), as a later recomputation would make them.
+        prompt = self.tts.voice_from_audio((stored_samples(wav).numpy(), sr), transcript)
+        record = self.store.add(name, (wav.numpy(), sr), transcript, consent)
+        try:
+            self.store.cache_prompt(record.id, self.model_key, prompt.to_entry())
+        except (OSError, UnknownSpeakerError) as exc:  # the voice is usable: its features are recomputed on use
+            log.warning("voice %s saved, but its prompt features were not cached: %s", record.id, exc)
+        self._remember(record.id, prompt)
+        return record
 
     def prompt(self, record: VoiceRecord) -> SpeakerPrompt:
         with self._lock:

@@ -55,11 +55,14 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "voices.sqlite3"
 CACHE_DIR = "cache"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# name_key (schema 2): the name case-folded, so that names differing only in case are one name in every script
+# (SQLite's NOCASE folds ASCII only: 'Élodie' and 'élodie' were two voices in schema 1).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
     id          TEXT PRIMARY KEY,
     name        TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    name_key    TEXT UNIQUE,
     transcript  TEXT,
     consent     TEXT NOT NULL,
     consent_at  REAL NOT NULL,
@@ -70,6 +73,17 @@ CREATE TABLE IF NOT EXISTS voices (
 )
 """
 _COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples"
+
+
+def name_key(name: str) -> str:
+    """What makes two voice names the same name: Unicode NFC, then full case folding (``'Straße'`` = ``'STRASSE'``)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+def stored_samples(wav: torch.Tensor) -> torch.Tensor:
+    """``wav`` as the store gives it back (written as 16-bit PCM with 32767 scaling, read by libsndfile as
+    int / 32768): features computed from this are the ones a later recomputation from the stored audio gives."""
+    return torch.round(wav.clamp(-1.0, 1.0) * 32767.0) / 32768.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,8 @@ class VoiceStore:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]
                 if version > SCHEMA_VERSION:
                     raise InputError(f"{self.directory / DB_NAME} was written by a newer Cadenza (schema {version})")
+                if 0 < version < 2:
+                    self._add_name_keys()
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- plumbing ------------------------------------------------------------------------------------------------
@@ -138,6 +154,22 @@ class VoiceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _add_name_keys(self) -> None:
+        """Schema 1 -> 2: fill ``name_key``. Old names that fold to the same key keep working by their exact name
+        (the later ones get no key) and are logged, since they can no longer both be looked up case-insensitively."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(voices)")]
+        if "name_key" not in columns:
+            self._db.execute("ALTER TABLE voices ADD COLUMN name_key TEXT")
+            self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS voices_name_key ON voices (name_key)")
+        seen: set[str] = set()
+        for voice_id, name in self._db.execute("SELECT id, name FROM voices ORDER BY created_at, id").fetchall():
+            key = name_key(name)
+            if key in seen:
+                log.warning("voice %s: its name %r differs from an older voice's only in case", voice_id, name)
+                continue
+            seen.add(key)
+            self._db.execute("UPDATE voices SET name_key = ? WHERE id = ?", (key, voice_id))
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
@@ -154,12 +186,24 @@ class VoiceStore:
         self.close()
 
     # -- voices --------------------------------------------------------------------------------------------------
-    def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str) -> VoiceRecord:
-        """Validate and save a voice. ``audio``: encoded file bytes (any format libsndfile reads) or
-        ``(samples, sample_rate)``. Raises ``InputError`` (bad name, name taken, no consent) or ``AudioError``."""
+    def check_new(self, name: str, transcript: str | None, consent: str) -> tuple[str, str | None, str]:
+        """Validated (name, transcript, consent) for a new voice; ``InputError`` if any is invalid or the name is
+        taken (``add`` checks again inside its transaction: this is the early, cheap answer)."""
         name = validate_voice_name(name)
         transcript = validate_transcript(transcript)
         consent = validate_consent(consent)
+        if self._query("SELECT 1 FROM voices WHERE name_key = ? OR name = ?", (name_key(name), name)):
+            raise self._taken(name)
+        return name, transcript, consent
+
+    @staticmethod
+    def _taken(name: str) -> InputError:
+        return InputError(f"a voice named {name!r} already exists (names are case-insensitive)")
+
+    def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str) -> VoiceRecord:
+        """Validate and save a voice (one transaction). ``audio``: encoded file bytes (any format libsndfile reads)
+        or ``(samples, sample_rate)``. Raises ``InputError`` (bad name, name taken, no consent) or ``AudioError``."""
+        name, transcript, consent = self.check_new(name, transcript, consent)
         wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
         blob = wav_bytes(wav, sr)
         now = time.time()
@@ -168,12 +212,12 @@ class VoiceStore:
         try:
             with self._write():
                 self._db.execute(
-                    f"INSERT INTO voices ({_COLUMNS}, audio) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, blob),
+                    f"INSERT INTO voices ({_COLUMNS}, name_key, audio) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, name_key(name), blob),
                 )
         except sqlite3.IntegrityError as exc:
             if "name" in str(exc):
-                raise InputError(f"a voice named {name!r} already exists (names are case-insensitive)") from exc
+                raise self._taken(name) from exc
             raise
         return record
 
@@ -185,9 +229,16 @@ class VoiceStore:
         """A voice by id, or else by name (case-insensitive). Raises ``UnknownSpeakerError``."""
         if not isinstance(id_or_name, str):
             raise UnknownSpeakerError(f"a voice is named by a string, not {type(id_or_name).__name__}")
-        column = "id" if looks_like_id(id_or_name) else "name"
-        key = id_or_name if column == "id" else unicodedata.normalize("NFC", id_or_name)
-        rows = self._query(f"SELECT {_COLUMNS} FROM voices WHERE {column} = ?", (key,))
+        try:
+            id_or_name.encode("utf-8")
+        except UnicodeEncodeError:  # not text any name or id can be (e.g. a lone surrogate from JSON)
+            raise UnknownSpeakerError(f"unknown voice {id_or_name[:80]!r}: not valid Unicode text") from None
+        if looks_like_id(id_or_name):
+            rows = self._query(f"SELECT {_COLUMNS} FROM voices WHERE id = ?", (id_or_name,))
+        else:
+            rows = (self._query(f"SELECT {_COLUMNS} FROM voices WHERE name_key = ?", (name_key(id_or_name),))
+                    or self._query(f"SELECT {_COLUMNS} FROM voices WHERE name = ?",  # schema-1 duplicates, by exact name
+                                   (unicodedata.normalize("NFC", id_or_name),)))
         if not rows:
             raise UnknownSpeakerError(f"unknown voice {id_or_name[:80]!r}")
         return VoiceRecord(*rows[0])

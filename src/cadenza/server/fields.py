@@ -1,0 +1,63 @@
+"""Request field types the JSON and WebSocket endpoints share: text that is valid Unicode, voices, JSON-only bodies.
+
+Models are strict (``"stream": "yes"`` or ``"speed": "1.0"`` are type errors, not guesses) and refuse unknown
+fields. Strings must be encodable as UTF-8: JSON can carry lone surrogates (``"\\ud800"``), which would otherwise
+fail deep inside the tokenizer or the database as a server error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Request
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from cadenza.server.errors import APIError
+
+
+def unicode_text(value: str) -> str:
+    """``value`` if it is valid UTF-8-encodable text without NUL; else ``ValueError`` saying where it is not."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode text: a lone surrogate U+{ord(value[exc.start]):04X} at character "
+                         f"{exc.start}") from None
+    if "\x00" in value:
+        raise ValueError(f"contains a NUL character at character {value.index(chr(0))}")
+    return value
+
+
+Text = Annotated[str, AfterValidator(unicode_text)]
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class VoiceId(BaseModel):
+    model_config = STRICT
+    id: Text = Field(min_length=1, max_length=128)
+
+
+VoiceRef = Annotated[Text | VoiceId, Field(union_mode="left_to_right")]
+MAX_VOICE_REF_CHARS = 128
+
+
+def voice_ref(voice: str | VoiceId) -> str:
+    """The voice's name or id as a string; a 400 naming ``voice`` when it is longer than any name or id can be."""
+    ref = voice.id if isinstance(voice, VoiceId) else voice
+    if not ref.strip():
+        raise APIError(400, "voice is empty: give a saved voice's name or id", param="voice", code="invalid_value")
+    if len(ref) > MAX_VOICE_REF_CHARS:
+        raise APIError(400, f"voice is {len(ref)} characters: no voice name or id is longer than "
+                       f"{MAX_VOICE_REF_CHARS}", param="voice", code="voice_not_found")
+    return ref
+
+
+async def require_json(request: Request) -> None:
+    """FastAPI dependency for JSON routes: 415 unless the body is declared ``application/json``.
+
+    HTML forms can post ``text/plain``, ``application/x-www-form-urlencoded`` and ``multipart/form-data`` across
+    sites without a CORS preflight; a JSON route that only takes JSON is out of their reach.
+    """
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise APIError(415, f"send the request body as JSON with 'Content-Type: application/json' (got "
+                       f"{media[:60] or 'none'!r})", code="unsupported_media_type")
