@@ -319,3 +319,23 @@ def test_top_probabilities_equal_the_stable_full_sort():
             values, ids = top_probabilities(probs, k)
             assert torch.equal(ids, expected_ids[:k]), (k, ids[:8], expected_ids[:8])
             assert torch.equal(values, expected_values[:k])
+
+
+def test_bistream_never_fails_on_a_special_id_drawn_in_the_wrong_phase(lm, cases, info):
+    """The reference raises when a sample lands on a special id its phase cannot use (the unused id anywhere, eos
+    before the text ends is masked already): we draw again without it, so a valid request never fails mid-stream."""
+    unused = lm.cfg.speech_token_size + 1
+    assert unused not in (lm.eos_id, lm.fill_id)
+    draws: list[int] = []
+
+    def unlucky(logp, history):  # always the unused id while it is allowed; else a speech token, eos after 30
+        token = (unused if torch.isfinite(logp[unused]) else lm.eos_id if len(history) > 30 and
+                 torch.isfinite(logp[lm.eos_id]) else int(torch.argmax(logp[: lm.cfg.speech_token_size])))
+        draws.append(token)
+        return token
+
+    text = cases["bistream_text"]
+    tokens = list(lm.generate_bistream((text[:, i : i + 1] for i in range(text.shape[1])), cases["prompt_text"],
+                                       cases["prompt_speech_token"], sampler=unlucky))
+    assert tokens and all(0 <= t < lm.cfg.speech_token_size for t in tokens)
+    assert draws.count(unused) >= 2  # it was drawn (in both phases) and replaced each time

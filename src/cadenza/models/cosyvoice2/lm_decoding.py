@@ -154,10 +154,26 @@ class BistreamDecoder:
     def next_input(self) -> torch.Tensor | None:
         return None if self.finished or self._waiting else self._lm_input
 
+    def _sample(self, logp: torch.Tensor, allowed: int) -> int:
+        """Sample; should that give a special id other than ``allowed`` (eos in the final phase, fill before it),
+        sample again with those ids masked. The reference raises there ("should not get token"), failing a valid
+        request mid-stream on a rare draw; the first draw is unchanged, so parity holds wherever the reference
+        does not fail."""
+        size = self.lm.cfg.speech_token_size
+        raw = logp.clone()  # the sampler may change logp in place
+        token = int(self.sampler(logp, self.out))
+        if token >= size and token != allowed:
+            log.debug("bistream: special id %d drawn where only %d may come: drawn again without it", token, allowed)
+            kept = raw[allowed].clone()
+            raw[size:] = NEG_INF
+            raw[allowed] = kept
+            token = int(self.sampler(raw, self.out))
+        return token
+
     def accept(self, logp: torch.Tensor) -> int | None:
         fill, eos, size = self.lm.fill_id, self.lm.eos_id, self.lm.cfg.speech_token_size
         if self.final_phase:
-            token = int(self.sampler(logp, self.out))
+            token = self._sample(logp, allowed=eos)
             self.out.append(token)
             if token == eos:
                 self.finished = True
@@ -172,7 +188,7 @@ class BistreamDecoder:
                 token = fill
             else:
                 logp[eos] = NEG_INF
-                token = int(self.sampler(logp, self.out))
+                token = self._sample(logp, allowed=fill)
             if token == fill:  # forced or sampled: the next fill is due M speech tokens later
                 self._next_fill = len(self.out) + self.n_speech + 1
             self.out.append(token)
