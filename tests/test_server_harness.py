@@ -19,14 +19,22 @@ PROMPT_SR = 16000
 class LiveServer:
     """``uvicorn.Server`` on a free loopback port, served from a background thread."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, server_config=None) -> None:
+        """``server_config``: run with ``cadenza serve``'s uvicorn settings for it (header deadline, connection
+        limit); else plain uvicorn."""
         import uvicorn
 
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, ws_ping_interval=None)
+        if server_config is not None:
+            from cadenza.server.protocol import uvicorn_config
+
+            config = uvicorn_config(app, server_config, log_level="warning", timeout_graceful_shutdown=2,
+                                    ws_ping_interval=None)
+        else:
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, ws_ping_interval=None)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 

@@ -8,6 +8,7 @@ answers), Starlette's HTTP errors (404, 405, 413) and, last, unexpected exceptio
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -77,14 +78,19 @@ def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None
     return APIError(500, "internal server error (see the server log)", type="server_error", code="internal_error")
 
 
+_UNION_TAG = re.compile(r"[\[\]()\-]|^[A-Z]")  # 'function-after[...]', 'VoiceId'
+_TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
         return "invalid request", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header") and
+           not _UNION_TAG.search(str(p)) and p not in _TYPE_NAMES]  # a field's path, not pydantic's union members
     param = ".".join(loc) or None
-    msg = first.get("msg", "invalid value")
+    msg = first.get("msg", "invalid value").removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         msg = "unrecognized request argument"
     elif first.get("type") == "json_invalid":
