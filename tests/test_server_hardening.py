@@ -342,3 +342,98 @@ def test_a_client_must_send_its_headers_in_time(open_server):
 def test_server_settings_are_validated(settings, message):
     with pytest.raises(ValueError, match=message):
         ServerConfig(**settings)
+
+
+# -- load, disconnects and crashes (issue #19's server rows) --------------------------------------------------------
+def test_four_times_the_concurrency_gets_429s_and_health_stays_fast(tts, tmp_path):
+    with _server(tts, tmp_path / "voices", max_concurrency=2, retry_after_s=2) as server:
+        body = {**SPEECH, "input": "Hello there, this is a longer sentence for the load test. " * 2}
+        barrier, answers = threading.Barrier(8), []
+
+        def client() -> None:
+            with httpx.Client(base_url=server.url, timeout=120) as c:
+                barrier.wait()
+                r = c.post("/v1/audio/speech", json=body)
+                answers.append((r.status_code, r.headers.get("retry-after")))
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        health_s = []
+        with httpx.Client(base_url=server.url, timeout=10) as c:
+            while any(t.is_alive() for t in threads):
+                started = time.perf_counter()
+                assert c.get("/health").status_code == 200
+                health_s.append(time.perf_counter() - started)
+                time.sleep(0.05)
+        for t in threads:
+            t.join()
+    statuses = sorted(status for status, _ in answers)
+    assert statuses.count(429) >= 4 and set(statuses) <= {200, 429} and 200 in statuses, statuses
+    assert all(retry == "2" for status, retry in answers if status == 429)
+    assert health_s and max(health_s) < 0.5, f"slowest /health under load: {max(health_s):.3f} s"
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, open_server):
+    sched = tts.engine.scheduler
+    body = {**SPEECH, "input": "Hello there, this is a small test of the speech synthesizer. " * 4}
+    with open_server.client.stream("POST", "/v1/audio/speech", json=body) as r:
+        assert r.status_code == 200
+        next(r.iter_raw())
+        assert sched.load != (0, 0)  # still generating
+        at_close = sched.chunks_emitted
+    assert wait_until(lambda: sched.load == (0, 0) and open_server.state.admission.inflight == 0), sched.load
+    assert sched.chunks_emitted - at_close <= 1, sched.chunks_emitted - at_close
+
+
+_WRITER = """
+import sys, numpy as np, torch
+from cadenza.voices import VoiceStore
+store = VoiceStore(sys.argv[1])
+t = np.arange(16000) / 16000
+i = int(sys.argv[2])
+while True:
+    wav = (0.3 * np.sin(2 * np.pi * (150 + i % 200) * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    record = store.add(f"v{i}", (wav, 16000), "Just by listening.", "I agree to the use of my voice, signed.")
+    store.cache_prompt(record.id, "m", {"x": torch.randn(64, 80)})
+    print(record.id, flush=True)
+    i += 1
+"""
+
+
+def test_the_voice_store_survives_kill_9_during_writes(tts, tmp_path):
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    from cadenza.voices.prompts import VoicePrompts
+
+    directory, told = tmp_path / "voices", []
+    for round_, wait_lines in enumerate((3, 7, 12)):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(directory), str(round_ * 100)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(wait_lines):
+            told.append(proc.stdout.readline().strip())
+        os.kill(proc.pid, signal.SIGKILL)  # in the middle of some write
+        proc.wait()
+    with sqlite3.connect(directory / "voices.sqlite3") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = VoiceStore(directory)
+    listed = store.list()
+    assert set(told) <= {r.id for r in listed}  # every voice a writer reported is there
+    prompts = VoicePrompts(tts, store)
+    for record in listed:  # and every listed voice is usable: audio, cache (whole or absent), model features
+        samples, sr = store.audio(record.id)
+        assert sr == 16000 and samples.size == 16000
+        cached = store.cached_prompt(record.id, "m")
+        assert cached is None or cached["x"].shape == (64, 80)
+        assert prompts.resolve(record.id).prompt is not None
+    # A cache file half-written by a killed writer is a temporary never read; the next store opened sweeps old ones.
+    leftovers = list(directory.glob("cache/*/.tmp-*"))
+    for path in leftovers:
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    store.close()
+    VoiceStore(directory).close()
+    assert not any(p.exists() for p in leftovers)

@@ -251,3 +251,18 @@ def test_concurrent_processes(tmp_path):
     assert sorted(o[0].strip() for o in outs) == ["lost", "won"]
     names = {r.name for r in VoiceStore(Path(d)).list()}
     assert names == {f"p{k}-{i}" for k in range(2) for i in range(5)} | {"shared-name"}
+
+
+def test_opening_a_store_sweeps_old_half_written_cache_files(tmp_path):
+    import os
+    import time
+
+    VoiceStore(tmp_path).close()
+    folder = tmp_path / "cache" / "voice_abcdefghijklmnopqrstuv"
+    folder.mkdir(parents=True)
+    old, fresh = folder / ".tmp-old.safetensors", folder / ".tmp-new.safetensors"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"being written by another process")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    VoiceStore(tmp_path).close()
+    assert not old.exists() and fresh.exists()

@@ -81,6 +81,7 @@ class Scheduler(VocoderWorkers):
         self._seq = itertools.count()
         self._closed = False
         self._lm_steps = 0  # LM steps run so far (the clock of the flow batch wait)
+        self.chunks_emitted = 0  # audio chunks handed to consumers so far, all requests (a work counter for tests)
         self._lm_busy = False  # the LM worker has work (a waiting flow chunk may expect partners)
         self._first_audio_pending = False  # see _run_lm
         self._vocoding = 0  # vocoder workers inside a piece of work
@@ -241,6 +242,7 @@ class Scheduler(VocoderWorkers):
             if job.first_chunk_s is None:
                 job.first_chunk_s = time.perf_counter() - job.submitted
             job.chunks_out += 1
+            self.chunks_emitted += 1
             job.buffer.append(audio)
             self._cond.notify_all()
             if job.chunks_out == 1:

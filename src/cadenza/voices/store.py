@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS voices (
 )
 """
 _COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples"
+_TMP_PREFIX = ".tmp-"
 
 
 def name_key(name: str) -> str:
@@ -141,6 +142,7 @@ class VoiceStore:
                 if 0 < version < 2:
                     self._add_name_keys()
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._sweep_temporaries()
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -154,6 +156,15 @@ class VoiceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _sweep_temporaries(self, older_than_s: float = 3600.0) -> None:
+        """Remove cache files a killed writer left half-written (``.tmp-*``; never read). Only old ones: another
+        process sharing the directory may be writing a fresh one right now."""
+        cutoff = time.time() - older_than_s
+        for path in self._cache_root.glob(f"*/{_TMP_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
 
     def _add_name_keys(self) -> None:
         """Schema 1 -> 2: fill ``name_key``. Old names that fold to the same key keep working by their exact name
@@ -308,7 +319,7 @@ class VoiceStore:
         if not tensors or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
             raise InputError("cache_prompt needs a non-empty dict of name -> tensor")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".safetensors")
         os.close(fd)
         try:
             save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp,  # own storage each
