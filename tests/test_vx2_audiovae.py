@@ -347,10 +347,16 @@ def test_strict_key_check_lists_problems(vx2_dir, vae):
     for part in ("missing keys (1): decoder.model.9.bias", "unexpected keys (1): decoder.extra.weight",
                  "encoder.fc_mu.weight_v (1, 2, 3) !="):
         assert part in msg
-    wrong = dict(sd)
-    wrong["decoder.sr_bin_boundaries"] = sd["decoder.sr_bin_boundaries"] + 1
+    short = dict(sd)
+    short["decoder.sr_bin_boundaries"] = sd["decoder.sr_bin_boundaries"][:-1]
     with pytest.raises(CheckpointError, match="sr_bin_boundaries"):
-        load_audio_vae_state_dict(AudioVAE(vae.cfg), wrong, "wrong.pth")
+        load_audio_vae_state_dict(AudioVAE(vae.cfg), short, "short.pth")
+    # other values (same count): the file's boundaries are used, as the reference's load_state_dict does
+    other = dict(sd)
+    other["decoder.sr_bin_boundaries"] = sd["decoder.sr_bin_boundaries"] + 1
+    loaded = AudioVAE(vae.cfg)
+    load_audio_vae_state_dict(loaded, other, "other.pth")
+    assert torch.equal(loaded.decoder.sr_bin_boundaries, other["decoder.sr_bin_boundaries"])
 
 
 def test_missing_files_raise_checkpoint_error(tmp_path):
@@ -372,8 +378,13 @@ def test_config_reading_and_validation(model_config):
     assert AudioVAEConfig.from_model_config({}) == AudioVAEConfig.official()
     assert AudioVAEConfig.from_dict({"unknown_key": 1, "encoder_rates": [2, 5, 8, 8]}) == AudioVAEConfig.official()
     assert AudioVAEConfig.from_dict({"latent_dim": None}).latent_dim == 128 * 2**4
-    for bad in ({"encoder_dim": 0}, {"decoder_rates": []}, {"decoder_dim": 100}, {"use_noise_block": True},
-                {"cond_type": "concat"}, {"sr_bin_boundaries": [3, 2]}, {"out_sample_rate": 44100},
-                {"depthwise": "yes"}, {"encoder_rates": [2, 2.5]}):
+    for bad in ({"encoder_dim": 0}, {"decoder_rates": []}, {"decoder_dim": 63}, {"use_noise_block": True},
+                {"cond_type": "concat"}, {"cond_type": "film"}, {"sr_bin_boundaries": ["low"]},
+                {"out_sample_rate": 0}, {"depthwise": "maybe"}, {"encoder_rates": [2, 2.5]}):
         with pytest.raises(CheckpointError, match="audio_vae_config"):
             AudioVAEConfig.from_dict(bad)
+    # the reference builds and runs these (tests/test_vx2_configs.py runs them end to end)
+    for good in ({"decoder_dim": 160}, {"decoder_dim": 100}, {"sr_bin_boundaries": [3, 2]}, {"sr_bin_boundaries": []},
+                 {"out_sample_rate": 44100}, {"depthwise": "yes"}, {"encoder_rates": []}, {"cond_type": "add"},
+                 {"cond_type": "concat", "cond_out_layer": True}, {"decoder_dim": "2048"}):
+        AudioVAEConfig.from_dict(good)

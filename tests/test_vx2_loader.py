@@ -89,19 +89,27 @@ def test_config_defaults_and_ignored_keys(raw_config):
         ({"architecture": KeyError}, "architecture"),
         ({"lm_config__hidden_size": KeyError}, "hidden_size"),
         ({"dit_config__cfm_config": KeyError}, "cfm_config"),
-        ({"lm_config__hidden_size": "64"}, "integer"),
-        ({"lm_config__use_mup": 1}, "true/false"),
+        ({"lm_config__hidden_size": "sixty-four"}, "integer"),
+        ({"lm_config__use_mup": 2}, "true/false"),
         ({"lm_config__num_key_value_heads": 3}, "multiple"),
-        ({"lm_config__rope_scaling__short_factor": [1.0, 2.0]}, "factor"),
+        ({"lm_config__rope_scaling__short_factor": [1.0, 2.0]}, "short_factor"),
         ({"dtype": "int8"}, "dtype"),
-        ({"dit_config__cfm_config__solver": "rk4"}, "euler"),
         ({"feat_dim": 8}, "latent_dim"),
-        ({"encoder_config__num_heads": 3}, "multiple"),  # derived LocEnc stack: 3 heads vs 2 kv heads
+        ({"encoder_config__num_heads": 3}, "encoder_config.num_heads"),  # derived LocEnc: 3 heads vs 2 kv heads
     ],
 )
 def test_config_errors(raw_config, changes, match):
     with pytest.raises(CheckpointError, match=match):
         VoxCPM2Config.from_dict(_with_config(raw_config, **changes))
+
+
+def test_config_values_coerced_like_the_reference(raw_config):
+    """The reference's pydantic schema coerces in lax mode; an unknown solver is accepted (inference is Euler)."""
+    cfg = VoxCPM2Config.from_dict(_with_config(raw_config, lm_config__hidden_size=str(raw_config["lm_config"][
+        "hidden_size"]), lm_config__use_mup=1, patch_size=float(raw_config["patch_size"]),
+        dit_config__cfm_config__solver="rk4"))
+    assert cfg.lm_config.hidden_size == raw_config["lm_config"]["hidden_size"] and cfg.lm_config.use_mup is True
+    assert cfg.patch_size == raw_config["patch_size"] and cfg.dit_config.cfm_config.solver == "rk4"
 
 
 def test_config_unreadable(tmp_path):

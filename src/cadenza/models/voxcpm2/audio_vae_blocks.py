@@ -94,21 +94,56 @@ class CausalDecoderBlock(nn.Module):
 
 
 class SampleRateFiLM(nn.Module):
-    """Per-channel scale and bias chosen by the output sample-rate bucket: ``x * scale[b] + bias[b]``.
+    """Sample-rate conditioning in front of a decoder block, chosen by the output sample-rate bucket ``b``.
+
+    ``cond_type`` (the reference's ``SampleRateConditionLayer``):
+
+    * ``scale_bias`` / ``scale_bias_init`` (release): ``x * scale[b] + bias[b]`` (the two differ only in the
+      reference's initialisation);
+    * ``add``: ``x + cond[b]``;
+    * ``concat``: ``[x ‖ cond[b]]`` (``cond_dim`` extra channels, repeated over time) — needs ``out_layer``.
+
+    With ``out_layer`` the result then goes through snake + 1x1 conv back to ``C`` channels (``out_layer.0/1``).
 
     Args:
         channels: C.
         buckets: number of sample-rate buckets (``len(boundaries) + 1``).
+        cond_type, cond_dim, out_layer: as in :class:`AudioVAEConfig`.
 
     Shapes: ``x [B, C, T]``, ``bucket`` int64 ``[B]`` or ``[1]`` -> ``[B, C, T]``.
     """
 
-    def __init__(self, channels: int, buckets: int) -> None:
+    def __init__(self, channels: int, buckets: int, cond_type: str = "scale_bias", cond_dim: int = 128,
+                 out_layer: bool = False) -> None:
         super().__init__()
-        self.scale_embed = nn.Embedding(buckets, channels)
-        self.bias_embed = nn.Embedding(buckets, channels)
-        nn.init.ones_(self.scale_embed.weight)
-        nn.init.zeros_(self.bias_embed.weight)
+        self.cond_type = cond_type
+        out_in = channels
+        if cond_type in ("scale_bias", "scale_bias_init"):
+            self.scale_embed = nn.Embedding(buckets, channels)
+            self.bias_embed = nn.Embedding(buckets, channels)
+            nn.init.ones_(self.scale_embed.weight)
+            nn.init.zeros_(self.bias_embed.weight)
+        elif cond_type == "add":
+            self.cond_embed = nn.Embedding(buckets, channels)
+        elif cond_type == "concat":
+            if not out_layer:  # the reference asserts this: the concatenation must be projected back
+                raise ValueError("cond_type 'concat' needs cond_out_layer")
+            self.cond_embed = nn.Embedding(buckets, cond_dim)
+            out_in = channels + cond_dim
+        else:
+            raise ValueError(f"unknown cond_type {cond_type!r}")
+        self.out_layer = nn.ModuleList([Snake(out_in), CausalConv1d(out_in, channels, 1, left_pad=0)]) \
+            if out_layer else None
 
     def forward(self, x: torch.Tensor, bucket: torch.Tensor) -> torch.Tensor:
-        return x * self.scale_embed(bucket).unsqueeze(-1) + self.bias_embed(bucket).unsqueeze(-1)
+        if self.cond_type == "add":
+            x = x + self.cond_embed(bucket).unsqueeze(-1)
+        elif self.cond_type == "concat":
+            cond = self.cond_embed(bucket).unsqueeze(-1).expand(x.shape[0], -1, x.shape[-1])
+            x = torch.cat([x, cond], dim=1)
+        else:
+            x = x * self.scale_embed(bucket).unsqueeze(-1) + self.bias_embed(bucket).unsqueeze(-1)
+        if self.out_layer is not None:
+            snake, conv = self.out_layer
+            x = conv(snake(x))  # 1x1: no left context, so nothing to carry between stream chunks
+        return x

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -15,8 +16,8 @@ from typing import Any
 
 from cadenza.errors import CheckpointError
 
-# Forward-identical FiLM variants (they differ only in the reference's initialisation).
-SUPPORTED_COND_TYPES = ("scale_bias", "scale_bias_init")
+# The reference's sample-rate conditioning kinds (``SampleRateConditionLayer``); any other name fails there.
+COND_TYPES = ("scale_bias", "scale_bias_init", "add", "concat")
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -28,9 +29,10 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _positive_ints(name: str, values: object) -> None:
-    _check(isinstance(values, tuple) and len(values) > 0 and all(_is_int(v) and v > 0 for v in values),
-           f"{name} must be a non-empty list of positive integers, got {values!r}")
+def _ints(name: str, values: object, minimum: int | None = None, nonempty: bool = False) -> None:
+    _check(isinstance(values, tuple) and all(_is_int(v) and (minimum is None or v >= minimum) for v in values),
+           f"{name} must be a list of integers{'' if minimum is None else f' >= {minimum}'}, got {values!r}")
+    _check(not nonempty or len(values) > 0, f"{name} must not be empty")
 
 
 @dataclass(frozen=True)
@@ -41,17 +43,20 @@ class AudioVAEConfig:
         encoder_dim: channels after the encoder's input conv; doubled by every encoder block.
         encoder_rates: strides of the encoder blocks; their product is the input hop (640).
         latent_dim: latent channels D.
-        decoder_dim: channels after the decoder's 1x1 input conv; halved by every decoder block.
+        decoder_dim: channels after the decoder's 1x1 input conv. Block ``i`` maps ``decoder_dim // 2^i`` to
+            ``decoder_dim // 2^(i+1)`` channels (floor division, as the reference: 160 -> 80 ... 5 -> 2).
         decoder_rates: strides of the decoder's transposed convs; their product is the output hop (1920).
         depthwise: residual-unit dilated convs (and the decoder's first conv) are depthwise.
         sample_rate: encoder input rate (Hz).
-        out_sample_rate: decoder output rate (Hz); also the default sample-rate condition.
+        out_sample_rate: decoder output rate (Hz); also the default sample-rate condition. As in the reference it
+            is a label: nothing ties it to the hops (the release's 16 kHz / 640 = 48 kHz / 1920 = 25 Hz).
         use_noise_block: reference option that injects random noise in the decoder (off in the release;
-            not supported here).
-        sr_bin_boundaries: bucket boundaries of the sample-rate FiLM (``None`` = no FiLM).
-        cond_type: FiLM kind; ``scale_bias`` (release) or the forward-identical ``scale_bias_init``.
-        cond_dim: only used by the reference's ``concat`` FiLM (kept for completeness).
-        cond_out_layer: reference option adding a conv after the FiLM (off in the release; not supported).
+            not supported here: see ``__post_init__``).
+        sr_bin_boundaries: bucket boundaries of the sample-rate FiLM (``None`` = no FiLM; ``[]`` = one bucket).
+        cond_type: FiLM kind (``audio_vae_blocks.SampleRateFiLM``): ``scale_bias`` (release), the
+            forward-identical ``scale_bias_init``, ``add`` or ``concat``.
+        cond_dim: channels of the ``concat`` condition.
+        cond_out_layer: snake + 1x1 conv after the FiLM (off in the release; required by ``concat``).
     """
 
     encoder_dim: int = 128
@@ -69,28 +74,38 @@ class AudioVAEConfig:
     cond_out_layer: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("encoder_dim", "latent_dim", "decoder_dim", "sample_rate", "out_sample_rate", "cond_dim"):
+        # Convs need at least one channel (the reference fails building zero-channel depthwise convs).
+        for name in ("encoder_dim", "latent_dim"):
             value = getattr(self, name)
-            _check(_is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
-        _positive_ints("encoder_rates", self.encoder_rates)
-        _positive_ints("decoder_rates", self.decoder_rates)
+            _check(_is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+        # An audio rate must be positive: it labels the output and drives resampling of prompt audio.
+        for name in ("sample_rate", "out_sample_rate"):
+            value = getattr(self, name)
+            _check(_is_int(value) and value >= 1, f"{name} must be an integer >= 1 (Hz), got {value!r}")
+        _check(_is_int(self.cond_dim), f"cond_dim must be an integer, got {self.cond_dim!r}")
+        # Strides of 0 do not exist. No encoder block is a valid (hop 1) encoder; the decoder needs a block
+        # (the reference's decoder fails to build without one).
+        _ints("encoder_rates", self.encoder_rates, minimum=1)
+        _ints("decoder_rates", self.decoder_rates, minimum=1, nonempty=True)
         for name in ("depthwise", "use_noise_block", "cond_out_layer"):
             _check(isinstance(getattr(self, name), bool), f"{name} must be true or false")
-        _check(self.decoder_dim % 2 ** len(self.decoder_rates) == 0,
-               f"decoder_dim {self.decoder_dim} must be divisible by 2^{len(self.decoder_rates)} (one halving per rate)")
+        _check(_is_int(self.decoder_dim) and self.decoder_out_dim >= 1,
+               f"decoder_dim must be an integer >= 2^{len(self.decoder_rates)} = {2 ** len(self.decoder_rates)} "
+               f"(the last of the {len(self.decoder_rates)} decoder blocks has decoder_dim // "
+               f"2^{len(self.decoder_rates)} channels), got {self.decoder_dim!r}")
         if self.sr_bin_boundaries is not None:
-            _positive_ints("sr_bin_boundaries", self.sr_bin_boundaries)
-            _check(list(self.sr_bin_boundaries) == sorted(set(self.sr_bin_boundaries)),
-                   f"sr_bin_boundaries must be strictly increasing, got {list(self.sr_bin_boundaries)}")
+            # Any integers: torch.bucketize (ours and the reference's) takes them as they are.
+            _ints("sr_bin_boundaries", self.sr_bin_boundaries)
+        # Not a constraint of the reference but a gap of ours: its noise block draws from the global RNG inside
+        # every decode, so matching it needs the request's generator threaded through each decoder call.
         _check(not self.use_noise_block,
-               "use_noise_block=true is not supported (it draws random noise inside the decoder; the release has it off)")
-        _check(self.cond_type in SUPPORTED_COND_TYPES,
-               f"cond_type {self.cond_type!r} is not supported (supported: {', '.join(SUPPORTED_COND_TYPES)})")
-        _check(not self.cond_out_layer, "cond_out_layer=true is not supported (the release has it off)")
-        # Latent frames must mean the same duration on both sides, or decode(encode(x)) changes the length.
-        _check(self.sample_rate * self.decode_hop_length == self.out_sample_rate * self.hop_length,
-               f"rates disagree: {self.sample_rate} Hz / hop {self.hop_length} != "
-               f"{self.out_sample_rate} Hz / hop {self.decode_hop_length}")
+               "use_noise_block=true is not supported by Cadenza (the reference draws random noise inside the "
+               "decoder; the release has it off)")
+        _check(self.cond_type in COND_TYPES, f"cond_type must be one of {', '.join(COND_TYPES)} (the reference "
+                                             f"refuses others), got {self.cond_type!r}")
+        # The reference asserts this: a concatenated condition must be projected back to the block's width.
+        _check(self.cond_type != "concat" or self.cond_out_layer, "cond_type 'concat' needs cond_out_layer=true")
+        _check(self.cond_type != "concat" or self.cond_dim >= 0, f"cond_dim must be >= 0, got {self.cond_dim}")
 
     # ---------------------------------------------------------------- derived sizes
 
@@ -109,10 +124,15 @@ class AudioVAEConfig:
         """Channels entering ``fc_mu`` (2048 for the release)."""
         return self.encoder_dim * 2 ** len(self.encoder_rates)
 
+    def decoder_channels(self, block: int) -> int:
+        """Input channels of decoder block ``block`` (``decoder_dim // 2^block``; ``block = len(rates)``: the output
+        conv's input)."""
+        return self.decoder_dim // 2**block
+
     @property
     def decoder_out_dim(self) -> int:
         """Channels before the output conv (32 for the release)."""
-        return self.decoder_dim // 2 ** len(self.decoder_rates)
+        return self.decoder_channels(len(self.decoder_rates))
 
     @property
     def frame_rate(self) -> float:
@@ -130,24 +150,24 @@ class AudioVAEConfig:
     def from_dict(cls, data: Mapping[str, Any] | None, source: str = "audio_vae_config") -> AudioVAEConfig:
         """Build from the ``audio_vae_config`` mapping; absent keys take the release values, unknown keys are ignored.
 
-        ``latent_dim: null`` means ``encoder_dim * 2^len(encoder_rates)`` as in the reference.
+        ``latent_dim: null`` means ``encoder_dim * 2^len(encoder_rates)`` as in the reference; values are coerced
+        as the reference's pydantic schema does (``"128"`` is 128).
         """
         if data is None:
             return cls()
         if not isinstance(data, Mapping):
             raise CheckpointError(f"{source}: audio_vae_config must be an object, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in known:
-                continue
-            if key in ("encoder_rates", "decoder_rates", "sr_bin_boundaries") and isinstance(value, list):
-                value = tuple(value)
-            kwargs[key] = value
-        if "latent_dim" in kwargs and kwargs["latent_dim"] is None:
-            enc_dim = kwargs.get("encoder_dim", cls.encoder_dim)
-            rates = kwargs.get("encoder_rates", cls.encoder_rates)
-            kwargs["latent_dim"] = enc_dim * 2 ** len(rates) if _is_int(enc_dim) and isinstance(rates, tuple) else None
+        from cadenza.models.voxcpm2.config import _coerce  # the reference's (pydantic lax) value coercions
+
+        hints = typing.get_type_hints(cls)
+        data = dict(data)
+        if "latent_dim" in data and data["latent_dim"] is None:  # the reference's rule for a null latent_dim
+            enc_dim = _coerce(data.get("encoder_dim", cls.encoder_dim), int, f"{source}.encoder_dim")
+            rates = _coerce(data.get("encoder_rates", cls.encoder_rates), hints["encoder_rates"],
+                            f"{source}.encoder_rates")
+            data["latent_dim"] = enc_dim * 2 ** len(rates)
+        kwargs = {f.name: _coerce(data[f.name], hints[f.name], f"{source}.{f.name}")
+                  for f in fields(cls) if f.name in data}  # unknown keys are ignored
         try:
             return cls(**kwargs)
         except CheckpointError as exc:
@@ -156,7 +176,7 @@ class AudioVAEConfig:
     @classmethod
     def from_model_config(cls, config: Mapping[str, Any], source: str = "config.json") -> AudioVAEConfig:
         """Read ``audio_vae_config`` from a parsed VoxCPM ``config.json`` (release defaults when absent)."""
-        return cls.from_dict(config.get("audio_vae_config"), source=source)
+        return cls.from_dict(config.get("audio_vae_config"), source=f"{source}: audio_vae_config")
 
     @classmethod
     def from_json(cls, path: str | Path) -> AudioVAEConfig:

@@ -35,7 +35,8 @@ class AudioVAEDecoder(nn.Module):
             layers = [CausalConv1d(cfg.latent_dim, cfg.decoder_dim, IO_KERNEL, left_pad=pad)]
         first_block = len(layers)
         for i, stride in enumerate(cfg.decoder_rates):
-            layers.append(CausalDecoderBlock(cfg.decoder_dim // 2**i, cfg.decoder_dim // 2 ** (i + 1), stride,
+            # floor division per block, as the reference (decoder_dim 160: 160 -> 80 -> 40 -> 20 -> 10 -> 5 -> 2)
+            layers.append(CausalDecoderBlock(cfg.decoder_channels(i), cfg.decoder_channels(i + 1), stride,
                                              cfg.depthwise))
         layers += [Snake(cfg.decoder_out_dim), CausalConv1d(cfg.decoder_out_dim, 1, IO_KERNEL, left_pad=pad)]
         self.model = nn.ModuleList(layers)
@@ -46,7 +47,8 @@ class AudioVAEDecoder(nn.Module):
         else:
             buckets = len(cfg.sr_bin_boundaries) + 1
             self.sr_cond_model = nn.ModuleDict({
-                str(first_block + i): SampleRateFiLM(cfg.decoder_dim // 2**i, buckets)
+                str(first_block + i): SampleRateFiLM(cfg.decoder_channels(i), buckets, cfg.cond_type, cfg.cond_dim,
+                                                     cfg.cond_out_layer)
                 for i in range(len(cfg.decoder_rates))
             })
             self.register_buffer("sr_bin_boundaries", torch.tensor(cfg.sr_bin_boundaries, dtype=torch.int32))

@@ -10,6 +10,7 @@ As in the reference, ``audiovae.safetensors`` takes priority over ``audiovae.pth
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from cadenza.layers.weight_norm import LEGACY_G, LEGACY_V, PARAM_G, PARAM_V, fol
 from cadenza.loading import load_into, read_torch_state_dict
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
+
+log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("audiovae.safetensors", "audiovae.pth")  # priority order of the reference loader
 CONFIG_FILE = "config.json"
@@ -89,17 +92,41 @@ def to_module_state_dict(vae: AudioVAE, state_dict: Mapping[str, torch.Tensor]) 
     return {k: (v.reshape(-1) if k in alphas else v) for k, v in folded.items()}
 
 
+def release_state_dict(vae: AudioVAE) -> dict[str, torch.Tensor]:
+    """Our module's weights in the release's ``audiovae.pth`` naming (the inverse of ``to_module_state_dict``):
+    every conv as ``bias`` / ``weight_g`` ``[d0, 1, 1]`` / ``weight_v`` (``v`` = the folded weight, ``g`` = its norm
+    over all dims but 0), Snake ``alpha`` as ``[1, C, 1]``. Loading it back gives the same weights up to rounding.
+    """
+    alphas = _snake_alpha_keys(vae)
+    convs = set(weight_norm_module_names(vae))
+    out: dict[str, torch.Tensor] = {}
+    for key, value in vae.state_dict().items():
+        prefix, _, leaf = key.rpartition(".")
+        if prefix in convs and leaf == "weight":
+            out[prefix + LEGACY_G] = value.reshape(value.shape[0], -1).norm(2, dim=1).reshape(-1, *[1] * (value.dim() - 1))
+            out[prefix + LEGACY_V] = value.clone()
+        elif key in alphas:
+            out[key] = value.reshape(1, -1, 1).clone()
+        else:
+            out[key] = value.clone()
+    return out
+
+
 def load_audio_vae_state_dict(vae: AudioVAE, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Strictly load a release-format state dict into ``vae`` (fp32 weights; works on a ``meta`` model).
 
+    The ``decoder.sr_bin_boundaries`` buffer is taken from the file even where its values differ from the config's
+    (only their count is checked, as a shape): the reference's ``load_state_dict`` does the same, so the file's
+    boundaries are the ones a reference-made checkpoint really uses.
+
     Raises:
-        CheckpointError: key/shape mismatch, or ``sr_bin_boundaries`` that disagree with the config.
+        CheckpointError: key/shape mismatch.
     """
     check_checkpoint_keys(vae, state_dict, source)
     boundaries = state_dict.get("decoder.sr_bin_boundaries")
     if boundaries is not None and boundaries.tolist() != list(vae.cfg.sr_bin_boundaries or ()):
-        raise CheckpointError(f"{source}: decoder.sr_bin_boundaries {boundaries.tolist()} disagree with the config's "
-                              f"sr_bin_boundaries {list(vae.cfg.sr_bin_boundaries or ())}")
+        log.warning("%s: decoder.sr_bin_boundaries %s differ from the config's %s; using the file's (as the reference)",
+                    source, boundaries.tolist(), list(vae.cfg.sr_bin_boundaries or ()))
     module_sd = to_module_state_dict(vae, state_dict)
     # Floating tensors follow the model's dtype (a release could store bf16); the int32 buffer stays as is.
     dtype = next(vae.parameters()).dtype

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import torch
 
-from cadenza.errors import InputError
+from cadenza.errors import InputError, TextError
 from cadenza.models.voxcpm2.config import SpecialTokens, VoxCPM2Config
 
 MODES = ("zero_shot", "reference", "continuation", "ref_continuation")
@@ -184,4 +184,10 @@ def make_layout(
         prompt_patches=prompt.prompt_patches if prompt is not None else None,
         special=config.special_tokens,
     )
+    # A tokenizer (or special id) beyond the model's embedding table: the reference loads such a folder and fails
+    # on the texts that reach the extra ids; we refuse those texts clearly.
+    vocab = config.lm_config.vocab_size
+    outside = sorted({int(i) for i in layout.text_tokens[layout.text_mask.bool()] if i >= vocab})
+    if outside:
+        raise TextError(f"the request uses token ids {outside} that the model does not embed (vocab_size {vocab})")
     return layout, target_len

@@ -127,11 +127,15 @@ class MiniCPMModel(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.vocab_size > 0 else None
         self.layers = nn.ModuleList(MiniCPMDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        rs = cfg.rope_scaling
-        self.rope = None if cfg.no_rope else LongRoPE(
-            cfg.head_dim, cfg.rope_theta, rs.short_factor, rs.long_factor,
-            cfg.max_position_embeddings, rs.original_max_position_embeddings,
-        )
+        self.rope = None
+        if not cfg.no_rope:
+            # Only the list in use matters; a one-value list applies to every frequency (the reference broadcasts
+            # it: repeating it gives the same products bit for bit).
+            factors = cfg.rope_factors
+            if len(factors) == 1:
+                factors = factors * (cfg.head_dim // 2)
+            self.rope = LongRoPE(cfg.head_dim, cfg.rope_theta, factors, factors, cfg.max_position_embeddings,
+                                 cfg.rope_scaling.original_max_position_embeddings)
 
     def new_cache(self, capacity: int = 0) -> KVCache:
         """An empty KV cache for this stack (one per request); ``capacity`` positions are reserved on first use."""

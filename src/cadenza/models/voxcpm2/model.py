@@ -42,8 +42,10 @@ class VoxCPM2Model(nn.Module):
         self.feat_decoder = PatchFlowSampler(
             LocalDiT(config.dit_lm_config(), in_channels=config.feat_dim), mean_mode=config.dit_config.dit_mean_mode
         )
+        # round(z·s)/s is the same number for -s (rounding is odd-symmetric), so a negative scale, which the
+        # reference accepts, is its absolute value here.
         self.fsq_layer = ScalarQuantizer(
-            hidden, hidden, config.scalar_quantization_latent_dim, config.scalar_quantization_scale
+            hidden, hidden, config.scalar_quantization_latent_dim, abs(config.scalar_quantization_scale)
         )
         self.enc_to_lm_proj = nn.Linear(enc_hidden, hidden)
         self.lm_to_dit_proj = nn.Linear(hidden, dit_hidden)

@@ -78,6 +78,10 @@ class VoxCPM2Tokenizer:
         except ValueError as exc:
             raise CheckpointError(f"cannot parse {path}: {exc}") from exc
 
+    def token_id(self, token: str) -> int | None:
+        """Id of one vocabulary entry (e.g. ``"▁"`` or ``"b"``), None when absent."""
+        return self._vocab.get(token)
+
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
