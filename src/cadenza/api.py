@@ -78,14 +78,24 @@ class Cadenza:
                         scheduler: SchedulerConfig | None = None) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
-        (default ``SchedulerConfig()``)."""
+        (default ``SchedulerConfig()``).
+
+        Every file of the folder is read and checked here (configs, weights, tokenizer, speech tokenizer, speaker
+        encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
+        file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         directory = resolve_model_path(path)
-        if directory.is_dir() and not is_cosyvoice2_dir(directory):
-            inspect_directory(directory)  # raises with the list of what is missing
-        files = inspect_directory(directory)
+        files = inspect_directory(directory)  # raises with the list of what is missing
+        meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
         model = load_cosyvoice2_weights(files, device=device, dtype=dtype)
         frontend = CosyVoice2Frontend(files, model.config)
+        frontend.load_all()
         speakers = SpeakerStore(files.spk2info or directory / "spk2info.pt")
+        speakers.verify(model.config)
+        default = meta.get("default_speaker")
+        if default is not None and default not in speakers:
+            known = ", ".join(speakers.ids()[:20]) or "none"
+            raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
+                                  f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
         return cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler), directory, voices)
 

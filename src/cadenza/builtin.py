@@ -3,18 +3,32 @@
 cadenza-tiny is a small CosyVoice-2-architecture model trained by ``recipes/tiny`` (see docs/cadenza-tiny.md); its
 folder has the same layout as a released CosyVoice 2 directory plus ``cadenza.json`` (name, default speaker, the
 voice table). Any model folder may carry a ``cadenza.json``; only ``default_speaker`` is read at synthesis time.
+
+``cadenza.json`` is checked key by key when a model loads (``ModelMetadata``): a wrong type or an unknown ``status``
+is a ``CheckpointError`` naming the file and the key, not a value that is silently ignored.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cadenza.errors import CheckpointError
+from cadenza.loading.files import read_json_object
+
+log = logging.getLogger(__name__)
 
 BUILTIN_NAME = "cadenza-tiny"
 METADATA_NAME = "cadenza.json"
+METADATA_FORMAT = "cadenza.model"
+METADATA_VERSIONS = (1, 2)  # 2 added text_frontend; both are read the same way
+STATUSES = ("experimental", "preview", "stable")
+WEIGHT_DTYPES = ("float32", "float16", "bfloat16")
+_TEXT_KEYS = ("status_note", "text_frontend", "recipe")
 
 
 def builtin_model_dir() -> Path:
@@ -35,15 +49,102 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
     return Path(path).expanduser()
 
 
+@dataclass(frozen=True)
+class VoiceInfo:
+    """One entry of ``voices``: a voice the model was trained on (``heldout``: kept out of training)."""
+
+    name: str
+    source: str = ""
+    licence: str = ""
+    heldout: bool = False
+    train_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The typed content of ``cadenza.json`` (every key optional)."""
+
+    format: str = METADATA_FORMAT
+    version: int = METADATA_VERSIONS[-1]
+    name: str | None = None
+    default_speaker: str | None = None
+    status: str | None = None  # one of STATUSES; "experimental" logs a warning at load
+    status_note: str | None = None
+    voices: tuple[VoiceInfo, ...] = ()
+    speaker_prompts: dict[str, str] = field(default_factory=dict)
+    text_frontend: str | None = None
+    weights_dtype: str | None = None
+    recipe: str | None = None
+
+
+def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> ModelMetadata:
+    """Check ``cadenza.json``'s keys by type and value; ``CheckpointError`` names ``source`` and the key.
+    Unknown keys are logged and ignored (a newer writer may add some without changing the meaning of these)."""
+
+    def fail(key: str, msg: str, value: Any) -> CheckpointError:
+        shown = repr(value)
+        return CheckpointError(f"{source}: {key} must be {msg}, got {shown if len(shown) <= 60 else shown[:57] + '...'}")
+
+    def text(value: Any, key: str, optional: bool = True, blank: bool = True) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not (blank or value.strip()):
+            raise fail(key, "a string" if blank else "a non-empty string", value)
+        return value
+
+    fmt = doc.get("format", METADATA_FORMAT)
+    if fmt != METADATA_FORMAT:
+        raise fail("format", repr(METADATA_FORMAT), fmt)
+    version = doc.get("version", METADATA_VERSIONS[-1])
+    if not isinstance(version, int) or isinstance(version, bool) or version not in METADATA_VERSIONS:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > METADATA_VERSIONS[-1]
+        raise fail("version", f"one of {METADATA_VERSIONS}" + (" (written by a newer cadenza?)" if newer else ""),
+                   version)
+    status = doc.get("status")
+    if status is not None and status not in STATUSES:
+        raise fail("status", f"one of {STATUSES}", status)
+    dtype = doc.get("weights_dtype")
+    if dtype is not None and dtype not in WEIGHT_DTYPES:
+        raise fail("weights_dtype", f"one of {WEIGHT_DTYPES}", dtype)
+    voices_raw = doc.get("voices", [])
+    if not isinstance(voices_raw, list):
+        raise fail("voices", "a list of objects", voices_raw)
+    voices = []
+    for i, v in enumerate(voices_raw):
+        key = f"voices[{i}]"
+        if not isinstance(v, dict):
+            raise fail(key, "an object", v)
+        minutes = v.get("train_minutes")
+        if minutes is not None and (not isinstance(minutes, (int, float)) or isinstance(minutes, bool)
+                                    or not math.isfinite(minutes) or minutes < 0):
+            raise fail(f"{key}.train_minutes", "a non-negative number", minutes)
+        heldout = v.get("heldout", False)
+        if not isinstance(heldout, bool):
+            raise fail(f"{key}.heldout", "true or false", heldout)
+        voices.append(VoiceInfo(name=text(v.get("name"), f"{key}.name", optional=False, blank=False),
+                                source=text(v.get("source"), f"{key}.source") or "",
+                                licence=text(v.get("licence"), f"{key}.licence") or "",
+                                heldout=heldout, train_minutes=None if minutes is None else float(minutes)))
+    prompts = doc.get("speaker_prompts", {})
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(t, str) for k, t in prompts.items()):
+        raise fail("speaker_prompts", "an object of speaker -> transcript strings", prompts)
+    unknown = sorted(set(doc) - set(ModelMetadata.__dataclass_fields__))
+    if unknown:
+        log.warning("%s: ignoring unknown keys %s", source, unknown)
+    return ModelMetadata(
+        format=fmt, version=version, status=status, weights_dtype=dtype, voices=tuple(voices), speaker_prompts=prompts,
+        name=text(doc.get("name"), "name", blank=False),
+        default_speaker=text(doc.get("default_speaker"), "default_speaker", blank=False),
+        **{k: text(doc.get(k), k) for k in _TEXT_KEYS},
+    )
+
+
 def read_model_metadata(directory: Path) -> dict:
-    """``cadenza.json`` of a model folder, or ``{}`` when absent."""
+    """``cadenza.json`` of a model folder, or ``{}`` when absent; checked with ``parse_model_metadata`` (raises
+    ``CheckpointError`` naming the file and the key), returned as the parsed JSON object."""
     path = Path(directory) / METADATA_NAME
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path} is unreadable: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise CheckpointError(f"{path} must hold a JSON object")
+    doc = read_json_object(path, METADATA_NAME)
+    parse_model_metadata(doc, str(path))
     return doc

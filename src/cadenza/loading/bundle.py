@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from cadenza.errors import CheckpointError
+from cadenza.loading.files import check_file, read_json_object
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,17 @@ class BundleFormat:
         return d / self.weights_name if (d / self.weights_name).is_file() and (d / self.config_name).is_file() else None
 
     def read_json(self, path: str | Path) -> dict[str, Any]:
-        """Parse and check the JSON document."""
+        """Parse and check the JSON document (format, version, a ``config`` object, an optional ``metadata``
+        object); the config's own fields are checked by the component's config class."""
         path = Path(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read {path}: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("format") != self.format or not isinstance(doc.get("config"), dict):
+        doc = read_json_object(path, self.config_name)
+        if doc.get("format") != self.format or not isinstance(doc.get("config"), dict):
             raise CheckpointError(f"{path} is not a cadenza {self.what} config (format {self.format!r} with a config)")
-        if doc.get("version") != self.version:
-            raise CheckpointError(f"{path} has version {doc.get('version')!r}; this cadenza reads version {self.version}")
+        version = doc.get("version")
+        if version != self.version or isinstance(version, bool):
+            raise CheckpointError(f"{path} has version {version!r}; this cadenza reads version {self.version}")
+        if not isinstance(doc.get("metadata", {}), dict):
+            raise CheckpointError(f"{path}: metadata must be a JSON object, got {type(doc['metadata']).__name__}")
         return doc
 
     def read(self, path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Path]:
@@ -72,11 +73,10 @@ class BundleFormat:
         d = path if path.is_dir() else path.parent
         weights, config = d / self.weights_name, d / self.config_name
         for f in (weights, config):
-            if not f.is_file():
-                raise CheckpointError(f"{self.what} file not found: {f}")
+            check_file(f, f"{self.what} file {f.name}")
         doc = self.read_json(config)
         try:
             state = load_file(str(weights), device="cpu")
-        except (SafetensorError, OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own and builtin types for a bad file
             raise CheckpointError(f"cannot read {weights} as safetensors (corrupt or truncated?): {exc}") from exc
         return doc, state, weights

@@ -3,11 +3,12 @@
 The reference pickles a dict of zero-shot ``model_input`` dicts with ``torch.save``. We read it with
 ``weights_only=True`` (plain dicts of tensors and strings load; code objects are refused) and keep only the fields
 we use. Entries written by the reference's ``add_zero_shot_spk`` and our own ``save`` have the same keys.
+``SpeakerStore.verify`` checks every entry against the model at load (dtypes, shapes, id ranges, finite values), so
+a saved speaker can never fail a request later with an error that blames the client.
 """
 
 from __future__ import annotations
 
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,12 @@ from pathlib import Path
 import torch
 
 from cadenza.errors import CheckpointError, InputError, UnknownSpeakerError
+from cadenza.loading.files import check_file
+from cadenza.models.cosyvoice2.config import CosyVoice2Config
 
 _SPEAKER_ID = re.compile(r"^[\w.\- ]{1,64}$")
+# Prompts come from recordings of at most 30 s (the speech tokenizer's limit; the reference asserts it).
+MAX_PROMPT_SECONDS = 30
 
 
 @dataclass
@@ -66,8 +71,54 @@ def entry_to_prompt(speaker_id: str, entry: dict) -> SpeakerPrompt:
             )
         # sft entry (CosyVoice 1 style): an embedding only
         return SpeakerPrompt(empty, empty, empty, torch.zeros(1, 0, 80), entry["embedding"].float().reshape(1, -1))
-    except (KeyError, AttributeError, RuntimeError) as exc:
+    except (KeyError, AttributeError, RuntimeError, IndexError, TypeError) as exc:
         raise CheckpointError(f"spk2info entry {speaker_id!r} is malformed: {exc!r}") from exc
+
+
+_ID_FIELDS = ("prompt_text", "llm_prompt_speech_token", "flow_prompt_speech_token")
+_FLOAT_FIELDS = ("prompt_speech_feat", "flow_embedding", "llm_embedding", "embedding")
+
+
+def _check_entry(speaker_id: str, entry: dict, config: CosyVoice2Config) -> None:
+    """Raise ``CheckpointError`` unless ``entry`` gives a prompt the model can use (see ``SpeakerStore.verify``)."""
+
+    def bad(msg: str) -> CheckpointError:
+        return CheckpointError(f"speaker {speaker_id!r}: {msg}")
+
+    for name in (*_ID_FIELDS, *_FLOAT_FIELDS):
+        t = entry.get(name)
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise bad(f"{name} is a {type(t).__name__}, not a tensor")
+        if name in _ID_FIELDS and (t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool):
+            raise bad(f"{name} must hold integer ids, not {t.dtype}")
+        if name in _FLOAT_FIELDS and (not t.dtype.is_floating_point or not bool(torch.isfinite(t).all())):
+            raise bad(f"{name} must be finite floats ({t.dtype})")
+    if "flow_embedding" not in entry and "embedding" not in entry:
+        raise bad("has neither flow_embedding (zero-shot entry) nor embedding (sft entry)")
+    if "flow_embedding" in entry and "flow_prompt_speech_token" not in entry:
+        raise bad("has flow_embedding but no flow_prompt_speech_token")
+    if "flow_embedding" in entry and "prompt_speech_feat" not in entry:
+        raise bad("has flow_embedding but no prompt_speech_feat")
+    prompt = entry_to_prompt(speaker_id, entry)
+    lm, flow = config.lm, config.flow
+    if prompt.embedding.shape[1] != flow.spk_embed_dim:
+        raise bad(f"the embedding has {prompt.embedding.shape[1]} values; the model needs {flow.spk_embed_dim}")
+    if prompt.prompt_mel.shape[1] and prompt.prompt_mel.shape[2] != flow.output_size:
+        raise bad(f"prompt_speech_feat has {prompt.prompt_mel.shape[2]} mel bins; the model needs {flow.output_size}")
+    limit = MAX_PROMPT_SECONDS * config.token_frame_rate
+    for name, ids, size in (("prompt_text", prompt.prompt_text, lm.qwen.vocab_size),
+                            ("llm_prompt_speech_token", prompt.llm_prompt_speech, lm.speech_token_size),
+                            ("flow_prompt_speech_token", prompt.flow_prompt_speech, lm.speech_token_size)):
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+            raise bad(f"{name} has ids outside [0, {size})")
+        if name != "prompt_text" and ids.shape[1] > limit:
+            raise bad(f"{name} has {ids.shape[1]} tokens; a prompt has at most {limit} ({MAX_PROMPT_SECONDS} s)")
+    frames, tokens = prompt.prompt_mel.shape[1], prompt.flow_prompt_speech.shape[1]
+    if frames > config.token_mel_ratio * tokens:  # the flow places the prompt mel over the prompt tokens' frames
+        raise bad(f"prompt_speech_feat has {frames} frames but flow_prompt_speech_token only {tokens} tokens "
+                  f"(at most {config.token_mel_ratio} frames per token)")
 
 
 class SpeakerStore:
@@ -76,14 +127,31 @@ class SpeakerStore:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
         self._entries: dict[str, dict] = {}
-        if self.path and self.path.is_file():
+        if self.path and (self.path.exists() or self.path.is_symlink()):
+            check_file(self.path, "spk2info.pt")
             try:
                 data = torch.load(self.path, map_location="cpu", weights_only=True)
-            except (RuntimeError, pickle.UnpicklingError, EOFError, OSError) as exc:
-                raise CheckpointError(f"cannot read speakers from {self.path}: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - any failure of torch's reader on a user file means a bad file
+                raise CheckpointError(f"cannot read speakers from {self.path} (corrupt, truncated, or a pickle that "
+                                      f"would run code): {type(exc).__name__}: {exc}") from exc
             if not isinstance(data, dict):
-                raise CheckpointError(f"{self.path} does not hold a dict of speakers")
-            self._entries = {str(k): v for k, v in data.items() if isinstance(v, dict)}
+                raise CheckpointError(f"{self.path} does not hold a dict of speakers (found {type(data).__name__})")
+            for key, value in data.items():
+                if not isinstance(key, str) or not isinstance(value, dict):
+                    raise CheckpointError(f"{self.path}: speaker {key!r} must be a string id with a dict entry, "
+                                          f"found {type(key).__name__} -> {type(value).__name__}")
+            self._entries = dict(data)
+
+    def verify(self, config: CosyVoice2Config) -> None:
+        """Check every saved speaker against the model's ``CosyVoice2Config``: integer ids inside the text and
+        speech vocabularies, finite float features, the embedding size, the mel bins, at most 30 s of prompt,
+        and no more prompt mel frames than the prompt tokens cover. Raises ``CheckpointError`` naming the file and
+        the speaker."""
+        for speaker_id, entry in self._entries.items():
+            try:
+                _check_entry(speaker_id, entry, config)
+            except CheckpointError as exc:
+                raise CheckpointError(f"{self.path or 'spk2info.pt'}: {exc}") from exc
 
     def ids(self) -> list[str]:
         return sorted(self._entries)

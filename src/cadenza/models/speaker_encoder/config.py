@@ -85,6 +85,7 @@ class SpeakerEncoderConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SpeakerEncoderConfig:
         """Build from a JSON / YAML mapping; lists become tuples; unknown keys raise ``InputError``."""
+        _check(isinstance(data, Mapping), f"the config must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         _check(not unknown, f"unknown keys {unknown}; known keys are {sorted(known)}")

@@ -6,6 +6,7 @@ so that a typo in a training config does not silently fall back to a default.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -17,6 +18,11 @@ from cadenza.layers.fsq_codes import fsq_codebook_size
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise InputError(f"invalid speech tokenizer config: {msg}")
+
+
+def _positive_real(name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    _check(ok, f"{name} must be a positive finite number, got {value!r}")
 
 
 def _positive_int(name: str, value: object, allow_zero: bool = False) -> None:
@@ -75,7 +81,7 @@ class SpeechTokenizerConfig:
         _positive_int("frame_classes", self.frame_classes, allow_zero=True)
         _check(self.vocab_size != 1, "vocab_size must be 0 (no ASR head) or at least 2 (blank + one symbol)")
         _check(isinstance(self.conv_strides, tuple) and len(self.conv_strides) > 0
-               and all(isinstance(s, int) and s > 0 for s in self.conv_strides),
+               and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in self.conv_strides),
                f"conv_strides must be a non-empty list of positive integers, got {self.conv_strides!r}")
         _check(self.conv_kernel % 2 == 1, f"conv_kernel must be odd, got {self.conv_kernel}")
         _check(self.conv_kernel // 2 <= min(self.conv_strides) - 1,
@@ -84,8 +90,8 @@ class SpeechTokenizerConfig:
         _check(self.hidden_size % self.num_heads == 0,
                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         _check((self.hidden_size // self.num_heads) % 2 == 0, "head_dim (hidden_size / num_heads) must be even")
-        _check(self.rope_theta > 0 and self.norm_eps > 0 and self.max_seconds > 0,
-               "rope_theta, norm_eps and max_seconds must be positive")
+        for name in ("rope_theta", "norm_eps", "max_seconds"):
+            _positive_real(name, getattr(self, name))
 
     @property
     def downsample(self) -> int:
@@ -114,6 +120,7 @@ class SpeechTokenizerConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SpeechTokenizerConfig:
         """Build from a JSON / YAML mapping; lists become tuples; unknown keys raise ``InputError``."""
+        _check(isinstance(data, Mapping), f"the config must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         _check(not unknown, f"unknown keys {unknown}; known keys are {sorted(known)}")
