@@ -208,9 +208,9 @@ PLAIN_ONLY = {"no_encoder_block"}  # hop 1: a 0.5 s prompt would take thousands 
 def _engine_run(directory: Path, seed: int = 1, prompts: bool = True) -> dict[str, np.ndarray]:
     engine = VoxCPM2Engine.from_pretrained(directory)
     out = {}
-    modes = {"plain": {}, "clone": {"reference_wav": prompt_audio()},
-             "combined": {"reference_wav": prompt_audio(seed=1), "prompt_wav": prompt_audio(0.5, 2),
-                          "prompt_text": "It is."}}
+    # plain, and combined (reference + continuation: both prompt encodings, the longest layout)
+    modes = {"plain": {}, "combined": {"reference_wav": prompt_audio(seed=1), "prompt_wav": prompt_audio(0.5, 2),
+                                       "prompt_text": "It is."}}
     for name, kwargs in modes.items():
         if not prompts and kwargs:
             continue
@@ -223,6 +223,7 @@ def _engine_run(directory: Path, seed: int = 1, prompts: bool = True) -> dict[st
     return out
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")  # ffn 0: PyTorch notes the empty weights
 @pytest.mark.parametrize("name", sorted(ACCEPTED))
 def test_reference_accepted_config_loads_and_runs(name, tmp_path):
     changes, _ = ACCEPTED[name]
@@ -539,7 +540,7 @@ def test_sampler_matches_spec_and_cfg_one_is_plain_euler(name, mean_mode, seed):
     b, d, p = 3, config.feat_dim, config.patch_size  # a batch of 3 different rows
     mu = torch.randn(b, 2 * config.dit_config.hidden_dim, generator=gen) * 2
     cond, noise = torch.randn(b, d, p, generator=gen), torch.randn(b, d, p, generator=gen)
-    for n in (1, 4, 7):
+    for n in (1, 5):  # 1: the one step is the zero-velocity one under CFG-Zero*; 5: then 4 guided steps
         for w, zs in ((2.0, True), (3.5, False), (1.0, False)):
             got = sampler(mu, cond, noise, n, w, use_cfg_zero_star=zs)
             assert_close(got, spec_sampler(est, mu, cond, noise, n, w, zs, mean_mode), 1e-5, f"n={n} w={w} zs={zs}")

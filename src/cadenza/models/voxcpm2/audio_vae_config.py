@@ -78,13 +78,15 @@ class AudioVAEConfig:
         for name in ("encoder_dim", "latent_dim"):
             value = getattr(self, name)
             _check(_is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
-        # An audio rate must be positive: it labels the output and drives resampling of prompt audio.
+        # An audio rate must be positive: it labels the output and drives resampling of prompt audio. (The reference
+        # builds a model with a rate of 0 and only fails when it loads audio at that rate; no file can carry it.)
         for name in ("sample_rate", "out_sample_rate"):
             value = getattr(self, name)
             _check(_is_int(value) and value >= 1, f"{name} must be an integer >= 1 (Hz), got {value!r}")
         _check(_is_int(self.cond_dim), f"cond_dim must be an integer, got {self.cond_dim!r}")
-        # Strides of 0 do not exist. No encoder block is a valid (hop 1) encoder; the decoder needs a block
-        # (the reference's decoder fails to build without one).
+        # Strides of 0 do not exist. No encoder block is a valid (hop 1) encoder: the reference builds it and runs
+        # zero-shot, but its encode then crashes (np.prod([]) is a float pad width), a bug we do not reproduce.
+        # The decoder needs a block (the reference's decoder fails to build without one).
         _ints("encoder_rates", self.encoder_rates, minimum=1)
         _ints("decoder_rates", self.decoder_rates, minimum=1, nonempty=True)
         for name in ("depthwise", "use_noise_block", "cond_out_layer"):

@@ -106,7 +106,8 @@ class MiniCPM4Config:
         def check(cond: bool, msg: str) -> None:
             _check(cond, f"{msg} ({what} stack)")
 
-        # Zero widths/heads make layers without any channel (PyTorch builds them; nothing flows through them).
+        # Zero widths/heads make layers without any channel: PyTorch (and so the reference) builds them, but nothing
+        # flows through them. Refused on purpose, like negative counts (which the reference's range() reads as 0).
         check(self.hidden_size >= 1, f"{k('hidden_size')} must be >= 1, got {self.hidden_size}")
         # 0 is a valid (MLP-free) block: the reference builds and runs it.
         check(self.intermediate_size >= 0, f"{k('intermediate_size')} must be >= 0, got {self.intermediate_size}")
