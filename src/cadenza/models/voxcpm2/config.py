@@ -124,9 +124,10 @@ class MiniCPM4Config:
             check(self.head_dim >= 1, f"{k('hidden_size')} = {self.hidden_size} gives head dim 0 with "
                                       f"{self.num_attention_heads} heads: set {k('kv_channels')}")
         check(self.vocab_size >= 0, f"{k('vocab_size')} must be >= 0, got {self.vocab_size}")
-        # The CFG batch's unconditional condition tokens are all zero: RMSNorm then divides by sqrt(eps).
-        check(self.rms_norm_eps > 0, f"{k('rms_norm_eps')} must be > 0 (RMSNorm of the zero CFG condition tokens "
-                                     f"is NaN otherwise), got {self.rms_norm_eps}")
+        # Every stack shares it, LocDiT included, whose unconditional CFG condition tokens are all zero: RMSNorm
+        # then computes 0 / sqrt(eps) (the reference's generations are NaN with eps 0).
+        check(self.rms_norm_eps > 0, f"{k('rms_norm_eps')} must be > 0 (LocDiT normalises all-zero CFG condition "
+                                     f"tokens), got {self.rms_norm_eps}")
         if not self.no_rope:
             self._check_rope(check)
 
