@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import types
 import typing
@@ -33,6 +34,9 @@ from cadenza.errors import CheckpointError
 
 ARCHITECTURE = "voxcpm2"
 DTYPE_NAMES = ("bfloat16", "bf16", "float16", "fp16", "float32", "fp32")  # the reference's get_dtype accepts these
+TRAINING_T_SCHEDULERS = ("log-norm", "uniform")  # the reference's sample_r_t raises for others
+
+log = logging.getLogger(__name__)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -205,6 +209,12 @@ class CFMConfig:
     ratio_r_neq_t_range: tuple[float, float] = (0.25, 0.75)
     noise_cond_prob_range: tuple[float, float] = (0.0, 0.0)
     noise_cond_scale: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.solver != "euler" or self.t_scheduler not in TRAINING_T_SCHEDULERS:
+            # Fine for inference (the reference ignores both there); its training refuses an unknown t_scheduler.
+            log.warning("cfm_config solver %r / t_scheduler %r: inference uses Euler; training supports only the "
+                        "t_scheduler values %s", self.solver, self.t_scheduler, TRAINING_T_SCHEDULERS)
 
 
 @dataclass(frozen=True)
