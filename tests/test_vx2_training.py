@@ -139,3 +139,16 @@ def test_prompt_style_and_truncation(packer, t):
         packer([])
     with pytest.raises(InputError):
         TrainingSample([], audio)
+
+
+def test_a_t_scheduler_training_cannot_use_is_refused(model, batch, monkeypatch):
+    """Such a config loads (inference ignores the schedule, as the reference does); training must not guess one."""
+    import dataclasses
+
+    from cadenza.errors import CheckpointError
+
+    dit = model.config.dit_config
+    odd = dataclasses.replace(dit, cfm_config=dataclasses.replace(dit.cfm_config, t_scheduler="cosine"))
+    monkeypatch.setattr(model, "config", dataclasses.replace(model.config, dit_config=odd))
+    with pytest.raises(CheckpointError, match="t_scheduler 'cosine' cannot be trained"):
+        voxcpm2_losses(model, batch, noise=TrainingNoise(torch.Generator().manual_seed(5)))

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from cadenza.errors import InputError
-from cadenza.models.voxcpm2.config import CFMConfig
+from cadenza.errors import CheckpointError, InputError
+from cadenza.models.voxcpm2.config import TRAINING_T_SCHEDULERS, CFMConfig
 from cadenza.models.voxcpm2.local_dit import LocalDiT
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.training.voxcpm2.packer import PackedBatch
@@ -107,8 +107,11 @@ def flow_matching_loss(
     if cfm.t_scheduler == "log-norm":
         r = torch.sigmoid(noise.randn((n,), x1) * LOG_NORM_STD + LOG_NORM_MEAN)
         t = torch.sigmoid(noise.randn((n,), x1) * LOG_NORM_STD + LOG_NORM_MEAN)
-    else:  # uniform
+    elif cfm.t_scheduler == "uniform":
         r, t = noise.rand((n,), x1), noise.rand((n,), x1)
+    else:  # the config loads for inference (which ignores it); training cannot guess a schedule, as the reference
+        raise CheckpointError(f"cfm_config.t_scheduler {cfm.t_scheduler!r} cannot be trained: use one of "
+                              f"{TRAINING_T_SCHEDULERS}")
     r_neq_t = noise.rand((n,), x1) < 0.0  # ratio_r_neq_t = 0 without mean mode
     r = torch.where(r_neq_t, torch.minimum(r, t), t)
     t = torch.where(r_neq_t, torch.maximum(r, t), t)
