@@ -6,7 +6,9 @@ A small class over the parts (loader -> model, frontend, engine), in the spirit 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadenza.audio.io import AudioSource, load_audio, save_wav
+from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, AudioSource, load_audio, save_wav
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
@@ -23,10 +25,10 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
-from cadenza.errors import CheckpointError, InputError, TextError
+from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir, load_cosyvoice2_weights
-from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
+from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore, validate_speaker_id
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
 from cadenza.voices import VoiceStore
@@ -38,6 +40,106 @@ SEGMENT_TOKENS = 80  # text tokens per segment (the reference splits at 60-80)
 
 # Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
 PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
+
+MAX_SEED = 2**63 - 1  # a request's RNG is a torch.Generator: seeds are signed 64-bit
+MAX_SPEAKER_CHARS = 128  # no saved speaker id (64) or voice name or id (the server's limit: 128) is longer
+MAX_SPEAKER_ID_CHARS = 64
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 80 characters (error messages never echo a 10 kB argument whole)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}... ({len(text)} characters)"
+
+
+def check_chars(text: str, what: str, error: type[InputError] = TextError) -> str:
+    """``text`` unless it holds a lone surrogate (not encodable as UTF-8) or a NUL: ``error`` naming ``what`` and
+    where (the server refuses both the same way)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} is not valid Unicode: a lone surrogate U+{ord(text[exc.start]):04X} at character "
+                    f"{exc.start}") from None
+    if "\x00" in text:
+        raise error(f"{what} contains a NUL character at character {text.index(chr(0))}")
+    return text
+
+
+def check_text_arg(text: object, what: str, optional: bool = False) -> str | None:
+    """A text argument: a string (or None when ``optional``) of valid Unicode without NUL; else ``TextError``."""
+    if text is None and optional:
+        return None
+    if not isinstance(text, str):
+        raise TextError(f"{what} must be a string, not {type(text).__name__}")
+    return check_chars(text, what)
+
+
+def check_seed(seed: object) -> int | None:
+    """None or an integer in [0, 2**63): ``InputError`` naming ``seed`` otherwise."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
+        raise InputError(f"seed must be an integer from 0 to 2**63-1, got {_short(seed)}")
+    return int(seed)
+
+
+def _check_speed(speed: object) -> float:
+    if isinstance(speed, bool) or not isinstance(speed, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(speed):
+        raise InputError(f"speed must be a finite number (0.5-2.0), got {_short(speed)}")
+    return float(speed)
+
+
+def _check_ids(ids: object, what: str) -> object:
+    """Token ids: a sequence of integers or an integer array/tensor (1-D, or [1, n]); ``InputError`` otherwise."""
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
+        kind = str(ids.dtype)
+        integer = (ids.dtype != torch.bool and not ids.dtype.is_floating_point and not ids.dtype.is_complex
+                   if isinstance(ids, torch.Tensor) else ids.dtype.kind in "iu")
+        if not integer or ids.ndim > 2 or (ids.ndim == 2 and ids.shape[0] != 1):
+            raise InputError(f"{what} must be integer token ids, shape [n] or [1, n]; got {kind} of shape "
+                             f"{tuple(ids.shape)}")
+        return ids
+    if isinstance(ids, (str, bytes, bytearray)) or not isinstance(ids, Sequence):
+        raise InputError(f"{what} must be a sequence of integer token ids, not {type(ids).__name__}")
+    for i, v in enumerate(ids):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InputError(f"{what} must be integer token ids; item {i} is {_short(v)} ({type(v).__name__})")
+    return ids
+
+
+def check_device(device: object) -> str | torch.device:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); ``InputError`` otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise InputError(f"device {_short(device)} is not a torch device (cpu, cuda, cuda:1, mps)") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {_short(device)}: CUDA is not available on this machine (use cpu)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"device {_short(device)}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise InputError(f"device {_short(device)}: MPS is not available on this machine (use cpu)")
+    elif dev.type != "cpu":
+        raise InputError(f"device {_short(device)}: device type {dev.type!r} is not supported (cpu, cuda, mps)")
+    return device
+
+
+def _pcm_to_float(samples: object) -> np.ndarray:
+    """Decoded samples -> float32: floats as they are ([-1, 1]), integer PCM scaled to [-1, 1]."""
+    try:
+        arr = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
+    except (ValueError, TypeError, RuntimeError) as exc:  # ragged lists, tensors numpy cannot hold
+        raise AudioError(f"prompt audio samples are not an array of numbers: {exc}") from exc
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32, copy=False)
+    if arr.dtype.kind in "iu":
+        half = float(2 ** (8 * arr.dtype.itemsize - 1))
+        offset = half if arr.dtype.kind == "u" else 0.0  # unsigned PCM (8-bit WAV) is centred on 2**(bits-1)
+        return ((arr.astype(np.float64) - offset) / half).astype(np.float32)
+    raise AudioError(f"prompt audio samples must be numbers (float in [-1, 1] or integer PCM), got dtype {arr.dtype}")
 
 
 @dataclass
@@ -52,7 +154,26 @@ class Audio:
         return len(self.samples) / self.sample_rate
 
     def save(self, path: str | os.PathLike) -> None:
-        save_wav(path, self.samples, self.sample_rate)
+        """Write a 16-bit WAV file, whole or not at all: a temporary file next to ``path`` renamed over it (a
+        failure leaves no half-written file). Raises ``InputError`` naming ``path`` when it cannot be written."""
+        import soundfile as sf
+
+        target = Path(path).expanduser()
+        tmp = None
+        try:
+            if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: stream into it, never rename
+                save_wav(target, self.samples, self.sample_rate)
+                return
+            tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+            save_wav(tmp, self.samples, self.sample_rate)
+            os.replace(tmp, target)
+            tmp = None
+        except (OSError, ValueError, sf.LibsndfileError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "error_string", None) or str(exc)
+            raise InputError(f"cannot write {str(path)[:200]}: {reason}") from exc
+        finally:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
 
 
 class Cadenza:
@@ -109,13 +230,25 @@ class Cadenza:
 
     # -- voices --------------------------------------------------------------------------------------------------
     def _load_prompt(self, audio: PromptAudio) -> tuple[torch.Tensor, int]:
-        if isinstance(audio, tuple) and len(audio) == 2 and not isinstance(audio[0], (str, bytes)):
+        if isinstance(audio, tuple) and not (audio and isinstance(audio[0], (str, bytes))):
+            if len(audio) != 2:
+                raise AudioError(f"prompt audio as a tuple is (samples, sample_rate), got {len(audio)} items")
             samples, sr = audio
-            wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+            if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) \
+                    or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
+                raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
+                                 f"got {_short(sr)}")
+            wav = torch.from_numpy(_pcm_to_float(samples))
             if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
                 wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
-            return wav.reshape(-1), int(sr)
-        return load_audio(audio, self.sample_rate), self.sample_rate
+            if wav.dim() != 1:
+                raise AudioError(f"prompt audio must be [samples] or [channels, samples], got shape "
+                                 f"{tuple(wav.shape)}")
+            return wav, int(sr)
+        try:
+            return load_audio(audio, self.sample_rate), self.sample_rate
+        except OSError as exc:  # a path the OS refuses outright (name too long, ...)
+            raise AudioError(f"cannot read audio file {str(audio)[:200]!r}: {exc.strerror or exc}") from exc
 
     def voice_from_audio(self, prompt_wav: PromptAudio, prompt_text: str | None = None) -> SpeakerPrompt:
         wav, sr = self._load_prompt(prompt_wav)
@@ -123,6 +256,12 @@ class Cadenza:
 
     def add_speaker(self, speaker_id: str, prompt_wav: PromptAudio, prompt_text: str, save: bool = True) -> None:
         """Save a zero-shot voice under ``speaker_id`` (written to ``spk2info.pt`` in the model directory)."""
+        if not isinstance(speaker_id, str):
+            raise InputError(f"speaker id must be a string, not {type(speaker_id).__name__}")
+        if len(speaker_id) > MAX_SPEAKER_ID_CHARS:
+            raise InputError(f"speaker id is {len(speaker_id)} characters; at most {MAX_SPEAKER_ID_CHARS}")
+        validate_speaker_id(speaker_id)  # before the audio is decoded
+        check_text_arg(prompt_text, "prompt_text", optional=True)
         if save and self.directory.resolve() == Path(__file__).resolve().parent / "assets" / BUILTIN_NAME:
             raise InputError("the built-in model folder is part of the installed package and is not written to: "
                              "save voices in a voice store instead (`cadenza serve` /v1/voices, or "
@@ -135,12 +274,18 @@ class Cadenza:
     def _voice(self, prompt_wav, prompt_text, prompt_text_ids, instruct, speaker):
         """Resolve the voice arguments into (voice, mode, LM prompt text ids, LM prompt speech ids)."""
         eng = self.engine
+        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_text_arg(instruct, "instruct", optional=True)
+        if speaker is not None:
+            self._check_speaker(speaker)
         if prompt_wav is not None and speaker is not None:
             raise InputError("give either prompt_wav or speaker, not both")
         if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
             raise InputError("instruct replaces the prompt transcript: give instruct or prompt_text, not both")
         if prompt_text is not None and prompt_text_ids is not None:
             raise InputError("give either prompt_text or prompt_text_ids, not both")
+        if prompt_text_ids is not None:
+            _check_ids(prompt_text_ids, "prompt_text_ids")
         lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids") if prompt_text_ids is not None else None
         transcript_given = prompt_text is not None or prompt_text_ids is not None
         if speaker is not None:
@@ -169,6 +314,29 @@ class Cadenza:
             mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
         return voice, mode, lm_text, lm_speech
 
+    def _check_speaker(self, speaker: object) -> None:
+        if not isinstance(speaker, str):
+            raise InputError(f"speaker must be a string (a saved speaker id or voice name), not "
+                             f"{type(speaker).__name__}")
+        check_chars(speaker, "speaker", InputError)
+        if not speaker.strip():
+            raise UnknownSpeakerError("speaker is empty: give a saved speaker id or voice name")
+        if len(speaker) > MAX_SPEAKER_CHARS and speaker not in self.engine.speakers:
+            raise UnknownSpeakerError(f"speaker is {len(speaker)} characters: no saved speaker id or voice name is "
+                                      f"longer than {MAX_SPEAKER_CHARS}")
+
+    def _check_args(self, text, text_ids, prompt_text, seed, speed) -> None:
+        """Type and character checks of the arguments every synthesis entry point shares (before any work)."""
+        if (text is None) == (text_ids is None):
+            raise InputError("give exactly one of text or text_ids")
+        if text is not None:
+            check_text_arg(text, "text")
+        else:
+            _check_ids(text_ids, "text_ids")
+        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_seed(seed)
+        _check_speed(speed)
+
     def request(
         self,
         text: str | None = None,
@@ -191,8 +359,7 @@ class Cadenza:
         * ``speaker``: a saved voice; nothing: an arbitrary voice (zero speaker embedding).
         """
         eng = self.engine
-        if (text is None) == (text_ids is None):
-            raise InputError("give exactly one of text or text_ids")
+        self._check_args(text, text_ids, prompt_text, seed, speed)
         if text is not None and normalize:
             text = normalize_text(check_speakable(text))
             if prompt_text is not None and prompt_text.strip():
@@ -205,7 +372,7 @@ class Cadenza:
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
         """Text -> normalised segments of at most ``max_tokens`` (default: the tokenizer's ``segment_tokens``, else
         ``SEGMENT_TOKENS``) tokens, cut at sentence, then clause ends."""
-        text = check_speakable(text)
+        text = check_speakable(check_text_arg(text, "text"))
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
@@ -221,8 +388,7 @@ class Cadenza:
                  prompt_text_ids: Sequence[int] | None = None, instruct: str | None = None,
                  speaker: str | None = None, seed: int | None = None, speed: float = 1.0) -> list[SynthesisRequest]:
         """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
-        if (text is None) == (text_ids is None):
-            raise InputError("give exactly one of text or text_ids")
+        self._check_args(text, text_ids, prompt_text, seed, speed)
         if normalize and prompt_text is not None and prompt_text.strip():
             prompt_text = normalize_text(prompt_text)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
@@ -250,6 +416,9 @@ class Cadenza:
         interleaves text and speech as they arrive (bi-streaming) and audio starts before the text ends. Closing
         the returned generator cancels the request and frees its state.
         """
+        if isinstance(text, (bytes, bytearray)) or not (text is None or isinstance(text, str)
+                                                         or hasattr(text, "__iter__")):
+            raise TextError(f"text must be a string or an iterable of strings, not {type(text).__name__}")
         if text is None or isinstance(text, str):
             if kwargs.get("speed", 1.0) != 1.0:
                 raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
@@ -261,6 +430,7 @@ class Cadenza:
                   instruct=None, speaker=None, seed=None, speed: float = 1.0) -> Iterator[np.ndarray]:
         if speed != 1.0:
             raise InputError("speed other than 1.0 is only supported without streaming")
+        check_seed(seed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         request = self.engine.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text,
                                              lm_prompt_speech=lm_speech, seed=seed)
@@ -269,12 +439,18 @@ class Cadenza:
 
         def feed() -> None:  # the upstream iterator may block: read it off the consumer's thread
             try:
-                for piece in pieces:
+                speakable = False
+                for n, piece in enumerate(pieces):
                     if not isinstance(piece, str):
-                        raise InputError(f"text pieces must be strings, not {type(piece).__name__}")
+                        raise TextError(f"text pieces must be strings, not {type(piece).__name__} (piece {n})")
+                    check_chars(piece, f"text piece {n}")
+                    speakable = speakable or is_speakable(piece)
                     ids = encoder.feed(piece)
                     if ids:
                         handle.feed_text(torch.tensor([ids], dtype=torch.long))
+                if not speakable:
+                    raise TextError("the text stream ended with nothing to speak (no pieces, or only whitespace "
+                                    "and punctuation)")
                 ids = encoder.flush()
                 if ids:
                     handle.feed_text(torch.tensor([ids], dtype=torch.long))
@@ -287,6 +463,7 @@ class Cadenza:
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio, seed: int | None = None) -> Audio:
         """Voice conversion: say what ``source_wav`` says in the voice of ``prompt_wav`` (no LM)."""
+        check_seed(seed)
         src, sr = self._load_prompt(source_wav)
         validate_prompt_audio(src, sr, max_seconds=30.0)
         source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
@@ -310,12 +487,15 @@ def model_family(path: str | os.PathLike) -> str:
     from cadenza.models.voxcpm2.loader import is_voxcpm2_dir
 
     directory = Path(path).expanduser()
-    if not directory.is_dir():
-        raise CheckpointError(f"model directory not found: {directory}")
-    if is_cosyvoice2_dir(directory):
-        return "cosyvoice2"
-    if is_voxcpm2_dir(directory):
-        return "voxcpm2"
+    try:
+        if not directory.is_dir():
+            raise CheckpointError(f"model directory not found: {str(directory)[:200]}")
+        if is_cosyvoice2_dir(directory):
+            return "cosyvoice2"
+        if is_voxcpm2_dir(directory):
+            return "voxcpm2"
+    except OSError as exc:  # a path the OS refuses outright (name too long, no permission)
+        raise CheckpointError(f"cannot open model directory {str(directory)[:200]!r}: {exc.strerror or exc}") from exc
     inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory lacks
     raise CheckpointError(f"{directory} is neither a CosyVoice 2 nor a VoxCPM 2 model directory")
 
@@ -323,6 +503,10 @@ def model_family(path: str | os.PathLike) -> str:
 def load(path: str | os.PathLike | None = None, **kwargs):
     """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
     cadenza-tiny."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
+    if "device" in kwargs:
+        check_device(kwargs["device"])
     path = resolve_model_path(path)
     if model_family(path) == "voxcpm2":
         from cadenza.api_voxcpm2 import VoxCPM2

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadenza.api import Audio
+from cadenza.api import Audio, check_seed, check_text_arg
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
-from cadenza.errors import InputError
+from cadenza.errors import InputError, TextError
 from cadenza.models.voxcpm2.prompt import PromptAudio
 
 
@@ -48,7 +48,13 @@ class VoxCPM2:
                 prompt_text: str | None = None, seed: int | None = None, normalize: bool = True, **options):
         """Modes: plain text; ``(description)text`` voice design; ``reference_wav`` cloning; ``prompt_wav`` +
         ``prompt_text`` continuation; reference + continuation combined. ``options``: ``cfg_value``,
-        ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``."""
+        ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``.
+
+        Text arguments must be strings of valid Unicode without NUL, ``seed`` an integer in [0, 2**63) (``TextError``
+        / ``InputError`` naming the argument, before any work)."""
+        check_text_arg(text, "text")
+        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_seed(seed)
         return self.engine.build(text, reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text,
                                  seed=seed, normalize=normalize, **options)
 
@@ -58,13 +64,15 @@ class VoxCPM2:
     def synthesize_stream(self, text: str, **kwargs) -> Iterator[np.ndarray]:
         """48 kHz float32 chunks (one per generated patch) as soon as each is made."""
         if not isinstance(text, str):
-            raise InputError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
+            raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
         return self.engine.stream(self.request(text, **kwargs))
 
     def design(self, description: str, text: str, **kwargs) -> Audio:
         """Voice design: a voice described in words (no audio)."""
         if any(kwargs.get(k) is not None for k in ("reference_wav", "prompt_wav")):
             raise InputError("voice design takes a description, not audio: use clone for reference audio")
+        check_text_arg(description, "description")
+        check_text_arg(text, "text")
         description = description.strip().strip("()")
         if not description:
             raise InputError("the voice description is empty")

@@ -1,18 +1,32 @@
-"""Argument types and names shared by the ``cadenza`` sub-commands."""
+"""Argument types, names and error reporting shared by the ``cadenza`` sub-commands.
+
+Every type here raises ``argparse.ArgumentTypeError`` with the offending value, so argparse prints
+``cadenza <cmd>: error: argument --flag: <reason>`` and exits with code 2 before anything is loaded.
+``report_errors`` turns what a command raises into one ``error: ...`` line on stderr (never a traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 MODEL_ENV = "CADENZA_MODEL"  # default model directory of every command (else the built-in cadenza-tiny)
+MAX_SEED = 2**63 - 1  # a request's RNG is seeded with a signed 64-bit integer
+MAX_ERROR_CHARS = 2000  # a message that echoes a hostile value (10 kB names) is cut here
+
+log = logging.getLogger("cadenza.cli")
 
 
-def _int_at_least(value: str, minimum: int, what: str) -> int:
+def _int_at_least(value: str, minimum: int, what: str, maximum: int | None = None) -> int:
     try:
         n = int(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}") from exc
-    if n < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value[:80]!r}") from exc
+    if n < minimum or (maximum is not None and n > maximum):
         raise argparse.ArgumentTypeError(f"expected {what}, got {n}")
     return n
 
@@ -25,3 +39,90 @@ def positive_int(value: str) -> int:
 def nonnegative_int(value: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(value, 0, "an integer >= 0")
+
+
+def seed(value: str) -> int:
+    """argparse type: a random seed, 0 <= seed < 2**63."""
+    return _int_at_least(value, 0, "an integer from 0 to 2**63-1", MAX_SEED)
+
+
+def port(value: str) -> int:
+    """argparse type: a TCP port, 1-65535."""
+    return _int_at_least(value, 1, "a port number from 1 to 65535", 65535)
+
+
+def positive_float(value: str) -> float:
+    """argparse type: a finite number > 0 (``nan``, ``inf`` and ``0`` are refused)."""
+    try:
+        x = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value[:80]!r}") from exc
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {value[:80]!r}")
+    return x
+
+
+def device(value: str) -> str:
+    """argparse type: a torch device string this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
+    if value == "cpu":
+        return value
+    from cadenza.api import check_device
+    from cadenza.errors import InputError
+
+    try:
+        check_device(value)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
+
+
+def output_wav(value: str) -> str:
+    """argparse type: a WAV file to write: its folder must exist, it must not be a folder, and a suffix, if any,
+    is ``.wav`` (the file is always WAV: ``out.mp3`` would be a WAV file with a misleading name)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the output path is empty")
+    path = Path(value).expanduser()
+    try:
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{value!r} is a folder: name the WAV file to write")
+        parent = path.parent
+        if not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"the folder {str(parent)[:200]!r} does not exist")
+    except (OSError, ValueError) as exc:  # name too long, NUL byte, not encodable
+        raise argparse.ArgumentTypeError(f"cannot use {value[:200]!r} as an output file: {exc}") from exc
+    if path.suffix and path.suffix.lower() != ".wav":
+        raise argparse.ArgumentTypeError(f"{value!r}: cadenza writes WAV files; use a .wav name")
+    return value
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (newlines folded), cut to ``MAX_ERROR_CHARS``."""
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + f"... ({len(text)} characters)"
+
+
+def report_errors(command: Callable[[], int | None], verbose: bool = False) -> int:
+    """Run ``command``; a ``CadenzaError`` (and any other failure) becomes one ``error: ...`` line on stderr.
+
+    Exit codes: 0 success, 2 bad input or a file that cannot be used (``CadenzaError``, ``OSError``), 130
+    interrupted, 1 an unexpected failure (a bug: ``-v`` logs its traceback).
+    """
+    from cadenza.errors import CadenzaError
+
+    try:
+        return int(command() or 0)
+    except CadenzaError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a file or folder the command could not use; the message names it
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for users
+        if verbose:
+            log.exception("unexpected failure")
+        print(f"error: unexpected {type(exc).__name__}: {one_line(str(exc))} (a bug: please report it; "
+              "-v prints the traceback)", file=sys.stderr)
+        return 1

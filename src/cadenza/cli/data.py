@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 
+from cadenza.cli.args import nonnegative_int, positive_float, positive_int, report_errors
 from cadenza.errors import CadenzaError
 
 LAYOUTS = ("ljspeech", "libritts", "jsonl")
@@ -28,13 +29,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                                       "CosyVoice-BlankEN tokenizer fill speech_tokens / spk_emb / text_ids")
     prep.add_argument("--extractor", action="append", default=[], metavar="MODULE:FACTORY[=ARG]",
                       help="an extra feature extractor (repeatable)")
-    prep.add_argument("--shard-size", type=int, default=256)
-    prep.add_argument("--min-seconds", type=float, default=0.5)
-    prep.add_argument("--max-seconds", type=float, default=30.0)
+    prep.add_argument("--shard-size", type=positive_int, default=256)
+    prep.add_argument("--min-seconds", type=positive_float, default=0.5)
+    prep.add_argument("--max-seconds", type=positive_float, default=30.0)
     prep.add_argument("--no-wav", action="store_true", help="do not store the 24 kHz waveform (HiFT needs it)")
     prep.add_argument("--no-f0", action="store_true", help="do not compute f0")
-    prep.add_argument("--part", type=int, default=0, help="this process's part (with --num-parts)")
-    prep.add_argument("--num-parts", type=int, default=1, help="split the shards between several processes")
+    prep.add_argument("--part", type=nonnegative_int, default=0, help="this process's part (with --num-parts)")
+    prep.add_argument("--num-parts", type=positive_int, default=1,
+                      help="split the shards between several processes")
     prep.add_argument("--no-progress", action="store_true")
 
     ext = sub.add_parser("extract", help="add features to prepared shards (sidecar files; resumable)")
@@ -51,6 +53,10 @@ def run_data(args: argparse.Namespace) -> int:
 
     extractors = [load_extractor(spec) for spec in args.extractor]
     if args.data_command == "prepare":
+        if args.part >= args.num_parts:
+            raise CadenzaError(f"--part {args.part} is not below --num-parts {args.num_parts} (parts count from 0)")
+        if args.min_seconds >= args.max_seconds:
+            raise CadenzaError(f"--min-seconds {args.min_seconds:g} must be below --max-seconds {args.max_seconds:g}")
         limits = DataLimits(min_seconds=args.min_seconds, max_seconds=args.max_seconds)
         summary = prepare(args.corpus, args.layout, args.out, model_dir=args.model, extractors=extractors,
                           shard_size=args.shard_size, limits=limits, wav=not args.no_wav, f0=not args.no_f0,
@@ -73,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     _arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        return run_data(args)
-    except CadenzaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return report_errors(lambda: run_data(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cadenza.cli.args import MODEL_ENV, positive_int
+from cadenza.cli.args import MODEL_ENV, device, nonnegative_int, positive_int, seed
 from cadenza.cli.serve import default_voices_dir
 from cadenza.errors import CadenzaError
 
@@ -18,13 +18,13 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default=os.environ.get(MODEL_ENV),
                    help=f"model directory to synthesise with; default ${MODEL_ENV}, else the built-in "
                    "cadenza-tiny (not used with --wavs)")
-    p.add_argument("--device", default="cpu", help="torch device for synthesis (cpu, cuda, ...); scoring runs on CPU")
+    p.add_argument("--device", type=device, default="cpu", help="torch device for synthesis (cpu, cuda, ...); scoring runs on CPU")
     p.add_argument("--voices-dir", help="saved-voice store for --speaker (default $CADENZA_VOICES_DIR or "
                    "~/.local/share/cadenza/voices when it exists)")
     p.add_argument("--list", required=True, dest="test_list",
                    help="test list: 'utt_id|prompt_text|prompt_wav|target_text' lines (Seed-TTS-eval meta.lst)")
     p.add_argument("--out", required=True, help="output folder (wavs/, results.jsonl, summary.json)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for every utterance (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed for every utterance (default 0)")
     p.add_argument("--speaker", help="saved speaker for lines without prompt_wav (CosyVoice 2)")
     p.add_argument("--limit", type=positive_int, help="only the first N utterances")
     source = p.add_mutually_exclusive_group()
@@ -33,7 +33,7 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                         help="score the list's 5th column (target_wav recordings): the ASR's own WER")
     p.add_argument("--no-similarity", dest="similarity", action="store_false",
                    help="skip speaker similarity (WER and latency only)")
-    p.add_argument("--asr-threads", type=int, default=0, help="CPU threads for the ASR (default: up to 4)")
+    p.add_argument("--asr-threads", type=nonnegative_int, default=0, help="CPU threads for the ASR (default: up to 4)")
     return p
 
 

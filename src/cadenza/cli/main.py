@@ -7,10 +7,11 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from cadenza.cli.args import MODEL_ENV
+from cadenza.cli.args import MODEL_ENV, device, output_wav, report_errors, seed
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.evaluate import add_eval_parser, run_eval
 from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
@@ -31,7 +32,7 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=os.environ.get(MODEL_ENV),
                         help=f"model directory (CosyVoice 2 or VoxCPM 2 folder); default ${MODEL_ENV}, else the "
                         "built-in cadenza-tiny")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     parser.add_argument("--voices-dir", help="saved-voice store (the one `cadenza serve` uses; default "
                         "$CADENZA_VOICES_DIR or ~/.local/share/cadenza/voices when it exists)")
 
@@ -54,20 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     prompt_text.add_argument("--prompt-text-ids", type=_ids, help="transcript as token ids")
     synth.add_argument("--instruct", help="style instruction, e.g. 'Speak cheerfully.' (instruct2 mode)")
     synth.add_argument("--speaker", help="a saved speaker id (see `cadenza speakers`)")
-    synth.add_argument("--seed", type=int, help="random seed (same seed, same audio)")
+    synth.add_argument("--seed", type=seed, help="random seed (same seed, same audio)")
     synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (non-streaming only)")
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
-    synth.add_argument("-o", "--output", required=True, help="output WAV path")
+    synth.add_argument("-o", "--output", type=output_wav, required=True,
+                       help="output WAV path (written whole or not at all)")
 
     design = sub.add_parser("design", help="VoxCPM 2 voice design: --text '(a warm, low voice)Hello there.'")
     _model_arg(design)
     design.add_argument("--text", required=True, help="'(description)text to speak'")
-    design.add_argument("--seed", type=int)
+    design.add_argument("--seed", type=seed)
     design.add_argument("--stream", action="store_true")
     design.add_argument("--no-normalize", dest="normalize", action="store_false")
-    design.add_argument("-o", "--output", required=True)
+    design.add_argument("-o", "--output", type=output_wav, required=True)
 
     clone = sub.add_parser("clone", help="clone a voice: --reference-wav and/or --prompt-wav with --prompt-text")
     _model_arg(clone)
@@ -76,17 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "CosyVoice 2 cross-lingual)")
     clone.add_argument("--prompt-wav", help="voice audio whose transcript is --prompt-text (continuation / zero-shot)")
     clone.add_argument("--prompt-text")
-    clone.add_argument("--seed", type=int)
+    clone.add_argument("--seed", type=seed)
     clone.add_argument("--stream", action="store_true")
     clone.add_argument("--no-normalize", dest="normalize", action="store_false")
-    clone.add_argument("-o", "--output", required=True)
+    clone.add_argument("-o", "--output", type=output_wav, required=True)
 
     vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
     _model_arg(vc)
     vc.add_argument("--source-wav", required=True)
     vc.add_argument("--prompt-wav", required=True)
-    vc.add_argument("--seed", type=int)
-    vc.add_argument("-o", "--output", required=True)
+    vc.add_argument("--seed", type=seed)
+    vc.add_argument("-o", "--output", type=output_wav, required=True)
 
     add_serve_parser(sub)
     add_train_parser(sub)
@@ -102,10 +104,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
+    import sqlite3
+
     from cadenza.api import load
 
-    voices = args.voices_dir or (str(default_voices_dir()) if default_voices_dir().is_dir() else None)
-    return load(args.model or None, device=args.device, voices_dir=voices)  # None: the built-in cadenza-tiny
+    if args.voices_dir:  # read here, never created: a mistyped folder must not become an empty voice store
+        voices = args.voices_dir
+        if not Path(voices).expanduser().is_dir():
+            raise CadenzaError(f"--voices-dir {voices[:200]!r} is not a folder (`cadenza serve --voices-dir` "
+                               "creates one)")
+    else:
+        voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
+    try:
+        return load(args.model or None, device=args.device, voices_dir=voices)  # None: the built-in cadenza-tiny
+    except sqlite3.Error as exc:
+        raise CadenzaError(f"--voices-dir {voices}: cannot open the voice store: {exc}") from exc
+
+
+def _save(audio, output: str) -> None:
+    """Write ``audio`` to ``output`` whole or not at all (``Audio.save`` writes a temporary file, then renames)."""
+    try:
+        audio.save(output)
+    except CadenzaError as exc:
+        raise CadenzaError(f"-o/--output: {exc}") from exc
 
 
 def _read_text_file(path: str) -> str:
@@ -119,9 +140,27 @@ def _read_text_file(path: str) -> str:
     return text
 
 
+def _check_texts(args, text: str | None) -> None:
+    """Refuse text the model cannot take (NUL, lone surrogates: e.g. argv bytes that are not UTF-8) before the
+    model loads."""
+    from cadenza.api import check_text_arg
+
+    source = f"--text-file {args.text_file}" if getattr(args, "text_file", None) else "--text"
+    for value, flag in ((text, source), (getattr(args, "prompt_text", None), "--prompt-text"),
+                        (getattr(args, "instruct", None), "--instruct")):
+        if value is not None:
+            try:
+                check_text_arg(value, flag)
+            except CadenzaError as exc:
+                if "surrogate" in str(exc):
+                    raise CadenzaError(f"{exc} (is the command line in UTF-8?)") from exc
+                raise
+
+
 def _synth(args) -> None:
-    tts = _load(args)
     text = _read_text_file(args.text_file) if args.text_file else args.text
+    _check_texts(args, text)
+    tts = _load(args)
     if tts.family == "voxcpm2":
         unsupported = [f for f, v in (("--text-ids", args.text_ids), ("--prompt-text-ids", args.prompt_text_ids),
                                       ("--instruct", args.instruct), ("--speaker", args.speaker)) if v is not None]
@@ -144,6 +183,7 @@ def _synth(args) -> None:
 
 
 def _design(args) -> None:
+    _check_texts(args, args.text)
     tts = _load(args)
     if tts.family != "voxcpm2":
         raise CadenzaError("voice design needs a VoxCPM 2 model; CosyVoice 2 takes --instruct with a voice prompt")
@@ -153,6 +193,7 @@ def _design(args) -> None:
 
 
 def _clone(args) -> None:
+    _check_texts(args, args.text)
     tts = _load(args)
     if args.reference_wav is None and args.prompt_wav is None:
         raise CadenzaError("clone needs --reference-wav and/or --prompt-wav with --prompt-text")
@@ -191,7 +232,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
     else:
         audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
-    audio.save(output)
+    _save(audio, output)
     rtf = elapsed / audio.duration if audio.duration else float("nan")
     print(f"wrote {output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)
@@ -200,15 +241,20 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 def _vc(args) -> None:
     tts = _load(args)
     audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed)
-    audio.save(args.output)
+    _save(audio, args.output)
     print(f"wrote {args.output}: {audio.duration:.2f} s", file=sys.stderr)
 
 
 def _speakers(args) -> None:
-    tts = _load(args)
-    if args.add:
+    if args.add is not None:  # checked before the model loads
+        if not args.add.strip():
+            raise CadenzaError("--add needs a speaker id (1-64 letters, digits, spaces, '.', '_' or '-')")
         if not args.prompt_wav or args.prompt_text is None:
             raise CadenzaError("--add needs --prompt-wav and --prompt-text")
+    elif args.prompt_wav or args.prompt_text is not None:
+        raise CadenzaError("--prompt-wav/--prompt-text are only used with --add ID")
+    tts = _load(args)
+    if args.add is not None:
         tts.add_speaker(args.add, args.prompt_wav, args.prompt_text)
         print(f"saved speaker {args.add!r}", file=sys.stderr)
     for speaker in tts.speakers:
@@ -218,14 +264,9 @@ def _speakers(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
-         "serve": run_serve, "train": run_train, "data": run_data,
-         "eval": run_eval}[args.command](args)
-    except CadenzaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
+               "serve": run_serve, "train": run_train, "data": run_data, "eval": run_eval}[args.command]
+    return report_errors(lambda: command(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

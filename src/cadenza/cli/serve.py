@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from cadenza.cli.args import MODEL_ENV, nonnegative_int, positive_int
+from cadenza.cli.args import MODEL_ENV, device, nonnegative_int, port, positive_float, positive_int
 from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES, SchedulerConfig
 from cadenza.errors import CadenzaError, MissingDependencyError
 
@@ -34,9 +34,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default=os.environ.get(MODEL_ENV),
                    help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}, else the built-in "
                    "cadenza-tiny")
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=positive_int, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}; prefer the variable: "
                         "command lines are visible to other users)")
@@ -55,9 +55,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
                                                       "~/.local/share/cadenza/voices)")
-    p.add_argument("--max-upload-mb", type=float, default=10.0, help="largest voice upload in MiB (default 10)")
+    p.add_argument("--max-upload-mb", type=positive_float, default=10.0, help="largest voice upload in MiB (default 10)")
     # Defaults of the two below live in ServerConfig (the server package needs its extra: not imported here).
-    p.add_argument("--max-audio-seconds", type=float, default=None,
+    p.add_argument("--max-audio-seconds", type=positive_float, default=None,
                    help="most audio one request may make; longer inputs are refused with 400 (default 600)")
     p.add_argument("--max-connections", type=positive_int, default=None,
                    help="open connections at most; more get 503 (default 1024)")

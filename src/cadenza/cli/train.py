@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from cadenza.errors import CadenzaError
+from cadenza.cli.args import positive_int, report_errors
 
 STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo")
 
@@ -28,7 +28,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="training config (YAML or JSON); see configs/train/")
     p.add_argument("--data", required=True, help="prepared data folder (`cadenza data prepare --out`)")
     p.add_argument("--out", required=True, help="output folder: checkpoints/, metrics.jsonl, exported weights")
-    p.add_argument("--max-steps", type=int, default=None, help="override train.max_steps")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="override train.max_steps")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
 
 
@@ -47,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     _arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        return run_train(args)
-    except CadenzaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return report_errors(lambda: run_train(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch.utils.data import Dataset
 
 from cadenza.data.extractors import PCM_SCALE
@@ -46,18 +46,27 @@ class ShardDataset(Dataset):
                              "run `cadenza data prepare --corpus ... --out DIR` first")
         self.fields, self.optional = tuple(fields), tuple(optional)
         entries = read_jsonl(index)
+        for n, e in enumerate(entries, 1):
+            if not (isinstance(e.get("shard"), int) and e["shard"] >= 0 and isinstance(e.get("key"), str)
+                    and isinstance(e.get("id"), str)):
+                raise InputError(f"{index}:{n} lacks an integer 'shard' and string 'key' and 'id': the corpus "
+                                 "folder is damaged")
         # field -> file for every (shard, key): read once from the safetensors headers
         self._where: dict[tuple[int, str], dict[str, Path]] = {}
         self._shapes: dict[tuple[int, str], dict[str, tuple[int, ...]]] = {}
-        for k in sorted({int(e["shard"]) for e in entries}):
+        for k in sorted({e["shard"] for e in entries}):
             for path in _shard_files(self.data_dir, k):
                 if not path.is_file():
                     raise InputError(f"missing shard file {path}: the corpus folder is incomplete")
-                with safe_open(str(path), framework="pt") as f:
-                    for name in f.keys():
-                        key, _, field = name.partition("/")
-                        self._where.setdefault((k, key), {})[field] = path
-                        self._shapes.setdefault((k, key), {})[field] = tuple(f.get_slice(name).get_shape())
+                try:
+                    with safe_open(str(path), framework="pt") as f:
+                        for name in f.keys():
+                            key, _, field = name.partition("/")
+                            self._where.setdefault((k, key), {})[field] = path
+                            self._shapes.setdefault((k, key), {})[field] = tuple(f.get_slice(name).get_shape())
+                except (OSError, SafetensorError) as exc:
+                    raise InputError(f"shard file {path} is unreadable ({exc}): truncated or damaged; prepare the "
+                                     "corpus again") from exc
         self.entries = [e for e in entries if all(f in self._where.get((int(e["shard"]), e["key"]), {}) for f in fields)]
         dropped = len(entries) - len(self.entries)
         if not self.entries:

@@ -255,7 +255,12 @@ def load_extractor(spec: str) -> Extractor:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InputError(f"cannot load extractor {spec!r}: {exc}") from exc
-    extractor = factory(arg) if arg else factory()
+    try:
+        extractor = factory(arg) if arg else factory()
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plug-in's own failure, reported with the spec that named it
+        raise InputError(f"extractor {spec!r} failed to start: {type(exc).__name__}: {exc}") from exc
     if not isinstance(extractor, Extractor) or not extractor.fields:
         raise InputError(f"{spec!r} did not return an extractor (needs .name, .fields and __call__)")
     return extractor

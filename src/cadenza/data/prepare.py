@@ -173,19 +173,34 @@ def prepare(
     if mel.sampling_rate != limits.sample_rate:
         raise InputError(f"mel sampling rate {mel.sampling_rate} != data sample rate {limits.sample_rate}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder")
     items, corpus_rejected = read_corpus(corpus, layout)
     all_extractors = [*default_extractors(mel, wav, f0),
                       *(model_dir_extractors(model_dir) if model_dir else []), *extractors]
     fields = _check_fields(all_extractors)
     fingerprint = _fingerprint(items, shard_size)
+    # Limits and mel settings decide which items a shard holds and what is in it: a resume must use the same.
+    settings = json.loads(json.dumps({"limits": asdict(limits), "mel": asdict(mel)}))  # as stored: lists, not tuples
     fp_path = out / FINGERPRINT_FILE
     if fp_path.is_file():
-        old = json.loads(fp_path.read_text(encoding="utf-8"))
-        if old.get("fingerprint") != fingerprint or old.get("fields") != fields:
-            raise InputError(f"{out} was prepared from a different corpus, shard size or feature set; "
+        try:
+            old = json.loads(fp_path.read_text(encoding="utf-8"))
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{fp_path} is unreadable ({exc}): {out} is not a folder this command wrote; "
+                             "use a new --out folder (or delete it)") from exc
+        if (old.get("fingerprint") != fingerprint or old.get("fields") != fields
+                or old.get("settings", settings) != settings):
+            raise InputError(f"{out} was prepared from a different corpus, shard size, feature set or limits; "
                              "use a new --out folder (or delete it)")
     else:
-        atomic_write_text(fp_path, json.dumps({"fingerprint": fingerprint, "fields": fields}))
+        try:
+            atomic_write_text(fp_path, json.dumps({"fingerprint": fingerprint, "fields": fields,
+                                                   "settings": settings}))
+        except OSError as exc:
+            raise InputError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
     n_shards = (len(items) + shard_size - 1) // shard_size
     mine = [k for k in range(n_shards) if k % num_parts == part]
     todo = [k for k in mine if read_done(out, k) is None]
@@ -196,7 +211,10 @@ def prepare(
             for i, item in enumerate(_shard(items, k, shard_size)):
                 try:
                     arrays, entry = _process(item, all_extractors, limits)
-                    writer.add(f"{i:05d}", arrays, entry)
+                    try:
+                        writer.add(f"{i:05d}", arrays, entry)
+                    except ValueError as exc:
+                        raise ItemRejected(f"an extractor returned {exc}", "extractor") from exc
                 except ItemRejected as exc:
                     writer.reject({"id": item.id, "audio": str(item.audio), "category": exc.category, "reason": str(exc)})
                 bar.update(1)
@@ -224,7 +242,7 @@ def add_features(data_dir: str | Path, extractor: Extractor, sample_rate: int = 
     Items it fails on keep their other features and just lack the new fields (listed with reasons in
     ``rejected.<name>.jsonl``); datasets that need those fields skip them.
     """
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     from cadenza.data.shards import tensor_file
 
@@ -233,19 +251,35 @@ def add_features(data_dir: str | Path, extractor: Extractor, sample_rate: int = 
         raise InputError(f"{data_dir} is not a prepared corpus (no {INDEX_FILE}); run `cadenza data prepare` first")
     entries = read_jsonl(data_dir / INDEX_FILE)
     by_shard: dict[int, list[dict]] = {}
-    for e in entries:
-        by_shard.setdefault(int(e["shard"]), []).append(e)
+    for n, e in enumerate(entries, 1):
+        if not (isinstance(e.get("shard"), int) and e["shard"] >= 0 and isinstance(e.get("key"), str)
+                and isinstance(e.get("id"), str) and isinstance(e.get("text"), str)
+                and isinstance(e.get("fields"), list)):
+            raise InputError(f"{data_dir / INDEX_FILE}:{n} lacks shard/key/id/text/fields: the folder is damaged")
+        by_shard.setdefault(e["shard"], []).append(e)
     todo = [k for k in sorted(by_shard) if read_done(data_dir, k, extractor.name) is None]
     bar = _progress(sum(len(by_shard[k]) for k in todo), progress, f"extract {extractor.name}")
     try:
         for k in todo:
             writer = ShardWriter(data_dir, k, extractor.name)
-            with safe_open(str(tensor_file(data_dir, k)), framework="pt") as f:
+            shard = tensor_file(data_dir, k)
+            try:
+                f = safe_open(str(shard), framework="pt")
+            except (OSError, SafetensorError) as exc:
+                raise InputError(f"cannot read shard {shard} ({exc}): the folder is damaged; prepare it again") from exc
+            with f:
                 for e in by_shard[k]:
-                    arrays = {"wav": f.get_tensor(f"{e['key']}/wav")} if "wav" in e["fields"] else {}
+                    try:
+                        arrays = {"wav": f.get_tensor(f"{e['key']}/wav")} if "wav" in e["fields"] else {}
+                    except (SafetensorError, KeyError, OSError) as exc:
+                        raise InputError(f"shard {shard} lacks {e['key']}/wav ({exc}): the folder is damaged; "
+                                         "prepare it again") from exc
                     try:
                         out = _run_extractors(_stored_utterance(e, arrays, sample_rate), [extractor])
-                        writer.add(e["key"], out)
+                        try:
+                            writer.add(e["key"], out)
+                        except ValueError as exc:
+                            raise ItemRejected(f"extractor {extractor.name} returned {exc}", "extractor") from exc
                     except ItemRejected as exc:
                         writer.reject({"id": e["id"], "category": exc.category, "reason": str(exc)})
                     bar.update(1)

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from cadenza.errors import InputError
+
 SHARD_DIR = "shards"
 INDEX_FILE = "index.jsonl"
 REJECTED_FILE = "rejected.jsonl"
@@ -65,7 +67,24 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The objects of a JSONL file; ``InputError`` naming the file and line when one is not a JSON object."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from exc
+    rows = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"{path}:{n} is not JSON ({str(exc)[:100]}): the folder is damaged") from exc
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{n} is not a JSON object: the folder is damaged")
+        rows.append(row)
+    return rows
 
 
 def read_done(data_dir: Path, k: int, extractor: str | None = None) -> dict | None:
@@ -96,8 +115,15 @@ class ShardWriter:
         self.rejected: list[dict] = []
 
     def add(self, key: str, arrays: dict[str, Any], entry: dict | None = None) -> None:
+        """Add one item; all or nothing (``ValueError`` when a value is not a numeric array)."""
+        converted = {}
         for name, value in arrays.items():
-            self.tensors[f"{key}/{name}"] = _as_tensor(value)
+            try:
+                t = _as_tensor(value)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise ValueError(f"field {name!r} is not a numeric array ({type(value).__name__}: {exc})") from exc
+            converted[f"{key}/{name}"] = t
+        self.tensors.update(converted)
         if entry is not None:
             self.entries.append({**entry, "shard": self.k, "key": key, "fields": sorted(arrays)})
 

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import soundfile as sf
 import torch
 
 from cadenza.audio.io import load_audio
@@ -42,6 +44,10 @@ class DataLimits:
     max_token_text_ratio: float = 20.0
 
     def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (self.min_seconds, self.max_seconds, self.min_chars_per_second,
+                                                self.max_chars_per_second, self.min_token_text_ratio,
+                                                self.max_token_text_ratio)):
+            raise InputError("data limits must be finite numbers")
         if not 0 < self.min_seconds < self.max_seconds:
             raise InputError("need 0 < min_seconds < max_seconds")
         if not 0 <= self.min_chars_per_second < self.max_chars_per_second:
@@ -58,13 +64,30 @@ def check_text(text: str) -> str:
 
 
 def load_checked_audio(path, limits: DataLimits) -> torch.Tensor:
-    """Decode ``path`` to mono float32 at ``limits.sample_rate`` and check duration and silence."""
-    if not Path(path).is_file():
-        raise ItemRejected(f"missing audio file {path}", "missing")
+    """Decode ``path`` to mono float32 at ``limits.sample_rate`` and check duration and silence.
+
+    A file whose header says it is longer than ``max_seconds`` is rejected before it is decoded, and decoding never
+    goes past ``max_seconds`` (a header that lies costs at most that much audio)."""
     try:
-        wav = load_audio(path, limits.sample_rate, max_bytes=None)
+        if not Path(path).is_file():
+            if Path(path).exists():
+                raise ItemRejected(f"{path} is not a regular file (a folder or a device)", "unreadable")
+            raise ItemRejected(f"missing audio file {path}", "missing")
+    except OSError as exc:  # a path the OS refuses outright (name too long, no permission)
+        raise ItemRejected(f"unreadable audio path: {exc.strerror or exc}", "unreadable") from exc
+    try:
+        info = sf.info(str(path))
+        seconds = info.frames / info.samplerate if info.samplerate > 0 else 0.0
+    except (sf.LibsndfileError, RuntimeError, ValueError, TypeError, OSError):
+        seconds = 0.0  # not a header libsndfile knows: load_audio below says why
+    if seconds > limits.max_seconds:
+        raise ItemRejected(f"too long: {seconds:.2f} s > {limits.max_seconds:g} s", "too_long")
+    try:
+        wav = load_audio(path, limits.sample_rate, max_bytes=None, max_seconds=limits.max_seconds + 1.0)
     except AudioError as exc:
         raise ItemRejected(f"unreadable audio: {exc}", "unreadable") from exc
+    except OSError as exc:
+        raise ItemRejected(f"unreadable audio: {exc.strerror or exc}", "unreadable") from exc
     seconds = wav.numel() / limits.sample_rate
     if seconds < limits.min_seconds:
         raise ItemRejected(f"too short: {seconds:.2f} s < {limits.min_seconds:g} s", "too_short")

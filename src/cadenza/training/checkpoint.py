@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -72,12 +73,42 @@ def save_checkpoint(out_dir: str | Path, step: int, payload: dict[str, Any], kee
     return path
 
 
+def _load_failure(path: Path, exc: BaseException) -> CheckpointError:
+    """A short, specific reason (torch's own messages run to a page and suggest ``weights_only=False``)."""
+    text = str(exc)
+    if isinstance(exc, OSError):
+        return CheckpointError(f"cannot read training checkpoint {path}: {exc.strerror or exc}")
+    if isinstance(exc, EOFError) or (path.is_file() and path.stat().st_size == 0):
+        return CheckpointError(f"training checkpoint {path} is empty (an interrupted copy?)")
+    unsafe = " and unpickling them could run code"
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return CheckpointError(f"refused to load training checkpoint {path}: it refers to the Python object "
+                               f"{found.group(1)}, not just tensors and plain data,{unsafe}")
+    if isinstance(exc, pickle.UnpicklingError) and "invalid load key" not in text:
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+        return CheckpointError(f"refused to load training checkpoint {path}: it holds more than tensors and plain "
+                               f"data ({detail.group(1).strip() if detail else 'an unsupported pickle'}),{unsafe}")
+    if (isinstance(exc, (zipfile.BadZipFile, pickle.UnpicklingError)) or "zip archive" in text
+            or "central directory" in text or "legacy .tar format" in text):
+        return CheckpointError(f"training checkpoint {path} is truncated or corrupt (not a complete torch archive)")
+    first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+    return CheckpointError(f"cannot read training checkpoint {path} (corrupt or not a checkpoint): {first}")
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_checkpoint`` (``weights_only``: a file that would run code is refused)."""
     path = Path(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        raise CheckpointError(f"cannot read training checkpoint {path} (corrupt or not a checkpoint): {exc}") from exc
+        with warnings.catch_warnings():  # torch warns about pickle protocols before it refuses a file
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError, TypeError,
+            AttributeError, ImportError, IndexError, KeyError, MemoryError) as exc:
+        raise _load_failure(path, exc) from exc
     if not isinstance(obj, dict) or obj.get("format") != FORMAT or "state" not in obj or "step" not in obj:
         raise CheckpointError(f"{path} is not a cadenza training checkpoint (format {FORMAT})")
+    step = obj["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{path}: 'step' must be an integer >= 0, got {str(step)[:80]!r}")
     return obj

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from cadenza.errors import CadenzaError, InputError
+from cadenza.errors import CadenzaError, CheckpointError, InputError
 from cadenza.training import distributed as D
-from cadenza.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from cadenza.training.config import TrainConfig, load_config_file
+from cadenza.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from cadenza.training.config import TrainConfig, check_sections, load_config_file
 from cadenza.training.metrics import MetricsLogger
-from cadenza.training.registry import get_stage
+from cadenza.training.registry import STAGE_NAMES, get_stage
 from cadenza.training.sampler import ResumableDistributedSampler
 from cadenza.training.seeding import rng_state, seed_everything, set_rng_state
 from cadenza.training.stage import TrainingStage
@@ -108,10 +108,22 @@ def _resume(out: Path, stage: TrainingStage, info: D.DistInfo) -> int:
     ckpt = load_checkpoint(path)
     if ckpt.get("stage") != stage.name:
         raise InputError(f"{path} is a checkpoint of stage {ckpt.get('stage')!r}, not {stage.name!r}")
-    stage.load_state_dict(ckpt["state"])
+    hint = "delete it to resume from the one before" if len(list_checkpoints(out)) > 1 else "start a new --out"
+    if not isinstance(ckpt["state"], dict):
+        raise CheckpointError(f"{path}: its 'state' is a {type(ckpt['state']).__name__}, not a mapping ({hint})")
+    try:
+        stage.load_state_dict(ckpt["state"])
+    except (KeyError, ValueError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
+        detail = str(exc).strip().splitlines()
+        raise CheckpointError(f"{path} does not fit this {stage.name} model (written with another config, or "
+                              f"damaged): {type(exc).__name__}: {' '.join(detail[:3])[:500]} ({hint})") from exc
     states = ckpt.get("rng") or []
-    if len(states) == info.world_size:
-        set_rng_state(states[info.rank])
+    if isinstance(states, list) and len(states) == info.world_size:
+        try:
+            set_rng_state(states[info.rank])
+        except (KeyError, ValueError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
+            raise CheckpointError(f"{path}: unreadable RNG state of rank {info.rank} ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]}; {hint})") from exc
     else:
         log.warning("checkpoint was written by %d processes, now %d: RNG states not restored", len(states),
                     info.world_size)
@@ -142,10 +154,14 @@ def train(
     """
     config = load_config_file(config_path)
     config.update(config_overrides or {})
+    stage_cls = get_stage(stage_name)
+    check_sections(config, frozenset({"train", "model", *STAGE_NAMES, stage_cls.name,
+                                      getattr(stage_cls, "section", stage_cls.name)}))
     cfg = TrainConfig.from_dict(config.get("train"), max_steps=max_steps)
     config["train"] = cfg.to_dict()
     out = Path(out_dir)
-    stage_cls = get_stage(stage_name)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder")
     info = D.init_distributed(cfg.device)
     try:
         _run(stage_cls, config, Path(data_dir), out, cfg, info, resume)
@@ -156,7 +172,10 @@ def train(
 
 def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D.DistInfo, resume: bool) -> None:
     if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the output folder {out}: {exc.strerror or exc}") from exc
     seed_everything(cfg.seed)  # identical initial weights on every rank (and for any world size)
     stage = stage_cls(config, data_dir)
     stage.setup(info.device, D.make_wrap(info))

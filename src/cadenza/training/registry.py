@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
+import re
 
 import cadenza.training as training_pkg
 from cadenza.errors import InputError
@@ -29,6 +30,7 @@ STAGE_MODULE_PREFIXES: dict[str, tuple[str, ...]] = {
     "hift": ("hift",),
 }
 STAGE_NAMES = tuple(STAGE_MODULE_PREFIXES)
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 def _candidates(prefixes: tuple[str, ...]) -> list[str]:
@@ -55,6 +57,8 @@ def _import(name: str, errors: list[str]) -> None:
 
 def get_stage(name: str) -> type[TrainingStage]:
     """The registered stage class called ``name``; raises ``InputError`` naming what was tried."""
+    if not isinstance(name, str) or not _NAME.match(name):  # never a path, an empty prefix or 10 kB of text
+        raise InputError(f"training stage name {str(name)[:80]!r} is not a stage name; known: {', '.join(STAGE_NAMES)}")
     if name in STAGES:
         return STAGES[name]
     prefixes = STAGE_MODULE_PREFIXES.get(name, (name,))
