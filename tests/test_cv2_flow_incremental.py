@@ -2,7 +2,9 @@
 
 Reference for a non-final push of tokens ``[offset, end)`` with look-ahead ``[end, end + L)``:
 ``flow.inference(tokens[:end + L], streaming=True, finalize=False)[..., ratio * offset:]``; for the final push:
-``flow.inference(tokens, streaming=True, finalize=True)[..., ratio * offset:]``.
+``flow.inference(tokens, streaming=True, finalize=True)[..., ratio * offset:]``. A push whose look-ahead is cut short
+returns only the frames that call gives (the rest come later); ``tests/test_cv2_stream_property.py`` checks every
+push pattern that way on small random flows.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ def test_without_prompt_and_with_reserved_buffers(flow, case):
 
 
 def test_short_lookahead_at_the_end_of_the_tokens(flow, case):
-    """A non-final push whose look-ahead is cut short (the LM has not produced more yet): the affected tokens are not
-    committed, so the final push still equals the full computation."""
+    """A non-final push whose look-ahead is cut short (the LM has not produced more yet): as the reference's
+    ``finalize=False`` call on the tokens known so far, it gives no frames for the last ``pre_lookahead_len`` known
+    tokens (one of them pushed now); the final push gives them, equal to the full computation (issue #19)."""
     tokens, la = case["token"], flow.cfg.pre_lookahead_len
     end = tokens.size(1) - la + 1  # only la - 1 look-ahead tokens exist after the second push
     args = (case["prompt_token"], case["prompt_feat"], case["embedding"])
@@ -135,12 +138,42 @@ def test_short_lookahead_at_the_end_of_the_tokens(flow, case):
         first = session.push(tokens[:, :20], tokens[:, 20 : 20 + la])
         second = session.push(tokens[:, 20:end], tokens[:, end:])
         last = session.push(tokens[:, end:], None, final=True)
-    ratio = flow.cfg.token_mel_ratio
-    assert (first.size(2), second.size(2), last.size(2)) == (20 * ratio, (end - 20) * ratio, (la - 1) * ratio)
+    ratio, n = flow.cfg.token_mel_ratio, tokens.size(1)
+    assert (first.size(2), second.size(2), last.size(2)) == (20 * ratio, (end - 21) * ratio, la * ratio)
     ref = flow.inference(tokens, *args, streaming=True, finalize=True)
-    assert_close(last, ref[:, :, ratio * end :], TOL_INCREMENTAL, "final push after a short look-ahead")
+    assert_close(last, ref[:, :, ratio * (n - la) :], TOL_INCREMENTAL, "final push after a short look-ahead")
+    second_ref = flow.inference(tokens, *args, streaming=True, finalize=False)
+    assert_close(second, second_ref[:, :, ratio * 20 :], TOL_INCREMENTAL, "second push (short look-ahead)")
     first_ref = flow.inference(tokens[:, : 20 + la], *args, streaming=True, finalize=False)
     assert_close(first, first_ref, TOL_INCREMENTAL, "first push")
+
+
+@pytest.mark.parametrize("pattern", ["empty final push", "last push final", "no look-ahead"])
+def test_issue_19_85_tokens_as_40_plus_45(flow, case, pattern):
+    """Issue #19: 85 tokens pushed as 40 + 45 then the final push. The second push reaches the end of the tokens, so
+    its last ``pre_lookahead_len`` tokens have no look-ahead yet: their frames come with the final push, and the
+    stream has all 170 frames, each push equal to the reference's call on the tokens known then (the final one: the
+    one-call ``streaming=True, finalize=True`` mel)."""
+    tokens, la, ratio = case["token"][:, :85], flow.cfg.pre_lookahead_len, flow.cfg.token_mel_ratio
+    args = (case["prompt_token"], case["prompt_feat"], case["embedding"])
+    with IncrementalFlow(flow, *args) as session:
+        first = session.push(tokens[:, :40], None if pattern == "no look-ahead" else tokens[:, 40 : 40 + la])
+        if pattern == "last push final":
+            outs = [first, session.push(tokens[:, 40:], None, final=True)]
+        else:
+            outs = [first, session.push(tokens[:, 40:], tokens[:, 85:]), session.push(tokens[:, 85:], None, final=True)]
+    seen_first = 40 + (0 if pattern == "no look-ahead" else la)
+    refs = [flow.inference(tokens[:, :seen_first], *args, streaming=True, finalize=False)]
+    if pattern != "last push final":
+        refs.append(flow.inference(tokens, *args, streaming=True, finalize=False))
+    refs.append(flow.inference(tokens, *args, streaming=True, finalize=True))
+    done = 0
+    for k, (mel, ref) in enumerate(zip(outs, refs)):
+        assert_close(mel, ref[:, :, done:], TOL_INCREMENTAL, f"push {k}")
+        done = ref.size(2)
+    assert sum(mel.size(2) for mel in outs) == ratio * 85
+    if pattern == "empty final push":
+        assert [mel.size(2) for mel in outs] == [ratio * 40, ratio * (45 - la), ratio * la]
 
 
 def test_close_frees_every_buffer(flow, case):

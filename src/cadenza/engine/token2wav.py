@@ -108,7 +108,7 @@ class Token2Wav:
     def __init__(self, model: CosyVoice2Model, schedule: StreamSchedule | None = None) -> None:
         self.model = model
         self.schedule = schedule or StreamSchedule()
-        self.hop = model.config.hift.hop_length * model.config.token_mel_ratio  # samples per speech token
+        self.hop = model.config.hift.hop_length * model.config.flow.token_mel_ratio  # samples per speech token
 
     @torch.inference_mode()
     def full(
@@ -144,23 +144,46 @@ class Token2Wav:
 
 
 class _RecomputeFlow:
-    """Reference flow stage: every chunk re-runs the flow over prompt + all tokens so far and keeps the new frames."""
+    """Reference flow stage: every chunk re-runs the flow over prompt + all tokens so far and keeps the new frames.
 
-    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, final_full_attention: bool) -> None:
+    "New" counts the frames returned so far, not the chunk's first token: a ``finalize=False`` call gives no frames
+    for the last ``pre_lookahead_len`` tokens of its input, so a chunk whose look-ahead is cut short by the end of
+    ``ids`` returns fewer frames and the following chunk (or the final one) returns the rest (issue #19: slicing at
+    the chunk's first token lost them).
+    """
+
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, final_full_attention: bool,
+                 frames_done: int = 0) -> None:
+        """frames_done: mel frames of this request already returned (by the flow stage this one replaces)."""
         self.flow, self.prompt = model.flow, prompt
-        self.ratio = model.config.token_mel_ratio
+        self.ratio = model.config.flow.token_mel_ratio
+        self.lookahead = model.config.flow.pre_lookahead_len
         self.final_full_attention = final_full_attention
+        self.frames_done = frames_done
 
     def _mel(self, ids: list[int], streaming: bool, finalize: bool) -> torch.Tensor:
+        """The frames of ``ids`` after those returned already: ``[1, mel, frames]``."""
         p = self.prompt
-        return self.flow.inference(torch.tensor([ids]), p.flow_prompt_speech, p.prompt_mel, p.embedding,
-                                   streaming=streaming, finalize=finalize)
+        mel = self.flow.inference(torch.tensor([ids]), p.flow_prompt_speech, p.prompt_mel, p.embedding,
+                                  streaming=streaming, finalize=finalize)[:, :, self.frames_done :]
+        self.frames_done += mel.size(2)
+        return mel
 
     def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
-        return self._mel(ids[: end + lookahead], streaming=True, finalize=False)[:, :, self.ratio * offset :]
+        """The frames of ``ids[offset:end]`` whose ``lookahead`` tokens exist (the reference's ``finalize=False``
+        call on ``ids[:end + lookahead]``), with any left over from earlier chunks."""
+        seen = ids[: end + lookahead]
+        if self.ratio * (len(seen) - self.lookahead) <= self.frames_done:
+            return self._empty()  # no token gained its look-ahead (a call on so few tokens would be refused)
+        return self._mel(seen, streaming=True, finalize=False)
 
     def final(self, ids: list[int], offset: int) -> torch.Tensor:
-        return self._mel(ids, streaming=not self.final_full_attention, finalize=True)[:, :, self.ratio * offset :]
+        if self.ratio * len(ids) <= self.frames_done:
+            return self._empty()
+        return self._mel(ids, streaming=not self.final_full_attention, finalize=True)
+
+    def _empty(self) -> torch.Tensor:
+        return torch.zeros(1, self.flow.cfg.output_size, 0)
 
     def close(self) -> None:
         pass
@@ -224,7 +247,7 @@ class StreamSynthesis:
         frame_chunk = flow_cfg.estimator.static_chunk_size
         # Tokens between two points where both the encoder's and the estimator's attention chunks end.
         self._boundary = math.lcm(flow_cfg.encoder.static_chunk_size,
-                                  frame_chunk // math.gcd(frame_chunk, model.config.token_mel_ratio))
+                                  frame_chunk // math.gcd(frame_chunk, flow_cfg.token_mel_ratio))
 
     def ready(self, n_tokens: int) -> bool:
         return self.chunker.ready(n_tokens)
@@ -299,8 +322,9 @@ class StreamSynthesis:
         if held > limit * 2**20:
             log.info("flow cache of a stream at %.0f MiB after %d chunks (limit %.0f MiB): recomputing from now on",
                      held / 2**20, self.chunks + 1, limit)
+            frames_done = self.flow.session.frames_emitted
             self.flow.close()
-            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention)
+            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done)
 
     def flow_frames(self, n_tokens: int, final: bool) -> int | None:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
@@ -400,7 +424,9 @@ class _StreamingVocoder:
     def __init__(self, model: CosyVoice2Model, schedule: StreamSchedule) -> None:
         self.hift = model.hift
         self.mel_cache_len = schedule.mel_cache_len
-        self.overlap = schedule.mel_cache_len * model.config.hift.hop_length
+        self.frame_samples = model.config.hift.hop_length
+        self.overlap = schedule.mel_cache_len * self.frame_samples
+        self.crossfade = schedule.crossfade
         self.fade_in, self.fade_out = crossfade_windows(self.overlap, schedule.crossfade)
         self.mel_cache: torch.Tensor | None = None
         self.source_cache: torch.Tensor | None = None
@@ -424,15 +450,22 @@ class _StreamingVocoder:
         self.calls += 1
         out = speech[0].float().numpy().copy()
         if self.tail is not None:
-            n = self.overlap
-            out[:n] = (out[:n].astype(np.float64) * self.fade_in + self.tail.astype(np.float64) * self.fade_out).astype(np.float32)
+            n = self.tail.size
+            fade_in, fade_out = ((self.fade_in, self.fade_out) if n == self.overlap
+                                 else crossfade_windows(n, self.crossfade))
+            mixed = out[:n].astype(np.float64) * fade_in + self.tail.astype(np.float64) * fade_out
+            out[:n] = mixed.astype(np.float32)
         if final:
             return out
+        # A first chunk shorter than mel_cache_len frames is cached (and held back) whole: the overlap shrinks to it,
+        # so every chunk's samples still add up to frame_samples x its frames.
+        keep = min(self.mel_cache_len, mel.size(2))
+        n = keep * self.frame_samples
         # Copies, not views: a view would keep the whole (possibly batched) call's tensors alive.
-        self.mel_cache = mel[:, :, -self.mel_cache_len:].clone()
-        self.source_cache = source[:, :, -self.overlap:].clone()
-        self.tail = out[-self.overlap:].copy()
-        return out[: -self.overlap]
+        self.mel_cache = mel[:, :, mel.size(2) - keep :].clone()
+        self.source_cache = source[:, :, source.size(2) - n :].clone()
+        self.tail = out[out.size - n :].copy()
+        return out[: out.size - n]
 
     def close(self) -> None:
         self.mel_cache = self.source_cache = self.tail = None

@@ -17,6 +17,12 @@ frames:
 A push that ends inside a chunk commits only the complete chunks before it; the tokens of the partial chunk are
 kept and recomputed with the next push. With the engine's schedule (first hop ends on a chunk boundary, hops are
 multiples of the chunk) nothing is ever recomputed.
+
+Frames are returned only once their tokens' look-ahead is complete, as the reference's ``finalize=False`` call
+returns no frames for its last ``pre_lookahead_len`` tokens: a non-final push whose look-ahead is short (the tokens
+so far end before it) holds its last tokens back as look-ahead context only; a later push or the final one returns
+their frames. Every sequence of pushes therefore returns ``ratio`` x (all tokens) frames in all, never a frame
+computed with zeros in place of look-ahead tokens that then arrive.
 """
 
 from __future__ import annotations
@@ -32,10 +38,22 @@ from cadenza.models.cosyvoice2.cfm import time_grid
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 
 
+class _Plan(NamedTuple):
+    """What a push encodes: ``ids`` produce frames; ``held`` (their look-ahead incomplete) and ``context`` follow
+    them as look-ahead only (``held`` ++ ``context`` = the ``pre_lookahead_len`` tokens after ``ids``, or fewer at
+    the end of the final push)."""
+
+    ids: torch.Tensor  # [1, n] pending + new tokens whose look-ahead is complete (all of them on the final push)
+    held: torch.Tensor  # [1, h] the tokens after ids: kept pending, their frames come with a later push
+    context: torch.Tensor  # [1, <= pre_lookahead_len - h] look-ahead tokens after held
+    final: bool
+
+
 class _Step(NamedTuple):
     """One push's CFM inputs and the positions to commit once it ran (frames ``[f_start, f_end)``)."""
 
-    ids: torch.Tensor  # [1, n] pending + new tokens
+    ids: torch.Tensor  # [1, n] the encoded tokens (``_Plan.ids``)
+    held: torch.Tensor  # [1, h] tokens after them, kept pending (``_Plan.held``)
     commit: int  # tokens whose encoder state is final after this push
     mu: torch.Tensor  # [1, mel, f_end - f_start]
     cond: torch.Tensor  # [1, mel, f_end - f_start]
@@ -63,10 +81,11 @@ def _decode_batch(sessions: list[IncrementalFlow], steps: list[_Step]) -> torch.
 class IncrementalFlow:
     """One streaming request's flow state: ``push`` token chunks, get their mel frames.
 
-    After pushes of chunks ``t_1 .. t_k`` (each followed by look-ahead = the next real tokens, up to
-    ``pre_lookahead_len``) the concatenated outputs equal ``flow.inference(t_1 ++ .. ++ t_k ++ lookahead,
-    streaming=True, finalize=False)`` on those frames, and a ``final=True`` push equals ``flow.inference(all tokens,
-    streaming=True, finalize=True)`` on its frames (float32 round-off apart). Nothing is stored on ``flow``, so
+    Each non-final push returns the frames ``flow.inference(t_1 ++ .. ++ t_k ++ lookahead, streaming=True,
+    finalize=False)`` has beyond the frames returned before (``lookahead`` = the next real tokens known so far, up
+    to ``pre_lookahead_len``: that call gives no frames for the last ``pre_lookahead_len`` tokens of its input), and
+    a ``final=True`` push the rest of ``flow.inference(all tokens, streaming=True, finalize=True)`` (float32
+    round-off apart). All pushes together return ``ratio`` x the tokens pushed. Nothing is stored on ``flow``, so
     any number of sessions may share it (one at a time per thread).
     """
 
@@ -113,12 +132,13 @@ class IncrementalFlow:
 
     @property
     def frames_emitted(self) -> int:
-        """Mel frames returned so far (``ratio`` x the tokens pushed)."""
+        """Mel frames returned so far (``ratio`` x the tokens pushed whose look-ahead was complete; all of them after
+        the final push)."""
         return self._emitted - self._prompt_feat.size(1)
 
     def frames_to_compute(self, n_tokens: int) -> int:
-        """Estimator frames a push of ``n_tokens`` new tokens runs (with the pending ones and the waiting ``mu``):
-        ``push_many`` batches the sessions whose counts are equal."""
+        """Estimator frames a push of ``n_tokens`` new tokens with a complete look-ahead (or a final one) runs (with
+        the pending ones and the waiting ``mu``): ``push_many`` batches the sessions whose counts are equal."""
         return self._ratio * (self._tokens_done + self._pending.size(1) + n_tokens) - self._frames_done
 
     @property
@@ -136,8 +156,9 @@ class IncrementalFlow:
         saves every request of one voice that work."""
         if self._closed or self._tokens_done or self._emitted != self._prompt_feat.size(1) or self._finished:
             raise InputError("prime() comes before the first push, once")
-        if self._pending.size(1):
-            self._run(self._pending, self._pending.new_zeros(1, 0), False)  # no frames out: all are the prompt's
+        plan = self._plan(self._pending, self._pending.new_zeros(1, 0), False)
+        if plan is not None:
+            self._run(plan)  # no frames out: all are the prompt's
 
     def clone(self) -> IncrementalFlow:
         """An independent copy of this session's state (e.g. of a primed prompt, for a new request)."""
@@ -151,19 +172,21 @@ class IncrementalFlow:
 
     @torch.inference_mode()
     def push(self, tokens: torch.Tensor, lookahead: torch.Tensor | None = None, final: bool = False) -> torch.Tensor:
-        """tokens ``[1, n]`` int, lookahead ``[1, <= pre_lookahead_len]`` (the real next tokens; None on the final
-        push) -> mel ``[1, mel, ratio * n]`` float32 of the new tokens.
+        """tokens ``[1, n]`` int, lookahead ``[1, <= pre_lookahead_len]`` (the real next tokens; None or empty when
+        none is known yet, and on the final push) -> mel ``[1, mel, F]`` float32: the frames of the tokens (pushed
+        now or before) whose look-ahead is now complete and whose frames were not returned yet, ``F = ratio * n``
+        when the look-ahead is complete every time; the final push returns all remaining frames (``n`` may be 0).
 
         A shorter look-ahead than announced before is completed with the announced tokens (they are known to come
         next); a look-ahead that contradicts earlier ones raises ``InputError``.
         """
         plan = self._accept(tokens, lookahead, final)
-        return plan if isinstance(plan, torch.Tensor) else self._run(*plan)
+        return plan if isinstance(plan, torch.Tensor) else self._run(plan)
 
-    def _run(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> torch.Tensor:
-        """Encode ``ids``, run the CFM over the new frames and commit: the new frames' mel (see ``_advance``)."""
+    def _run(self, plan: _Plan) -> torch.Tensor:
+        """Encode ``plan.ids``, run the CFM over the new frames and commit: the new frames' mel (see ``_advance``)."""
         try:
-            step = self._encode(ids, context, final)
+            step = self._encode(plan)
             mel = self._flow.decoder(step.mu, step.mask, self._spks, step.cond, streaming=True,
                                      caches=self._step_caches, frame_offset=step.f_start)
             return self._advance(step, mel)
@@ -202,7 +225,7 @@ class IncrementalFlow:
                 if isinstance(plan, torch.Tensor):
                     outs[i] = plan
                 else:
-                    steps[i] = session._encode(*plan)
+                    steps[i] = session._encode(plan)
             groups: dict[int, list[int]] = {}
             for i, step in steps.items():
                 groups.setdefault(step.mu.size(2), []).append(i)
@@ -223,11 +246,9 @@ class IncrementalFlow:
             raise
         return outs
 
-    def _accept(
-        self, tokens: torch.Tensor, lookahead: torch.Tensor | None, final: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, bool] | torch.Tensor:
-        """Check a push and take its look-ahead: (ids to encode, look-ahead context, final), or the (empty) output
-        when there is nothing to compute."""
+    def _accept(self, tokens: torch.Tensor, lookahead: torch.Tensor | None, final: bool) -> _Plan | torch.Tensor:
+        """Check a push and take its look-ahead: what to encode, or the (empty) output when there is nothing to
+        compute."""
         if self._closed or self._finished:
             raise InputError("this IncrementalFlow is " + ("closed" if self._closed else "finished (final push done)"))
         device = self._pending.device
@@ -244,20 +265,38 @@ class IncrementalFlow:
             raise InputError(f"the flow can generate at most {self._flow.decoder.rand_noise.size(2)} mel frames per "
                              f"utterance (prompt included), this push would reach {frames}")
         context = self._merge_lookahead(tokens, lookahead.to(device), final)
-        ids = torch.cat([self._pending, tokens], dim=1)
-        if ids.size(1) == 0:
+        plan = self._plan(torch.cat([self._pending, tokens], dim=1), context, final)
+        if plan is None:
+            # No token gained a complete look-ahead: nothing to compute, the tokens wait (all of them pending).
+            self._pending = torch.cat([self._pending, tokens], dim=1)
             self._finished = final
             return self._prompt_feat.new_zeros(1, self._prompt_feat.size(2), 0).float()
-        return ids, context, final
+        return plan
 
-    def _encode(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> _Step:
-        """Encode the pending + new tokens ``ids``; position the estimator caches on the frames after the committed
-        ones and build the CFM inputs for them."""
+    def _plan(self, ids: torch.Tensor, context: torch.Tensor, final: bool) -> _Plan | None:
+        """Split the pending + new tokens ``ids [1, n]`` (followed by the look-ahead ``context``) into those to encode
+        and those held back; None when none is to encode."""
+        # Without look-ahead tokens the encoder's look-ahead layer reads zeros: right only at the very end (the
+        # final push), so on other pushes the last tokens lacking look-ahead produce no frames yet and act as
+        # context, exactly as the reference's ``finalize=False`` call treats the last tokens of its input.
+        held = 0 if final else min(ids.size(1), self._lookahead_len - context.size(1))
+        n = ids.size(1) - held
+        total = self._tokens_done + n
+        new_frames = self._ratio * total > self._emitted
+        new_chunks = total // self._token_chunk > self._tokens_done // self._token_chunk
+        if n == 0 or not (new_frames or (new_chunks and not final)):
+            return None  # no frame out and no state worth keeping: running it would only repeat earlier work
+        return _Plan(ids[:, :n], ids[:, n:], context, final)
+
+    def _encode(self, plan: _Plan) -> _Step:
+        """Encode the tokens ``plan.ids`` (pending + new ones); position the estimator caches on the frames after the
+        committed ones and build the CFM inputs for them."""
+        ids = plan.ids
         start, total = self._tokens_done, self._tokens_done + ids.size(1)
-        # Tokens whose look-ahead is complete; of those, only complete chunks become final.
-        known = total if final else min(total, total + context.size(1) - self._lookahead_len)
-        commit = max(start, known // self._token_chunk * self._token_chunk)
+        # Every encoded token's look-ahead is complete (``_plan``); only complete chunks become final.
+        commit = max(start, total // self._token_chunk * self._token_chunk)
         self._encoder_cache.at(start, commit - start)
+        context = torch.cat([plan.held, plan.context], dim=1)
         mu = self._flow.encode_tokens(ids, context, streaming=True, cache=self._encoder_cache)
         if self._mu_tail is not None:
             mu = torch.cat([self._mu_tail, mu], dim=2)
@@ -269,14 +308,15 @@ class IncrementalFlow:
             cache.at(f_start, f_commit - f_start)
         cond = self._flow.prompt_condition(self._prompt_feat, f_start, f_end, mu)
         mask = torch.ones(1, 1, f_end - f_start, device=mu.device, dtype=mu.dtype)
-        return _Step(ids, commit, mu, cond, mask, f_start, f_end, f_commit, final)
+        return _Step(ids, plan.held, commit, mu, cond, mask, f_start, f_end, f_commit, plan.final)
 
     def _advance(self, step: _Step, mel: torch.Tensor) -> torch.Tensor:
         """Commit the state after the CFM produced ``mel [1, mel, f_end - f_start]``; return the new frames."""
         r, start = self._ratio, self._tokens_done
-        out = mel[:, :, self._emitted - step.f_start :].float()
-        self._emitted = step.f_end
-        self._pending = step.ids[:, step.commit - start :]
+        # The prompt's frames (and, after ``prime``, frames before the emitted ones) are never returned.
+        out = mel[:, :, min(self._emitted, step.f_end) - step.f_start :].float()
+        self._emitted = max(self._emitted, step.f_end)
+        self._pending = torch.cat([step.ids[:, step.commit - start :], step.held], dim=1)
         self._tokens_done = step.commit
         self._mu_tail = (step.mu[:, :, step.f_commit - step.f_start : r * step.commit - step.f_start]
                          if r * step.commit > step.f_commit else None)
