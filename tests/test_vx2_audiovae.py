@@ -66,7 +66,7 @@ def vae(vx2_dir) -> AudioVAE:
 
 
 def _stream(vae: AudioVAE, z: torch.Tensor, bounds: list[int]) -> torch.Tensor:
-    with vae.streaming_decoder() as dec:
+    with StreamingAudioVAEDecoder(vae) as dec:
         return torch.cat([dec.decode_chunk(z[..., a:b]) for a, b in zip(bounds[:-1], bounds[1:])], dim=-1)
 
 
@@ -241,7 +241,7 @@ def test_streaming_reset_close_and_independence(vae, model_config):
     b = torch.randn(1, vae.latent_dim, 3 * p, generator=gen)
     ref_a, ref_b = vae.decode(a), vae.decode(b)
 
-    dec = vae.streaming_decoder()
+    dec = StreamingAudioVAEDecoder(vae)
     first = dec.decode_chunk(a[..., :p])
     dec.decode_chunk(a[..., p:])
     assert dec.frames_decoded == a.shape[-1] and dec.samples_decoded == ref_a.shape[-1]
@@ -250,7 +250,7 @@ def test_streaming_reset_close_and_independence(vae, model_config):
     assert_close(dec.decode_chunk(a[..., :p]), first, 0.0, "after reset")
 
     # Two streams interleaved on one model do not disturb each other.
-    s1, s2 = StreamingAudioVAEDecoder(vae), vae.streaming_decoder()
+    s1, s2 = StreamingAudioVAEDecoder(vae), StreamingAudioVAEDecoder(vae)
     out1, out2 = [], []
     for k in range(0, a.shape[-1], p):
         out1.append(s1.decode_chunk(a[..., k:k + p]))
@@ -267,7 +267,7 @@ def test_streaming_reset_close_and_independence(vae, model_config):
         dec.decode_chunk(a[..., :p])
     with pytest.raises(InputError, match="closed"):
         dec.reset()
-    with vae.streaming_decoder() as ctx:
+    with StreamingAudioVAEDecoder(vae) as ctx:
         ctx.decode_chunk(a[..., :1])
     assert ctx.closed
 
@@ -292,7 +292,7 @@ def test_bad_latents_raise_input_error(vae):
         vae.decode(torch.zeros(1, d, 4), sr_cond=-16000)
     with pytest.raises(InputError, match="sr_cond"):
         vae.decode(torch.zeros(1, d, 4), sr_cond=torch.tensor([48000.0]))
-    with vae.streaming_decoder() as dec:
+    with StreamingAudioVAEDecoder(vae) as dec:
         with pytest.raises(InputError, match=f"{d} channels"):
             dec.decode_chunk(torch.zeros(1, d - 1, 4))
         with pytest.raises(InputError, match="empty"):

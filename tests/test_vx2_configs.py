@@ -29,6 +29,7 @@ from cadenza.errors import CheckpointError, TextError
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae, release_state_dict
+from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
 from cadenza.models.voxcpm2.cfm import time_grid, zero_init_steps
 from cadenza.models.voxcpm2.config import SpecialTokens, VoxCPM2Config
 from cadenza.models.voxcpm2.layouts import build_layout
@@ -421,7 +422,7 @@ def test_audio_vae_matches_spec_computation(name, tmp_path):
         want = spec_decode(sd, cfg, z, rate)
         assert_close(vae.decode(z, sr_cond=rate), want, 2e-5, f"{name} decode @{rate}")
     # streaming in odd chunks equals one-shot
-    with vae.streaming_decoder() as dec:
+    with StreamingAudioVAEDecoder(vae) as dec:
         chunks = torch.cat([dec.decode_chunk(z[..., a:b]) for a, b in ((0, 1), (1, 4), (4, 7))], -1)
     assert_close(chunks, vae.decode(z), 1e-5, f"{name} streaming")
     n = 3 * cfg.hop_length - 5  # not a multiple of the hop: the encoder right-pads with zeros

@@ -4,16 +4,15 @@ Public entry points:
 
 * :meth:`AudioVAE.encode` ``wav [B, N]`` (16 kHz) -> ``latents [B, D, ceil(N / 640)]`` (the encoder mean);
 * :meth:`AudioVAE.decode` ``latents [B, D, T]`` -> ``wav [B, 1, 1920 T]`` at 48 kHz (tanh-bounded);
-* :meth:`AudioVAE.streaming_decoder` -> a :class:`~cadenza.models.voxcpm2.audio_vae_streaming.StreamingAudioVAEDecoder`
-  that decodes chunk by chunk, each latent frame exactly once, with the same result as :meth:`decode`.
+* :meth:`AudioVAE.decode` with a ``ConvStreamState``: what
+  :class:`~cadenza.models.voxcpm2.audio_vae_streaming.StreamingAudioVAEDecoder` (in its own file; the model does not
+  know its streaming wrapper) builds on to decode chunk by chunk, each latent frame exactly once.
 
 Inputs are moved to the module's device and dtype; the reference always runs the VAE in float32 (latents from a
 bf16 LM are cast up). Bad shapes raise :class:`~cadenza.errors.InputError` naming the expected layout.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +23,6 @@ from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 from cadenza.models.voxcpm2.audio_vae_conv import ConvStreamState
 from cadenza.models.voxcpm2.audio_vae_decoder import AudioVAEDecoder
 from cadenza.models.voxcpm2.audio_vae_encoder import AudioVAEEncoder
-
-if TYPE_CHECKING:
-    from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
 
 
 class AudioVAE(nn.Module):
@@ -171,7 +167,7 @@ class AudioVAE(nn.Module):
             latents: ``[B, latent_dim, T]``.
             sr_cond: sample-rate condition (see :meth:`sr_bucket`); default :attr:`out_sample_rate`.
             state: continue a stream (see :class:`ConvStreamState`); ``None`` decodes from silence, as the
-                reference's one-shot ``decode``. Prefer :meth:`streaming_decoder`, which also checks the batch.
+                reference's one-shot ``decode``. Prefer ``StreamingAudioVAEDecoder(vae)``, which also checks the batch.
 
         Returns:
             ``[B, 1, decode_hop_length * T]``, values in (-1, 1).
@@ -179,8 +175,3 @@ class AudioVAE(nn.Module):
         z = self.check_latents(latents)
         return self.decoder(z, self.sr_bucket(sr_cond, z.shape[0]), state)
 
-    def streaming_decoder(self, sr_cond: int | None = None) -> StreamingAudioVAEDecoder:
-        """A new stateful chunk decoder for one request (usable as a context manager)."""
-        from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
-
-        return StreamingAudioVAEDecoder(self, sr_cond=sr_cond)

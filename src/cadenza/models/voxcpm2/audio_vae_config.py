@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.errors import CheckpointError
+from cadenza.models.voxcpm2.config_values import coerce
 
 # The reference's sample-rate conditioning kinds (``SampleRateConditionLayer``); any other name fails there.
 COND_TYPES = ("scale_bias", "scale_bias_init", "add", "concat")
@@ -159,16 +160,15 @@ class AudioVAEConfig:
             return cls()
         if not isinstance(data, Mapping):
             raise CheckpointError(f"{source}: audio_vae_config must be an object, got {type(data).__name__}")
-        from cadenza.models.voxcpm2.config import _coerce  # the reference's (pydantic lax) value coercions
 
         hints = typing.get_type_hints(cls)
         data = dict(data)
         if "latent_dim" in data and data["latent_dim"] is None:  # the reference's rule for a null latent_dim
-            enc_dim = _coerce(data.get("encoder_dim", cls.encoder_dim), int, f"{source}.encoder_dim")
-            rates = _coerce(data.get("encoder_rates", cls.encoder_rates), hints["encoder_rates"],
+            enc_dim = coerce(data.get("encoder_dim", cls.encoder_dim), int, f"{source}.encoder_dim")
+            rates = coerce(data.get("encoder_rates", cls.encoder_rates), hints["encoder_rates"],
                             f"{source}.encoder_rates")
             data["latent_dim"] = enc_dim * 2 ** len(rates)
-        kwargs = {f.name: _coerce(data[f.name], hints[f.name], f"{source}.{f.name}")
+        kwargs = {f.name: coerce(data[f.name], hints[f.name], f"{source}.{f.name}")
                   for f in fields(cls) if f.name in data}  # unknown keys are ignored
         try:
             return cls(**kwargs)

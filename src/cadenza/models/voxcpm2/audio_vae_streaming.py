@@ -28,7 +28,7 @@ class StreamingAudioVAEDecoder:
 
     Usage::
 
-        with vae.streaming_decoder() as dec:
+        with StreamingAudioVAEDecoder(vae) as dec:
             for patch in patches:                  # [B, D, t] each
                 chunk = dec.decode_chunk(patch)    # [B, 1, t * decode_hop_length]
     """
@@ -79,7 +79,7 @@ class StreamingAudioVAEDecoder:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise InputError("this streaming AudioVAE decoder is closed: open a new one with vae.streaming_decoder()")
+            raise InputError("this streaming AudioVAE decoder is closed: open a new one with StreamingAudioVAEDecoder(vae)")
 
     # ---------------------------------------------------------------- decoding
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
+from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
 from cadenza.models.voxcpm2.generate import GenerationOptions, PatchStep, iter_patches
 from cadenza.models.voxcpm2.layouts import SequenceLayout, patches_to_latents
 from cadenza.models.voxcpm2.model import VoxCPM2Model
@@ -64,7 +65,7 @@ class PatchDecoder:
                  lock: Lock = None) -> None:
         self._vae = vae
         self._lock = lock
-        self._decoder = vae.streaming_decoder()
+        self._decoder = StreamingAudioVAEDecoder(vae)
         self.warmup_frames = 0
         if context is not None and context.shape[0] > 0:
             self.warmup_frames = context.shape[0] * context.shape[1]
