@@ -184,7 +184,7 @@ def test_cancel_while_vocoding_frees_both_halves(model):
         job = handle._job
         assert job.done and job.decoder is None and job.synth is None
         with pytest.raises(RequestCancelledError):
-            while (item := sched._take(job)) is not None:
+            while (item := sched.take(job)) is not None:
                 if isinstance(item, BaseException):
                     raise item
     finally:

@@ -11,6 +11,8 @@ from cadenza.engine.token2wav import StreamSynthesis
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 
+DONE = object()  # the end of a request's audio (in its buffer) or text (in its text inbox)
+
 
 @dataclass(eq=False)
 class Job:

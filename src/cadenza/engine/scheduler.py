@@ -38,9 +38,9 @@ import torch
 
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduled_job import Job
+from cadenza.engine.scheduled_job import DONE, Job
 from cadenza.engine.scheduler_config import SchedulerConfig
-from cadenza.engine.stream_handle import DONE, StreamHandle
+from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker
 from cadenza.engine.vocoder_workers import VocoderWorkers
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
@@ -153,12 +153,12 @@ class Scheduler(VocoderWorkers):
         if self._primed is not None:
             self._primed.clear()
 
-    def _feed(self, job: Job, item) -> None:
+    def feed(self, job: Job, item) -> None:
         with self._cond:
             job.text_inbox.append(item)
             self._lm_wake.notify()
 
-    def _take(self, job: Job):
+    def take(self, job: Job):
         with self._cond:
             while not job.buffer:
                 if self._closed and not self._workers_alive():
@@ -168,7 +168,7 @@ class Scheduler(VocoderWorkers):
             self._vocoder_wake.notify_all()  # room in the buffer: the vocoder worker may resume this request
             return item
 
-    def _cancel(self, job: Job) -> None:
+    def cancel(self, job: Job) -> None:
         with self._cond:
             if not job.done:
                 job.cancelled = True

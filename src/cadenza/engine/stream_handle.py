@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from cadenza.engine.scheduled_job import Job
-    from cadenza.engine.scheduler import Scheduler
+from cadenza.engine.scheduled_job import DONE, Job
 
-DONE = object()  # the end of a request's audio (in its buffer) or text (in its text inbox)
+
+class JobChannel(Protocol):
+    """What a handle needs of whoever runs its job (the scheduler): deliver text, take audio, cancel."""
+
+    def feed(self, job: Job, item: object) -> None: ...
+
+    def take(self, job: Job) -> object: ...
+
+    def cancel(self, job: Job) -> None: ...
 
 
 class StreamHandle:
@@ -21,26 +27,26 @@ class StreamHandle:
     For bi-streaming requests, ``feed_text(ids)`` and ``end_text()`` deliver the text as it arrives.
     """
 
-    def __init__(self, scheduler: Scheduler, job: Job) -> None:
-        self._scheduler, self._job = scheduler, job
+    def __init__(self, channel: JobChannel, job: Job) -> None:
+        self._channel, self._job = channel, job
 
     @property
     def first_chunk_seconds(self) -> float | None:
         return self._job.first_chunk_s
 
     def feed_text(self, ids: torch.Tensor) -> None:
-        self._scheduler._feed(self._job, ids)
+        self._channel.feed(self._job, ids)
 
     def end_text(self) -> None:
-        self._scheduler._feed(self._job, DONE)
+        self._channel.feed(self._job, DONE)
 
     def fail(self, exc: BaseException) -> None:
         """The text source failed: end the request with ``exc`` (the consumer sees it)."""
-        self._scheduler._feed(self._job, exc)
+        self._channel.feed(self._job, exc)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         try:
-            while (item := self._scheduler._take(self._job)) is not DONE:
+            while (item := self._channel.take(self._job)) is not DONE:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
@@ -48,4 +54,4 @@ class StreamHandle:
             self.cancel()
 
     def cancel(self) -> None:
-        self._scheduler._cancel(self._job)
+        self._channel.cancel(self._job)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cadenza.engine.scheduled_job import Job
-from cadenza.engine.stream_handle import DONE
+from cadenza.engine.scheduled_job import DONE, Job
 from cadenza.engine.token2wav import StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
 
 FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)
