@@ -312,6 +312,19 @@ def test_docs_and_schema_sit_behind_the_key(tts, tmp_path):
         for path in ("/docs", "/openapi.json", "/metrics", "/v1/models"):
             assert c.get(path).status_code == 401, path
         assert c.get("/redoc").status_code == 404
+        # Every route of the app but /health (from its own schema, plus the two kept out of it): 401 without the
+        # key, and with a wrong key of the same length.
+        schema = c.get("/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
+        routes = [(path.replace("{voice}", "alice"), method.upper()) for path, ops in schema["paths"].items()
+                  for method in ops if path != "/health"] + [("/docs", "GET"), ("/openapi.json", "GET")]
+        assert len(routes) >= 9
+        wrong = {"Authorization": "Bearer " + "x" * len(KEY)}
+        for path, method in routes:
+            for headers in ({}, wrong):
+                assert c.request(method, path, headers=headers).status_code == 401, (method, path)
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"{server.ws_url}/v1/audio/speech/stream", additional_headers=wrong, open_timeout=30)
+        assert refused.value.response.status_code == 401
         auth = {"Authorization": f"Bearer {KEY}"}
         schema = c.get("/openapi.json", headers=auth).json()
         assert "/v1/audio/speech" in schema["paths"] and "/docs" not in schema["paths"]
