@@ -263,6 +263,7 @@ def _load_yaml(text: str) -> Any:
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
+    problem = " ".join(problem.split())  # one line: the CLI prints one
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 

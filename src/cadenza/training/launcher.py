@@ -171,16 +171,16 @@ def train(
 
 
 def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D.DistInfo, resume: bool) -> None:
-    if info.is_main:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"cannot create the output folder {out}: {exc.strerror or exc}") from exc
     seed_everything(cfg.seed)  # identical initial weights on every rank (and for any world size)
     stage = stage_cls(config, data_dir)
     stage.setup(info.device, D.make_wrap(info))
     seed_everything(cfg.seed + info.rank)
     loader, sampler = _loader(stage, cfg, info)
+    if info.is_main:  # only once the config, the model and the data are known to be usable: no empty --out
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the output folder {out}: {exc.strerror or exc}") from exc
     per_epoch = len(sampler) // cfg.batch_size
     if not resume and latest_checkpoint(out) is not None:
         raise InputError(f"{out} already holds checkpoints: pass --resume to continue, or use a new --out")
