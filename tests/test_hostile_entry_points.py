@@ -178,7 +178,7 @@ def test_unusable_voice_store(cli, tmp_path):
     store = tmp_path / "voices"
     (store / "voices.sqlite3").mkdir(parents=True)  # sqlite cannot open a folder as its database
     code, _, err = cli("synth", "--text", "Hello.", "--voices-dir", store, "-o", tmp_path / "x.wav")
-    assert code == 2 and f"error: --voices-dir {store}: cannot open the voice store: " in _one_error_line(err), err
+    assert code == 2 and f"cannot open the voice store {store / 'voices.sqlite3'}: " in _one_error_line(err), err
     assert not (tmp_path / "x.wav").exists()
 
 

@@ -266,3 +266,11 @@ def test_opening_a_store_sweeps_old_half_written_cache_files(tmp_path):
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     VoiceStore(tmp_path).close()
     assert not old.exists() and fresh.exists()
+
+
+def test_a_store_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    from cadenza.errors import InputError
+
+    (tmp_path / "voices.sqlite3").write_bytes(b"this is not SQLite" * 100)
+    with pytest.raises(InputError, match="cannot open the voice store .*voices.sqlite3"):
+        VoiceStore(tmp_path)

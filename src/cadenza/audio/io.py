@@ -55,13 +55,16 @@ def _open_source(source: AudioSource, max_bytes: int | None) -> str | io.BytesIO
     what = _describe(source)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.exists():
-            raise AudioError(f"audio file not found: {what}")
-        if not path.is_file():
-            raise AudioError(f"{what} is not a file")
-        if not os.access(path, os.R_OK):
-            raise AudioError(f"audio file {what} is not readable (permission denied)")
-        size = path.stat().st_size
+        try:
+            if not path.exists():
+                raise AudioError(f"audio file not found: {what}")
+            if not path.is_file():
+                raise AudioError(f"{what} is not a file")
+            if not os.access(path, os.R_OK):
+                raise AudioError(f"audio file {what} is not readable (permission denied)")
+            size = path.stat().st_size
+        except OSError as exc:  # e.g. a name too long for the file system
+            raise AudioError(f"cannot read audio file {what[:200]}: {exc.strerror or exc}") from exc
         if size == 0:
             raise AudioError(f"audio file {what} is empty (0 bytes)")
         if max_bytes is not None and size > max_bytes:

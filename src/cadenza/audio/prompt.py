@@ -8,6 +8,8 @@ because every downstream feature of a silent prompt is a constant floor value an
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from cadenza.errors import AudioError
@@ -32,8 +34,8 @@ def validate_prompt_audio(
     Returns ``wav`` unchanged. Raises ``AudioError`` naming the problem: wrong shape, NaN/inf samples, shorter
     than ``min_seconds``, longer than ``max_seconds``, or silent (peak < ``SILENCE_PEAK`` or RMS < ``SILENCE_RMS``).
     """
-    if sr <= 0:
-        raise ValueError(f"sample rate must be positive, got {sr}")
+    if isinstance(sr, bool) or not isinstance(sr, numbers.Integral) or sr <= 0:
+        raise AudioError(f"sample rate must be a positive integer, got {sr!r}")
     if wav.dim() == 2 and wav.shape[0] == 1:
         samples = wav[0]
     elif wav.dim() == 1:

@@ -104,8 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    import sqlite3
-
     from cadenza.api import load
 
     if args.voices_dir:  # read here, never created: a mistyped folder must not become an empty voice store
@@ -115,10 +113,8 @@ def _load(args):
                                "creates one)")
     else:
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
-    try:
-        return load(args.model or None, device=args.device, voices_dir=voices)  # None: the built-in cadenza-tiny
-    except sqlite3.Error as exc:
-        raise CadenzaError(f"--voices-dir {voices}: cannot open the voice store: {exc}") from exc
+    # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
+    return load(args.model or None, device=args.device, voices_dir=voices)
 
 
 def _save(audio, output: str) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from cadenza.errors import InputError
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
 
@@ -15,7 +16,9 @@ def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
     if seed is None:
         seed = secrets.randbits(63)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, not {str(seed)[:40]!r}")
+    if seed >= 2**64:  # torch's generator takes 64-bit seeds
+        raise InputError(f"seed must be below 2**64, got {seed}")
     return torch.Generator().manual_seed(seed), seed
 
 

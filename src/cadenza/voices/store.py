@@ -128,20 +128,23 @@ class VoiceStore:
             raise InputError(f"cannot create the voice directory {self.directory}: {exc}") from exc
         self._cache_root = self.directory / CACHE_DIR
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.directory / DB_NAME, timeout=busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
-        with self._lock:
-            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across app crashes
-            with self._write():
-                self._db.execute(_SCHEMA)
-                version = self._db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise InputError(f"{self.directory / DB_NAME} was written by a newer Cadenza (schema {version})")
-                if 0 < version < 2:
-                    self._add_name_keys()
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        try:
+            self._db = sqlite3.connect(self.directory / DB_NAME, timeout=busy_timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+            with self._lock:
+                self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across app crashes
+                with self._write():
+                    self._db.execute(_SCHEMA)
+                    version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                    if version > SCHEMA_VERSION:
+                        raise InputError(f"{self.directory / DB_NAME} was written by a newer Cadenza (schema {version})")
+                    if 0 < version < 2:
+                        self._add_name_keys()
+                    self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:  # not a database, unreadable, locked past the timeout
+            raise InputError(f"cannot open the voice store {self.directory / DB_NAME}: {exc}") from exc
         self._sweep_temporaries()
 
     # -- plumbing ------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ class SpeakerPrompt:
 
 def validate_speaker_id(speaker_id: str) -> str:
     if not isinstance(speaker_id, str) or not _SPEAKER_ID.match(speaker_id):
-        raise InputError(f"invalid speaker id {speaker_id!r}: use 1-64 letters, digits, spaces, '.', '_' or '-'")
+        raise InputError(f"invalid speaker id {str(speaker_id)[:80]!r}: use 1-64 letters, digits, spaces, '.', '_' or '-'")
     return speaker_id
 
 
