@@ -25,6 +25,7 @@ import torch
 import yaml
 
 import cadenza.api
+import cadenza.api.audio
 from cadenza.cli.main import main as cli_main
 from cadenza.errors import AudioError, CadenzaError, CheckpointError, InputError, TextError, UnknownSpeakerError
 
@@ -285,7 +286,7 @@ def test_wav_output_is_atomic(tts, tmp_path, monkeypatch):
         Path(path).write_bytes(b"RIFF\x00\x00")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cadenza.api, "save_wav", half_then_fail)
+    monkeypatch.setattr(cadenza.api.audio, "save_wav", half_then_fail)
     with pytest.raises(InputError, match=re.escape(f"cannot write {target}: No space left on device")):
         cadenza.api.Audio(np.zeros(100, np.float32), SR).save(target)
     assert target.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == ["out.wav"]
@@ -442,7 +443,7 @@ def test_api_synthesize_stream_hostile(tts):
 
 def test_voxcpm2_entry_points_check_their_arguments():
     """``VoxCPM2`` refuses hostile arguments before its engine sees them (a stand-in engine records any call)."""
-    from cadenza.api_voxcpm2 import VoxCPM2
+    from cadenza.api.voxcpm2 import VoxCPM2
 
     class Engine:
         calls = 0

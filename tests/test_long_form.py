@@ -23,7 +23,7 @@ def tts(cv2_dir, tmp_path_factory):
 
 
 def test_segments_are_normalised_and_within_budget(tts, monkeypatch):
-    import cadenza.api as api
+    import cadenza.api.cosyvoice2 as api
 
     monkeypatch.setattr(api, "SEGMENT_TOKENS", 40)
     segments = tts.segments(PARAGRAPHS)
@@ -38,7 +38,7 @@ def test_segments_are_normalised_and_within_budget(tts, monkeypatch):
 
 
 def test_every_segment_uses_the_same_voice(tts, monkeypatch):
-    import cadenza.api as api
+    import cadenza.api.cosyvoice2 as api
 
     monkeypatch.setattr(api, "SEGMENT_TOKENS", 40)
     reqs = tts.requests(PARAGRAPHS, prompt_wav=(np.sin(np.arange(32000) / 9).astype(np.float32) * 0.3, 16000),
@@ -49,7 +49,7 @@ def test_every_segment_uses_the_same_voice(tts, monkeypatch):
 
 
 def test_long_text_synthesis_and_streaming_agree(tts, monkeypatch):
-    import cadenza.api as api
+    import cadenza.api.cosyvoice2 as api
 
     monkeypatch.setattr(api, "SEGMENT_TOKENS", 40)
     calls = []

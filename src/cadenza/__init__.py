@@ -29,7 +29,7 @@ def __getattr__(name: str):
 
         return SchedulerConfig
     if name == "VoxCPM2":
-        from cadenza.api_voxcpm2 import VoxCPM2
+        from cadenza.api.voxcpm2 import VoxCPM2
 
         return VoxCPM2
     raise AttributeError(f"module 'cadenza' has no attribute {name!r}")

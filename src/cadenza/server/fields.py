@@ -12,19 +12,18 @@ from typing import Annotated
 from fastapi import Request
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from cadenza.api.arguments import check_chars
+from cadenza.errors import TextError
 from cadenza.server.errors import APIError
 
 
 def unicode_text(value: str) -> str:
-    """``value`` if it is valid UTF-8-encodable text without NUL; else ``ValueError`` saying where it is not."""
+    """``value`` if it is valid UTF-8-encodable text without NUL; else ``ValueError`` saying where it is not (the
+    API's own check, so a value is refused the same way in Python and over HTTP)."""
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"not valid Unicode text: a lone surrogate U+{ord(value[exc.start]):04X} at character "
-                         f"{exc.start}") from None
-    if "\x00" in value:
-        raise ValueError(f"contains a NUL character at character {value.index(chr(0))}")
-    return value
+        return check_chars(value, "text")
+    except TextError as exc:
+        raise ValueError(str(exc).removeprefix("text ")) from None
 
 
 Text = Annotated[str, AfterValidator(unicode_text)]

@@ -1,23 +1,34 @@
-"""The public Python API: ``Cadenza.from_pretrained(path).synthesize(text, ...)``.
+"""``Cadenza``: the public Python API of CosyVoice 2 models, ``Cadenza.from_pretrained(path).synthesize(text, ...)``.
 
 A small class over the parts (loader -> model, frontend, engine), in the spirit of F5-TTS's ``api.py``.
 """
 
+
 from __future__ import annotations
 
 import logging
-import math
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, AudioSource, load_audio, save_wav
+from cadenza import builtin
+from cadenza.api.arguments import (
+    MAX_SPEAKER_CHARS,
+    MAX_SPEAKER_ID_CHARS,
+    check_chars,
+    check_ids,
+    check_seed,
+    check_speed,
+    check_text_arg,
+    pcm_to_float,
+    short_repr,
+)
+from cadenza.api.audio import Audio, PromptAudio
+from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
@@ -27,7 +38,7 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
-from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir, load_cosyvoice2_weights
+from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore, validate_speaker_id
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
@@ -37,143 +48,6 @@ from cadenza.voices.prompts import VoicePrompts
 log = logging.getLogger(__name__)
 
 SEGMENT_TOKENS = 80  # text tokens per segment (the reference splits at 60-80)
-
-# Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
-PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
-
-MAX_SEED = 2**63 - 1  # a request's RNG is a torch.Generator: seeds are signed 64-bit
-MAX_SPEAKER_CHARS = 128  # no saved speaker id (64) or voice name or id (the server's limit: 128) is longer
-MAX_SPEAKER_ID_CHARS = 64
-
-
-def _short(value: object) -> str:
-    """``repr(value)`` cut to 80 characters (error messages never echo a 10 kB argument whole)."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}... ({len(text)} characters)"
-
-
-def check_chars(text: str, what: str, error: type[InputError] = TextError) -> str:
-    """``text`` unless it holds a lone surrogate (not encodable as UTF-8) or a NUL: ``error`` naming ``what`` and
-    where (the server refuses both the same way)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise error(f"{what} is not valid Unicode: a lone surrogate U+{ord(text[exc.start]):04X} at character "
-                    f"{exc.start}") from None
-    if "\x00" in text:
-        raise error(f"{what} contains a NUL character at character {text.index(chr(0))}")
-    return text
-
-
-def check_text_arg(text: object, what: str, optional: bool = False) -> str | None:
-    """A text argument: a string (or None when ``optional``) of valid Unicode without NUL; else ``TextError``."""
-    if text is None and optional:
-        return None
-    if not isinstance(text, str):
-        raise TextError(f"{what} must be a string, not {type(text).__name__}")
-    return check_chars(text, what)
-
-
-def check_seed(seed: object) -> int | None:
-    """None or an integer in [0, 2**63): ``InputError`` naming ``seed`` otherwise."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
-        raise InputError(f"seed must be an integer from 0 to 2**63-1, got {_short(seed)}")
-    return int(seed)
-
-
-def _check_speed(speed: object) -> float:
-    if isinstance(speed, bool) or not isinstance(speed, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(speed):
-        raise InputError(f"speed must be a finite number (0.5-2.0), got {_short(speed)}")
-    return float(speed)
-
-
-def _check_ids(ids: object, what: str) -> object:
-    """Token ids: a sequence of integers or an integer array/tensor (1-D, or [1, n]); ``InputError`` otherwise."""
-    if isinstance(ids, (torch.Tensor, np.ndarray)):
-        kind = str(ids.dtype)
-        integer = (ids.dtype != torch.bool and not ids.dtype.is_floating_point and not ids.dtype.is_complex
-                   if isinstance(ids, torch.Tensor) else ids.dtype.kind in "iu")
-        if not integer or ids.ndim > 2 or (ids.ndim == 2 and ids.shape[0] != 1):
-            raise InputError(f"{what} must be integer token ids, shape [n] or [1, n]; got {kind} of shape "
-                             f"{tuple(ids.shape)}")
-        return ids
-    if isinstance(ids, (str, bytes, bytearray)) or not isinstance(ids, Sequence):
-        raise InputError(f"{what} must be a sequence of integer token ids, not {type(ids).__name__}")
-    for i, v in enumerate(ids):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise InputError(f"{what} must be integer token ids; item {i} is {_short(v)} ({type(v).__name__})")
-    return ids
-
-
-def check_device(device: object) -> str | torch.device:
-    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); ``InputError`` otherwise."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise InputError(f"device {_short(device)} is not a torch device (cpu, cuda, cuda:1, mps)") from exc
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"device {_short(device)}: CUDA is not available on this machine (use cpu)")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"device {_short(device)}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise InputError(f"device {_short(device)}: MPS is not available on this machine (use cpu)")
-    elif dev.type != "cpu":
-        raise InputError(f"device {_short(device)}: device type {dev.type!r} is not supported (cpu, cuda, mps)")
-    return device
-
-
-def _pcm_to_float(samples: object) -> np.ndarray:
-    """Decoded samples -> float32: floats as they are ([-1, 1]), integer PCM scaled to [-1, 1]."""
-    try:
-        arr = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
-    except (ValueError, TypeError, RuntimeError) as exc:  # ragged lists, tensors numpy cannot hold
-        raise AudioError(f"prompt audio samples are not an array of numbers: {exc}") from exc
-    if arr.dtype.kind == "f":
-        return arr.astype(np.float32, copy=False)
-    if arr.dtype.kind in "iu":
-        half = float(2 ** (8 * arr.dtype.itemsize - 1))
-        offset = half if arr.dtype.kind == "u" else 0.0  # unsigned PCM (8-bit WAV) is centred on 2**(bits-1)
-        return ((arr.astype(np.float64) - offset) / half).astype(np.float32)
-    raise AudioError(f"prompt audio samples must be numbers (float in [-1, 1] or integer PCM), got dtype {arr.dtype}")
-
-
-@dataclass
-class Audio:
-    """Synthesised audio: float32 mono ``samples`` in [-1, 1] at ``sample_rate``."""
-
-    samples: np.ndarray
-    sample_rate: int
-
-    @property
-    def duration(self) -> float:
-        return len(self.samples) / self.sample_rate
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write a 16-bit WAV file, whole or not at all: a temporary file next to ``path`` renamed over it (a
-        failure leaves no half-written file). Raises ``InputError`` naming ``path`` when it cannot be written."""
-        import soundfile as sf
-
-        target = Path(path).expanduser()
-        tmp = None
-        try:
-            if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: stream into it, never rename
-                save_wav(target, self.samples, self.sample_rate)
-                return
-            tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-            save_wav(tmp, self.samples, self.sample_rate)
-            os.replace(tmp, target)
-            tmp = None
-        except (OSError, ValueError, sf.LibsndfileError) as exc:
-            reason = getattr(exc, "strerror", None) or getattr(exc, "error_string", None) or str(exc)
-            raise InputError(f"cannot write {str(path)[:200]}: {reason}") from exc
-        finally:
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
 
 
 class Cadenza:
@@ -237,8 +111,8 @@ class Cadenza:
             if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) \
                     or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
                 raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
-                                 f"got {_short(sr)}")
-            wav = torch.from_numpy(_pcm_to_float(samples))
+                                 f"got {short_repr(sr)}")
+            wav = torch.from_numpy(pcm_to_float(samples))
             if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
                 wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
             if wav.dim() != 1:
@@ -262,7 +136,7 @@ class Cadenza:
             raise InputError(f"speaker id is {len(speaker_id)} characters; at most {MAX_SPEAKER_ID_CHARS}")
         validate_speaker_id(speaker_id)  # before the audio is decoded
         check_text_arg(prompt_text, "prompt_text", optional=True)
-        if save and self.directory.resolve() == Path(__file__).resolve().parent / "assets" / BUILTIN_NAME:
+        if save and self.directory.resolve() == Path(builtin.__file__).resolve().parent / "assets" / BUILTIN_NAME:
             raise InputError("the built-in model folder is part of the installed package and is not written to: "
                              "save voices in a voice store instead (`cadenza serve` /v1/voices, or "
                              "cadenza.voices.VoiceStore), or add_speaker(..., save=False) for this session")
@@ -285,7 +159,7 @@ class Cadenza:
         if prompt_text is not None and prompt_text_ids is not None:
             raise InputError("give either prompt_text or prompt_text_ids, not both")
         if prompt_text_ids is not None:
-            _check_ids(prompt_text_ids, "prompt_text_ids")
+            check_ids(prompt_text_ids, "prompt_text_ids")
         lm_text = eng.check_text_ids(prompt_text_ids, "prompt_text_ids") if prompt_text_ids is not None else None
         transcript_given = prompt_text is not None or prompt_text_ids is not None
         if speaker is not None:
@@ -332,10 +206,10 @@ class Cadenza:
         if text is not None:
             check_text_arg(text, "text")
         else:
-            _check_ids(text_ids, "text_ids")
+            check_ids(text_ids, "text_ids")
         check_text_arg(prompt_text, "prompt_text", optional=True)
         check_seed(seed)
-        _check_speed(speed)
+        check_speed(speed)
 
     def request(
         self,
@@ -480,37 +354,3 @@ class Cadenza:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def model_family(path: str | os.PathLike) -> str:
-    """``"cosyvoice2"`` or ``"voxcpm2"``, from the files in the directory."""
-    from cadenza.models.voxcpm2.loader import is_voxcpm2_dir
-
-    directory = Path(path).expanduser()
-    try:
-        if not directory.is_dir():
-            raise CheckpointError(f"model directory not found: {str(directory)[:200]}")
-        if is_cosyvoice2_dir(directory):
-            return "cosyvoice2"
-        if is_voxcpm2_dir(directory):
-            return "voxcpm2"
-    except OSError as exc:  # a path the OS refuses outright (name too long, no permission)
-        raise CheckpointError(f"cannot open model directory {str(directory)[:200]!r}: {exc.strerror or exc}") from exc
-    inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory lacks
-    raise CheckpointError(f"{directory} is neither a CosyVoice 2 nor a VoxCPM 2 model directory")
-
-
-def load(path: str | os.PathLike | None = None, **kwargs):
-    """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
-    cadenza-tiny."""
-    if path is not None and not isinstance(path, (str, os.PathLike)):
-        raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
-    if "device" in kwargs:
-        check_device(kwargs["device"])
-    path = resolve_model_path(path)
-    if model_family(path) == "voxcpm2":
-        from cadenza.api_voxcpm2 import VoxCPM2
-
-        kwargs.pop("voices_dir", None)
-        return VoxCPM2.from_pretrained(path, **kwargs)
-    return Cadenza.from_pretrained(path, **kwargs)

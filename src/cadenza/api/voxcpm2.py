@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadenza.api import Audio, check_seed, check_text_arg
+from cadenza.api.arguments import check_seed, check_text_arg
+from cadenza.api.audio import Audio
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError, TextError
 from cadenza.models.voxcpm2.prompt import PromptAudio
