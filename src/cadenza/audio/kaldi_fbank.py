@@ -1,4 +1,4 @@
-"""Kaldi log mel filterbank features, the CAM++ speaker encoder's input (spec §5.3).
+"""Kaldi log mel filterbank features, the CAM++ speaker encoder's input (docs/design.md, "Audio features").
 
 Re-implements ``torchaudio.compliance.kaldi.fbank(wav, num_mel_bins=80, dither=0, sample_frequency=16000)`` with
 torchaudio's other defaults (torchaudio has no release for current torch), following its op order in float32:

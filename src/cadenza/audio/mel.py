@@ -1,4 +1,6 @@
-"""The flow's prompt mel: matcha-TTS ``mel_spectrogram`` (spec §5.1), natural-log Slaney mel at 24 kHz.
+"""The flow's prompt mel: matcha-TTS ``mel_spectrogram``, natural-log Slaney mel at 24 kHz.
+
+See docs/design.md, "Audio features".
 
 Pipeline: reflect-pad ``(n_fft - hop) / 2`` on both sides -> STFT (periodic Hann, ``center`` from the config,
 False for CosyVoice 2) -> magnitude ``sqrt(re^2 + im^2 + 1e-9)`` -> Slaney mel bank -> ``log(max(x, 1e-5))``.

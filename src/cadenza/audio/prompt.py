@@ -1,5 +1,5 @@
-"""Checks that a prompt recording can condition synthesis (spec §3.3: the prompt feeds the speech tokenizer,
-the speaker encoder and the flow's prompt mel).
+"""Checks that a prompt recording can condition synthesis (it feeds the speech tokenizer, the speaker encoder and
+the flow's prompt mel; docs/design.md, "CosyVoice 2 frontend inputs per mode").
 
 Limits: at least 0.5 s (shorter prompts give the speaker encoder and the flow almost nothing to copy), at most 30 s
 (the speech tokenizer's whisper front end handles at most 30 s; the reference asserts it). Silence is rejected

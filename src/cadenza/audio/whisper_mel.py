@@ -1,4 +1,4 @@
-"""The speech tokenizer's input: ``whisper.log_mel_spectrogram(wav16k, n_mels=128)`` (spec §5.2).
+"""The speech tokenizer's input: ``whisper.log_mel_spectrogram(wav16k, n_mels=128)`` (docs/design.md, "Audio features").
 
 Whisper's front end is fixed (16 kHz, 25 ms / 10 ms), so its constants live here rather than in a config:
 STFT n_fft 400, hop 160, periodic Hann, ``center=True`` (reflect pad 200), power spectrum with the last frame dropped,

@@ -5,8 +5,9 @@
 * text: not empty and speakable (not only punctuation);
 * text vs audio ("mismatched transcript"): characters per second within ``[min_chars_per_second,
   max_chars_per_second]``, and once both token sequences exist, speech tokens per text token within
-  ``[min_token_text_ratio, max_token_text_ratio]`` — the LM's decoding limits (spec §3.5: it emits between 2 and 20
-  speech tokens per text token), so an item outside them teaches a length the model can never produce.
+  ``[min_token_text_ratio, max_token_text_ratio]`` — the LM's decoding limits (it emits between 2 and 20 speech tokens
+  per text token; docs/design.md, "CosyVoice 2 LM sequence layouts"), so an item outside them teaches a length the model
+  can never produce.
 """
 
 from __future__ import annotations

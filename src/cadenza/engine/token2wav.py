@@ -1,9 +1,9 @@
 """Speech tokens -> waveform for CosyVoice 2: flow (tokens -> mel) then HiFT (mel -> 24 kHz), whole or in chunks.
 
-Chunks follow the reference schedule (spec §7): hops of ``25 + prompt_pad`` tokens, then doubling up to 100; 3
-look-ahead tokens; HiFT continues from cached mel frames and NSF source samples and cross-fades the overlap.
-The hop lives in the per-request ``TokenChunker`` (the reference keeps it on the shared model, so one request
-changes the next one's schedule).
+Chunks follow the reference schedule (docs/design.md, "CosyVoice 2 streaming schedule"): hops of ``25 + prompt_pad``
+tokens, then doubling up to 100; 3 look-ahead tokens; HiFT continues from cached mel frames and NSF source samples and
+cross-fades the overlap. The hop lives in the per-request ``TokenChunker`` (the reference keeps it on the shared model,
+so one request changes the next one's schedule).
 
 Two flavours (``StreamSchedule``):
 * ``StreamSchedule.reference()`` reproduces the reference exactly: every chunk re-runs the flow over prompt + all

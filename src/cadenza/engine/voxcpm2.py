@@ -189,7 +189,10 @@ class VoxCPM2Engine:
 
     @torch.inference_mode()
     def decode(self, result: GenerationResult) -> np.ndarray:
-        """Latents (+ continuation context) -> waveform, context audio cut off (spec §c.10)."""
+        """Latents (+ continuation context) -> waveform, context audio cut off.
+
+        See docs/design.md, "VoxCPM 2 prompt audio and decoding".
+        """
         with self.lock:
             wav = self.vae.decode(result.latents)
         skip = result.context_len * self.config.patch_size * self.vae.decode_hop_length

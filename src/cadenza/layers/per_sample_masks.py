@@ -1,4 +1,4 @@
-"""Attention masks that differ per batch row (training with a mix of mask types, CosyVoice 2 paper §2.5).
+"""Attention masks that differ per batch row (training with a mix of mask types; docs/training.md, "Stage flow").
 
 Each row gets its own chunk size: 0 = full attention (non-causal), 1 = full-causal, M = chunk-M (a query sees its
 own chunk of M positions and everything before it). Built from the same ``chunk_mask`` rule as inference, so a

@@ -4,9 +4,10 @@ Built directly on the ``tokenizers`` library from ``vocab.json`` + ``merges.txt`
 pre-tokenizer regex and byte-level mapping as Qwen2's fast tokenizer), so ids do not depend on the installed
 ``transformers`` version.
 
-Multi-character CJK masking (CosyVoice 2 paper, §2.3): every CJK character is its own BPE unit. The release bakes this
-into ``merges.txt``; we also enforce it here (a pre-token holding several CJK characters is split per character
-before BPE), which changes nothing with the BlankEN files and gives the paper's behaviour with stock Qwen2 merges.
+Multi-character CJK masking (docs/design.md, "Qwen2 tokenizer and CosyVoice 2 special tokens"): every CJK character is
+its own BPE unit. The release bakes this into ``merges.txt``; we also enforce it here (a pre-token holding several CJK
+characters is split per character before BPE), which changes nothing with the BlankEN files and gives the paper's
+behaviour with stock Qwen2 merges.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
-# Appended by CosyVoice2Tokenizer in this order (spec §3.1): <|endofprompt|> becomes 151646 on the release.
+# Appended by CosyVoice2Tokenizer in this order: <|endofprompt|> becomes 151646 on the release
+# (docs/design.md, "Qwen2 tokenizer and CosyVoice 2 special tokens").
 COSYVOICE2_SPECIAL_TOKENS = (
     "<|im_start|>", "<|im_end|>", "<|endofprompt|>", "[breath]", "<strong>", "</strong>", "[noise]",
     "[laughter]", "[cough]", "[clucking]", "[accent]", "[quick_breath]", "<laughter>", "</laughter>",

@@ -5,10 +5,10 @@ File format (JSONL, one pair per line, default ``DATA/preference_pairs.jsonl``):
     {"id": "utt42", "text_ids": [..] or "text": "...", "chosen": [speech ids], "rejected": [speech ids],
      "speaker": "optional", "chosen_reward": 0.97, "rejected_reward": 0.41}
 
-``chosen`` and ``rejected`` are speech-token sequences for the *same* text (e.g. sampled from the LM being tuned);
-which one is preferred is the data's decision — typically a reward such as ``1 - WER`` of an ASR transcript of the
-synthesised audio, or speaker similarity to the prompt (CosyVoice 2 paper §2.7). ``make_pairs`` turns scored
-candidates into pairs (best vs worst of each text, if their rewards differ by at least ``min_gap``). Rewards are
+``chosen`` and ``rejected`` are speech-token sequences for the *same* text (e.g. sampled from the LM being tuned); which
+one is preferred is the data's decision — typically a reward such as ``1 - WER`` of an ASR transcript of the synthesised
+audio, or speaker similarity to the prompt (docs/design.md, "CosyVoice 2 training objectives"). ``make_pairs`` turns
+scored candidates into pairs (best vs worst of each text, if their rewards differ by at least ``min_gap``). Rewards are
 stored for reference only; training does not read them.
 """
 

@@ -1,4 +1,6 @@
-"""Stage ``dpo``: direct preference optimisation of the LM on (chosen, rejected) speech for the same text (spec §8.2).
+"""Stage ``dpo``: direct preference optimisation of the LM on (chosen, rejected) speech for the same text.
+
+See docs/training.md, "Stage dpo".
 
 Loss per pair: ``-logsigmoid(beta * ((pi_c - pi_r) - (ref_c - ref_r)))`` with ``pi`` / ``ref`` the policy's / the
 frozen reference model's per-sequence log-probability of the speech targets, plus ``sft_weight`` x the usual

@@ -1,4 +1,4 @@
-"""The flow's training forward (spec §8.3, with the paper's masks): tokens + prompt mel + x-vector -> CFM loss.
+"""The flow's training forward (docs/training.md, "Stage flow"): tokens + prompt mel + x-vector -> CFM loss.
 
 ``FlowForTraining.forward`` runs, inside one module call (what DDP wraps), the token embedding (padding zeroed),
 the encoder with each row's attention chunk, the projection to ``mu``, the speaker projection and
@@ -6,9 +6,10 @@ the encoder with each row's attention chunk, the projection to ``mu``, the speak
 each row (the prompt, as at inference) and the loss covers the frames after them (or all valid frames with
 ``loss_on_prompt``, the reference's choice).
 
-Attention mask kinds (CosyVoice 2 paper §2.5), one per row: ``full`` (non-causal), ``causal`` (full-causal: a frame
-sees only the past), ``chunk`` (chunk-M: the config's static chunk sizes, 25 tokens / 50 frames) and ``chunk2``
-(chunk-2M). Training on all four lets one model serve offline and streaming inference at different latencies.
+Attention mask kinds (the CosyVoice 2 paper's four; docs/training.md, "Stage flow"), one per row: ``full`` (non-causal),
+``causal`` (full-causal: a frame sees only the past), ``chunk`` (chunk-M: the config's static chunk sizes, 25 tokens /
+50 frames) and ``chunk2`` (chunk-2M). Training on all four lets one model serve offline and streaming inference at
+different latencies.
 """
 
 from __future__ import annotations

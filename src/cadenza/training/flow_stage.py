@@ -1,4 +1,4 @@
-"""Stage ``flow``: conditional flow matching of the token-to-mel flow (spec §8.3; masks and prompts as in the paper).
+"""Stage ``flow``: conditional flow matching of the token-to-mel flow (docs/training.md, "Stage flow").
 
 Per utterance (drawn from ``seeding.item_generator``, so reproducible across resumes and world sizes):
 

@@ -1,4 +1,6 @@
-"""Training stage "hift": the HiFT vocoder as a GAN (spec §8.4), exported as a release-layout ``hift.pt``.
+"""Training stage "hift": the HiFT vocoder as a GAN, exported as a release-layout ``hift.pt``.
+
+See docs/training_components.md, "3. HiFT vocoder GAN".
 
 Generator sizes and the input mel come from the ``model:`` section (the CosyVoice 2 config the vocoder belongs to,
 see ``model_files``); the optimiser from ``train.optim`` (the recipe: Adam, lr 2e-4, clip 5; the same settings drive

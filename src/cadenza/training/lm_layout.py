@@ -1,4 +1,6 @@
-"""Teacher-forcing sequences of the text-speech LM (spec §8.1) and their padded batch.
+"""Teacher-forcing sequences of the text-speech LM and their padded batch.
+
+See docs/design.md, "CosyVoice 2 LM sequence layouts".
 
 A sequence is a list of positions, each a *kind* (sos / task_id marker, text id, speech id) with an id, and a
 target (the id the position must predict, or ``IGNORE_ID``). Two layouts:

@@ -1,4 +1,6 @@
-"""Stage ``lm``: train the text-speech LM with next-token cross-entropy on speech, eos and fill targets (spec §8.1).
+"""Stage ``lm``: train the text-speech LM with next-token cross-entropy on speech, eos and fill targets.
+
+See docs/training.md, "Stage lm".
 
 Config (``lm:`` section, ``LMStageConfig``)::
 

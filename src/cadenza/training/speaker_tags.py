@@ -1,4 +1,4 @@
-"""Multi-speaker fine-tuning tags (CosyVoice 2 paper §2.6, "mSFT"): ``Speaker A<|endofprompt|>`` before the text.
+"""Multi-speaker fine-tuning tags (mSFT; docs/training.md, "Stage lm"): ``Speaker A<|endofprompt|>`` before the text.
 
 Each training text gets the tag of its speaker, or ``unknown<|endofprompt|>`` when the speaker is not labelled (or,
 with ``unknown_probability``, at random so that the untagged style stays available). At inference the same prefix

@@ -1,4 +1,6 @@
-"""Conditional flow matching sampler of the CosyVoice 2 flow (``CausalConditionalCFM``, spec §4.4 and §8.3).
+"""Conditional flow matching sampler of the CosyVoice 2 flow (``CausalConditionalCFM``).
+
+Sampler: docs/design.md, "CosyVoice 2 flow"; training loss: docs/training.md, "Stage flow".
 
 Inference integrates ``dx/dt = v(x, t)`` from fixed noise at t=0 to a mel at t=1 with Euler steps on a cosine
 time grid, evaluating the estimator on a batch of two (conditional, unconditional) and mixing them with
@@ -153,7 +155,9 @@ class ConditionalFlowMatching(nn.Module):
         z: torch.Tensor | None = None,
         cfg_keep: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training loss (spec §8.3). x1, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]``.
+        """Training loss. x1, mu, cond ``[B, mel, T]``; mask ``[B, 1, T]``; spks ``[B, mel]``.
+
+        Objective: docs/training.md, "Stage flow".
 
         ``t ~ U(0,1)`` (no cosine warping), ``y = (1 - (1 - sigma_min) t) z + t x1``, target
         ``u = x1 - (1 - sigma_min) z``; with probability ``training_cfg_rate`` per utterance mu, spks and cond are

@@ -1,4 +1,4 @@
-"""Speech tokens -> mel: the CosyVoice 2 flow (``CausalMaskedDiffWithXvec``, spec §4.1).
+"""Speech tokens -> mel: the CosyVoice 2 flow (``CausalMaskedDiffWithXvec``; docs/design.md, "CosyVoice 2 flow").
 
 ``TokenToMelFlow`` embeds prompt + target tokens, encodes them to ``token_mel_ratio`` frames per token, projects
 to mel-sized ``mu`` and samples the mel with conditional flow matching, conditioned on ``mu``, the projected

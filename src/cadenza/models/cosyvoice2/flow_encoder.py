@@ -1,4 +1,4 @@
-"""The flow's text-side encoder: ``UpsampleConformerEncoder`` (spec §4.2).
+"""The flow's text-side encoder: ``UpsampleConformerEncoder`` (docs/design.md, "CosyVoice 2 flow").
 
 tokens embeddings ``[B, T, d]`` -> Linear/LayerNorm/rel-pos embed -> look-ahead convolution -> conformer blocks
 -> x``stride`` causal upsampling -> second embed -> more conformer blocks -> LayerNorm -> ``[B, stride*T, d]``.

@@ -1,4 +1,6 @@
-"""The flow-matching velocity estimator: Matcha-TTS's conditional 1-D U-Net, causal variant (spec §4.3).
+"""The flow-matching velocity estimator: Matcha-TTS's conditional 1-D U-Net, causal variant.
+
+See docs/design.md, "CosyVoice 2 flow".
 
 Inputs are stacked on the channel axis (``x``, ``mu``, the speaker vector broadcast over time, ``cond``), then:
 down block(s) (resnet + transformer blocks + conv), mid blocks, up block(s) fed with the skip connection, a final

@@ -1,4 +1,6 @@
-"""Building blocks of the flow estimator U-Net (spec §4.3), with the checkpoint's submodule names.
+"""Building blocks of the flow estimator U-Net, with the checkpoint's submodule names.
+
+See docs/design.md, "CosyVoice 2 flow".
 
 * ``CausalConv1d``: Conv1d that left-pads ``kernel - 1`` zeros, or with a ``StreamCache`` the previous call's
   committed input tail (incremental inference).

@@ -1,4 +1,4 @@
-"""Incremental streaming flow: chunk k costs the same whatever k is (spec §7.2, §9).
+"""Incremental streaming flow: chunk k costs the same whatever k is (docs/design.md, "CosyVoice 2 streaming schedule").
 
 The reference streams by re-running the whole flow over prompt + every token so far and keeping the new frames,
 which is quadratic in the utterance length. With ``streaming=True`` every attention is chunk-causal (a query in

@@ -1,4 +1,6 @@
-"""CosyVoice 2 frontend: text -> token ids, prompt audio -> speech tokens, prompt mel and x-vector (spec §3.3, §5).
+"""CosyVoice 2 frontend: text -> token ids, prompt audio -> speech tokens, prompt mel and x-vector.
+
+See docs/design.md, "CosyVoice 2 frontend inputs per mode" and "Audio features".
 
 A directory without the optional parts (tokenizer files, the two ONNX models or our safetensors replacements) still
 serves requests given as token ids; a feature that needs a missing part fails with a message naming the file.

@@ -1,4 +1,6 @@
-"""The CosyVoice 2 text-speech language model (``Qwen2LM`` of the reference, spec §3.4-§3.6).
+"""The CosyVoice 2 text-speech language model (``Qwen2LM`` of the reference).
+
+Structure and layouts: docs/design.md, "CosyVoice 2 LM structure" and "CosyVoice 2 LM sequence layouts".
 
 A Qwen2 body reads one sequence that mixes text embeddings (Qwen's ``embed_tokens``), two learned markers
 (``llm_embedding``: row 0 = sos, row 1 = task_id "start speaking") and speech-token embeddings; a linear head
@@ -156,7 +158,7 @@ class TextSpeechLM(nn.Module):
         generator: torch.Generator | None = None,
         step_log: StepLog | None = None,
     ) -> Iterator[int]:
-        """Yield speech token ids one at a time (spec §3.5).
+        """Yield speech token ids one at a time (docs/design.md, "CosyVoice 2 LM sequence layouts").
 
         text ``[1, Tt]``, prompt_text ``[1, Tp]``, prompt_speech ``[1, Ps]`` (see ``build_input``). ``min_len`` /
         ``max_len`` default to ``min/max_token_text_ratio * Tt``; eos is masked (-inf) for the first ``min_len``
@@ -185,7 +187,9 @@ class TextSpeechLM(nn.Module):
         reference_quirks: bool = True,
         step_log: StepLog | None = None,
     ) -> Iterator[int]:
-        """Yield speech ids while text arrives in chunks ``[1, n]`` (spec §3.6, mix ratio ``cfg.mix_ratio`` = N:M).
+        """Yield speech ids while text arrives in chunks ``[1, n]`` (mix ratio ``cfg.mix_ratio`` = N:M).
+
+        Layout: docs/design.md, "CosyVoice 2 LM sequence layouts".
 
         Text and speech are interleaved as the model was trained: N text tokens, then M speech tokens, then a fill
         id (forced by position, never fed back) asking for the next N text tokens. See ``BistreamDecoder`` for the

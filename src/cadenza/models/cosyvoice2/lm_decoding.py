@@ -24,7 +24,8 @@ NEG_INF = float("-inf")
 
 
 class UnistreamDecoder:
-    """Whole text known up front: ``[sos, prompt_text ++ text, task_id, prompt_speech]`` then speech (spec §3.5).
+    """Whole text known up front: ``[sos, prompt_text ++ text, task_id, prompt_speech]`` then speech
+    (docs/design.md, "CosyVoice 2 LM sequence layouts").
 
     eos is masked (-inf) for the first ``min_len`` steps; decoding stops at eos / unused / fill or after
     ``max_len`` tokens.
@@ -61,7 +62,9 @@ class UnistreamDecoder:
 
 
 class BistreamDecoder:
-    """Text arrives in pieces (spec §3.6): N text tokens, then M speech tokens, then a forced fill asking for more.
+    """Text arrives in pieces: N text tokens, then M speech tokens, then a forced fill asking for more.
+
+    Layout: docs/design.md, "CosyVoice 2 LM sequence layouts".
 
     Prompt speech is interleaved with the first text the same way. ``feed_text`` appends text ids, ``end_text``
     starts the final phase (leftover text + task_id, decode until eos or ``max_len_ratio`` x received text tokens;

@@ -1,6 +1,6 @@
 """Load a released CosyVoice 2 directory unchanged.
 
-Layout (spec §1)::
+Layout (docs/design.md, "CosyVoice 2 release files and loading")::
 
     cosyvoice2.yaml            hyper-parameters (HyperPyYAML, read as data; ``config.yaml`` is accepted too)
     llm.pt flow.pt hift.pt     state dicts (weights_only=True, strict keys)

@@ -1,4 +1,4 @@
-"""A compact Qwen2 decoder (the body of the CosyVoice 2 text-speech LM, spec §3.4).
+"""A compact Qwen2 decoder (the body of the CosyVoice 2 text-speech LM; docs/design.md, "CosyVoice 2 LM structure").
 
 Why not ``transformers.Qwen2ForCausalLM``:
 

@@ -1,4 +1,6 @@
-"""Token samplers of the CosyVoice 2 LM: repetition-aware sampling (RAS, spec §3.7), nucleus, greedy.
+"""Token samplers of the CosyVoice 2 LM: repetition-aware sampling (RAS), nucleus, greedy.
+
+RAS: docs/design.md, "RAS sampling".
 
 All randomness goes through an explicit ``torch.Generator`` (``None`` = torch's global CPU generator). A
 generator created with ``torch.Generator().manual_seed(s)`` produces the same draws as the reference run after
@@ -87,7 +89,7 @@ def ras_sampling(
     cfg: SamplingConfig,
     generator: torch.Generator | None = None,
 ) -> int:
-    """Repetition-aware sampling (spec §3.7).
+    """Repetition-aware sampling (docs/design.md, "RAS sampling").
 
     logp ``[V]``; history: ids generated so far for this utterance (prompt tokens excluded). A nucleus draw is
     made; if that id occurs in the last ``win_size`` outputs at least ``win_size * tau_r`` times, ``logp[id]`` is

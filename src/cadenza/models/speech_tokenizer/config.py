@@ -1,4 +1,6 @@
-"""Typed hyper-parameters of the supervised FSQ speech tokenizer (CosyVoice 2 paper, §2.2).
+"""Typed hyper-parameters of the supervised FSQ speech tokenizer.
+
+See docs/training_components.md, "1. Supervised FSQ speech tokenizer".
 
 Stored in ``speech_tokenizer.json`` next to the weights; :meth:`SpeechTokenizerConfig.from_dict` rejects unknown keys
 so that a typo in a training config does not silently fall back to a default.

@@ -1,4 +1,6 @@
-"""The supervised FSQ speech tokenizer (CosyVoice 2 paper, §2.2) as PyTorch modules.
+"""The supervised FSQ speech tokenizer as PyTorch modules.
+
+See docs/training_components.md, "1. Supervised FSQ speech tokenizer".
 
 Pipeline: whisper log-mel ``[B, 128, T]`` (100 Hz) -> strided convs (25 Hz) -> Encoder1 (rotary transformer)
 -> down-projection to D dims -> ``round(K * tanh(.))``: D integers in ``[-K, K]`` -> one id in the ``(2K + 1)``-ary

@@ -1,4 +1,6 @@
-"""VoxCPM 2's AudioVAE V2 (spec §c.14): 16 kHz waveform <-> 64-dim latents at 25 Hz <-> 48 kHz waveform.
+"""VoxCPM 2's AudioVAE V2: 16 kHz waveform <-> 64-dim latents at 25 Hz <-> 48 kHz waveform.
+
+See docs/design.md, "VoxCPM 2 AudioVAE".
 
 Public entry points:
 

@@ -146,7 +146,7 @@ class AudioVAEConfig:
 
     @classmethod
     def official(cls) -> AudioVAEConfig:
-        """The released VoxCPM2 AudioVAE hyper-parameters (spec §b.1)."""
+        """The released VoxCPM2 AudioVAE hyper-parameters (docs/design.md, "VoxCPM 2 AudioVAE")."""
         return cls()
 
     @classmethod

@@ -1,11 +1,12 @@
 """Load the released AudioVAE V2 weights (``audiovae.safetensors`` or ``audiovae.pth``) strictly.
 
-The release stores ``torch.save({"state_dict": {...}})`` with 312 entries (spec §a.1, §b.2): every conv as
-``X.bias`` / ``X.weight_g`` / ``X.weight_v`` (legacy weight norm; the newer ``parametrizations`` naming is accepted
-too), Snake ``alpha`` as ``[1, C, 1]`` and the int32 buffer ``decoder.sr_bin_boundaries``. Keys are checked against
-the model built from the config *in the file's naming*, so an error lists missing / unexpected / mis-shaped keys
-as they appear in the file; then weight norm is folded and ``alpha`` flattened to our ``[C]`` layout.
-As in the reference, ``audiovae.safetensors`` takes priority over ``audiovae.pth`` in a model directory.
+The release stores ``torch.save({"state_dict": {...}})`` with 312 entries (docs/design.md,
+"VoxCPM 2 release files and configuration"): every conv as ``X.bias`` / ``X.weight_g`` / ``X.weight_v`` (legacy weight
+norm; the newer ``parametrizations`` naming is accepted too), Snake ``alpha`` as ``[1, C, 1]`` and the int32 buffer
+``decoder.sr_bin_boundaries``. Keys are checked against the model built from the config *in the file's naming*, so an
+error lists missing / unexpected / mis-shaped keys as they appear in the file; then weight norm is folded and ``alpha``
+flattened to our ``[C]`` layout. As in the reference, ``audiovae.safetensors`` takes priority over ``audiovae.pth`` in a
+model directory.
 """
 
 from __future__ import annotations

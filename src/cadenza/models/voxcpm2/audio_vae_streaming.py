@@ -1,4 +1,4 @@
-"""Stateful chunk-by-chunk AudioVAE decoding for streaming synthesis (spec §c.11).
+"""Stateful chunk-by-chunk AudioVAE decoding for streaming synthesis (docs/design.md, "VoxCPM 2 streaming").
 
 Each :meth:`StreamingAudioVAEDecoder.decode_chunk` call runs the decoder on the new latent frames only; the causal
 convs continue from the left context kept in the decoder's :class:`ConvStreamState` (the reference patches the

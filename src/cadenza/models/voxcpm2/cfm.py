@@ -1,4 +1,6 @@
-"""Patch sampler: Euler integration of the flow from noise (t = 1) to a latent patch (t = 0) (spec §c.8).
+"""Patch sampler: Euler integration of the flow from noise (t = 1) to a latent patch (t = 0).
+
+See docs/design.md, "VoxCPM 2 patch sampler".
 
 * Time grid: ``u = linspace(1, 0, n + 1)`` then sway sampling ``t = u + coef·(cos(pi/2·u) - 1 + u)``, computed in
   the runtime dtype (bf16 grids differ from fp32 ones; the reference does the same).

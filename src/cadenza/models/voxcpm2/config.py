@@ -1,4 +1,6 @@
-"""Typed configuration of a VoxCPM 2 model, read from the release's ``config.json`` (spec §b.1).
+"""Typed configuration of a VoxCPM 2 model, read from the release's ``config.json``.
+
+See docs/design.md, "VoxCPM 2 release files and configuration".
 
 Every module size in ``models/voxcpm2`` comes from these dataclasses. Parsing follows the reference's pydantic
 schema: unknown keys (``architecture``, ``dit_config.mean_mode``, ...) are ignored, missing optional keys take the
@@ -8,7 +10,8 @@ hyper-parameters (used for meta-device shape checks; a real checkpoint is always
 
 The four transformer stacks (TSLM, RALM, LocEnc, LocDiT) are all MiniCPM-4 stacks derived from ``lm_config`` by a
 copy with overrides, exactly as the reference does: LocEnc/LocDiT therefore inherit ``num_key_value_heads``, the
-RoPE settings, ``rms_norm_eps``, ``no_rope`` and ``use_mup`` of the LM (spec §b.1 "Derived sub-configurations").
+RoPE settings, ``rms_norm_eps``, ``no_rope`` and ``use_mup`` of the LM
+(docs/design.md, "VoxCPM 2 release files and configuration").
 
 Validation encodes only what the modules need: every check below names the reference behaviour it stands for
 (a crash when the reference builds or first runs the model, or an output that is NaN for every input). Values the
@@ -296,7 +299,7 @@ class VoxCPM2Config:
         for name in ("residual_lm_config", "encoder_lm_config", "dit_lm_config"):
             getattr(self, name)()
 
-    # --- the four stacks (copies of lm_config with overrides, spec §b.1) ---
+    # --- the four stacks (copies of lm_config with overrides, docs/design.md) ---
     def base_lm_config(self) -> MiniCPM4Config:
         return self.lm_config
 
@@ -344,7 +347,7 @@ class VoxCPM2Config:
 
     @classmethod
     def official(cls) -> VoxCPM2Config:
-        """The released openbmb/VoxCPM2 hyper-parameters (spec §b.1; RoPE factors [EXTERNAL])."""
+        """The released openbmb/VoxCPM2 hyper-parameters (docs/design.md; RoPE factors from a third-party port)."""
         from cadenza.models.voxcpm2.official_config import OFFICIAL_CONFIG
 
         return cls.from_dict(OFFICIAL_CONFIG, source="VoxCPM2Config.official()")

@@ -1,4 +1,6 @@
-"""Autoregressive patch generation (spec §c.5, §c.8, §c.9): prefill, then one latent patch per step.
+"""Autoregressive patch generation: prefill, then one latent patch per step.
+
+See docs/design.md, "VoxCPM 2 networks", "VoxCPM 2 patch sampler" and "VoxCPM 2 stop rule and retry".
 
 ``iter_patches`` is the step function: a generator yielding one ``PatchStep`` per patch, usable as is by a
 streaming front end (decode each yielded patch with the stateful AudioVAE decoder). ``generate_latents`` drains it

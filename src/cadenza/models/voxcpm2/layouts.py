@@ -1,4 +1,6 @@
-"""LM sequence layouts of every mode (spec §c.2) and the latent <-> patch reshapes (spec §c.10).
+"""LM sequence layouts of every mode and the latent <-> patch reshapes.
+
+See docs/design.md, "VoxCPM 2 sequence layouts" and "VoxCPM 2 prompt audio and decoding".
 
 Every position carries a text id, a latent patch ``[P, D]`` and exactly one of ``text_mask`` / ``audio_mask``.
 Text positions have an all-zero patch; audio positions carry text id 0.

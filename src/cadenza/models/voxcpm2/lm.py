@@ -1,4 +1,6 @@
-"""TSLM + RALM recurrence (spec §c.5): prefill over the prompt layout, then one position per generated patch.
+"""TSLM + RALM recurrence: prefill over the prompt layout, then one position per generated patch.
+
+See docs/design.md, "VoxCPM 2 networks".
 
 State after position t (what the next patch is conditioned on):
 * ``lm_hidden``: TSLM output, FSQ-quantised if the position is audio (``e' = FSQ(e)·am + e·tm``);

@@ -1,4 +1,4 @@
-"""Load a released VoxCPM 2 directory unchanged (spec §a).
+"""Load a released VoxCPM 2 directory unchanged (docs/design.md, "VoxCPM 2 release files and configuration").
 
 Layout::
 

@@ -1,4 +1,6 @@
-"""LocDiT: the velocity estimator of the patch-level flow matching (spec §c.7, prefix ``feat_decoder.estimator.``).
+"""LocDiT: the velocity estimator of the patch-level flow matching (prefix ``feat_decoder.estimator.``).
+
+See docs/design.md, "VoxCPM 2 networks".
 
 Sequence fed to a bidirectional MiniCPM-4 stack (RoPE positions 0..2+2P):
 ``[mu_0, mu_1, time, cond_1..cond_P, x_1..x_P]`` where ``mu_0``/``mu_1`` are the TSLM / RALM condition tokens,

@@ -1,4 +1,6 @@
-"""LocEnc: one latent patch -> one LM embedding (spec §c.4, state prefix ``feat_encoder.``).
+"""LocEnc: one latent patch -> one LM embedding (state prefix ``feat_encoder.``).
+
+See docs/design.md, "VoxCPM 2 networks".
 
 Each patch ``[P, D]`` is projected to the encoder width, a learned CLS token is prepended, and the ``P + 1`` tokens
 run through a bidirectional MiniCPM-4 stack (RoPE positions 0..P). The CLS output summarises the patch. Patches

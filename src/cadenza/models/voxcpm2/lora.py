@@ -1,4 +1,6 @@
-"""LoRA adapters for VoxCPM 2 (spec §d.4): wrap target ``nn.Linear`` layers, load, enable/disable, merge/unmerge.
+"""LoRA adapters for VoxCPM 2: wrap target ``nn.Linear`` layers, load, enable/disable, merge/unmerge.
+
+See docs/voxcpm2.md, "LoRA".
 
 ``LoRALinear`` replaces an ``nn.Linear`` in place and keeps its ``weight`` / ``bias`` parameters under the same names,
 so base checkpoints and ``<module>.lora_A`` / ``<module>.lora_B`` adapter tensors both load unchanged:

@@ -1,4 +1,4 @@
-"""The MiniCPM-4 transformer stack shared by all four VoxCPM 2 networks (spec §c.3).
+"""The MiniCPM-4 transformer stack shared by all four VoxCPM 2 networks (docs/design.md, "VoxCPM 2 networks").
 
 Pre-norm blocks ``h = x + a·Attn(RMSNorm(x))``, ``y = h + a·SwiGLU(RMSNorm(h))`` with ``a = scale_depth /
 sqrt(layers)`` under muP (1 otherwise), a final RMSNorm, grouped-query attention without biases, and LongRoPE

@@ -1,4 +1,6 @@
-"""``VoxCPM2Model``: every network of ``model.safetensors`` with the release's state-dict names (spec §b.2).
+"""``VoxCPM2Model``: every network of ``model.safetensors`` with the release's state-dict names.
+
+See docs/design.md, "VoxCPM 2 release files and configuration".
 
 | attribute | role |
 | --- | --- |

@@ -1,9 +1,11 @@
-"""The released openbmb/VoxCPM2 ``config.json`` as data (spec §b.1).
+"""The released openbmb/VoxCPM2 ``config.json`` as data.
 
-The sizes are the spec's; the 64 LongRoPE factors (``short_factor`` = ``long_factor``) are [EXTERNAL]: the release
-file is not in the reference repository, and these values come from a public third-party port of the released
-checkpoint (they rise from 0.99780 to 31.02392 as the spec states). They only matter for meta-device builds and
-tests: loading a real checkpoint always reads its own ``config.json``.
+See docs/design.md, "VoxCPM 2 release files and configuration".
+
+The 64 LongRoPE factors (``short_factor`` = ``long_factor``) are not in the reference repository (the release file
+is not there); these values come from a public third-party port of the released checkpoint (they rise from 0.99780
+to 31.02392). They only matter for meta-device builds and tests: loading a real checkpoint always reads its own
+``config.json``.
 """
 
 from __future__ import annotations

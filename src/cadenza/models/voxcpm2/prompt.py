@@ -1,4 +1,6 @@
-"""Voice prompts from audio (spec §c.10): reference / continuation audio -> AudioVAE latent patches.
+"""Voice prompts from audio: reference / continuation audio -> AudioVAE latent patches.
+
+See docs/design.md, "VoxCPM 2 prompt audio and decoding".
 
 Steps, as the reference's ``_encode_wav``: decode to mono at the encoder rate (16 kHz; ``cadenza.audio.io``
 resamples with soxr where the reference uses librosa's soxr_hq, so parity holds for 16 kHz input), check the clip

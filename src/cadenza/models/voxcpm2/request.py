@@ -37,9 +37,10 @@ def mode_of(voice: VoicePrompt | None) -> str:
 class VoxCPM2Request:
     """A prepared utterance.
 
-    ``text.text`` is what the model reads; ``layout`` the LM prompt sequence (spec §c.2); ``target_len`` the number of
-    ids of the target text alone (length cap and bad-case rule); ``options.max_len`` the caller's hard cap (the
-    retry policy's loop cap ``min(int(target_len · ratio + 10), max_len)`` applies on top).
+    ``text.text`` is what the model reads; ``layout`` the LM prompt sequence; ``target_len`` the number of ids of the
+    target text alone (length cap and bad-case rule); ``options.max_len`` the caller's hard cap (the retry policy's
+    loop cap ``min(int(target_len · ratio + 10), max_len)`` applies on top).
+    Layouts: docs/design.md, "VoxCPM 2 sequence layouts".
     """
 
     text: RequestText

@@ -1,10 +1,10 @@
 """The text of one VoxCPM 2 request: clean-up, optional normalisation, voice-design description, checks.
 
-Voice design is not a separate model mode (spec §c.2): a description in parentheses at the very start of the text,
-``"(A calm, deep male voice)Hello there."``, steers the voice. We recognise it only to validate the request (a
-description next to a continuation prompt is refused, as the reference CLI refuses ``--control`` with a prompt
-transcript) and to keep it out of normalisation; the model always reads the text exactly as given (after the
-reference's whitespace clean-up).
+Voice design is not a separate model mode (docs/design.md, "VoxCPM 2 sequence layouts"): a description in parentheses at
+the very start of the text, ``"(A calm, deep male voice)Hello there."``, steers the voice. We recognise it only to
+validate the request (a description next to a continuation prompt is refused, as the reference CLI refuses ``--control``
+with a prompt transcript) and to keep it out of normalisation; the model always reads the text exactly as given (after
+the reference's whitespace clean-up).
 
 Checks beyond the reference (which only rejects blank text): the spoken part must hold at least one letter or digit
 (``"..."`` or an emoji alone gives the model nothing to say); emoji and other symbols inside speakable text are

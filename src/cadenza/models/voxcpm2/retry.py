@@ -1,4 +1,6 @@
-"""Retry on bad cases (spec §c.9), non-streaming as the reference and — our addition — in streaming too.
+"""Retry on bad cases, non-streaming as the reference and — our addition — in streaming too.
+
+See docs/design.md, "VoxCPM 2 stop rule and retry".
 
 Reference rule: the generation loop is capped at ``min(int(n_text · ratio + 10), max_len)`` patches (always, retry
 or not); an attempt is *bad* when it produced ``>= n_text · ratio`` patches (the model ran away instead of

@@ -1,4 +1,6 @@
-"""Streaming synthesis (spec §c.11): every generated patch is decoded once, as it comes, into a 48 kHz chunk.
+"""Streaming synthesis: every generated patch is decoded once, as it comes, into a 48 kHz chunk.
+
+See docs/design.md, "VoxCPM 2 streaming".
 
 ``PatchDecoder`` owns one request's stateful ``StreamingAudioVAEDecoder`` (the shared AudioVAE is never modified):
 each ``decode(patch)`` returns ``P · decode_hop`` float32 samples (7680 = 160 ms for the release) that continue the

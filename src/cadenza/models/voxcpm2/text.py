@@ -1,4 +1,4 @@
-"""Text clean-up applied to every request before tokenization (spec §c.13, the always-on part).
+"""Text clean-up applied to every request before tokenization (docs/design.md, "VoxCPM 2 text clean-up").
 
 Empty or whitespace-only text is rejected; newlines become spaces and every whitespace run collapses to one space
 (a single leading/trailing space is kept, as in the reference). The optional ``normalize=True`` text normaliser of

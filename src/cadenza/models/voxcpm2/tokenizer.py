@@ -1,4 +1,6 @@
-"""VoxCPM 2 text tokenizer: the MiniCPM-4 SentencePiece-style BPE from ``tokenizer.json`` + the CJK split (spec §c.1).
+"""VoxCPM 2 text tokenizer: the MiniCPM-4 SentencePiece-style BPE from ``tokenizer.json`` + the CJK split.
+
+See docs/design.md, "VoxCPM 2 text tokenizer".
 
 Built on the ``tokenizers`` library with the settings ``transformers``' ``LlamaTokenizerFast`` uses (v5 rebuilds
 them; v4 reads the same behaviour from the JSON): no normalizer, a Metaspace pre-tokenizer (``▁`` replaces spaces

@@ -8,7 +8,8 @@ Protected:
   angle tag of the same shape (``<strong>``, ``</emphasis>``) — so tags of newer models pass too; such spans never hold
   digits, so protecting an unknown one cannot leave a number unread;
 * VoxCPM 2's voice-design description: a parenthesised text holding at least one letter at the very start of the
-  text (``(A young woman, gentle voice)Hello``), spec voxcpm2 §c.2. ``(1) ...`` is not a description.
+  text (``(A young woman, gentle voice)Hello``; docs/design.md, "VoxCPM 2 sequence layouts"). ``(1) ...`` is not
+  a description.
 
 The text *between* ``<strong>`` and ``</strong>`` is ordinary text (normalised); only the markup is protected.
 """

@@ -1,4 +1,6 @@
-"""Typed settings of HiFT GAN training (spec §8.4): discriminators and loss weights.
+"""Typed settings of HiFT GAN training: discriminators and loss weights.
+
+See docs/training_components.md, "3. HiFT vocoder GAN".
 
 The generator's own sizes are :class:`cadenza.models.cosyvoice2.config.HiFTConfig`; :func:`config_from_mapping`
 builds any of these frozen dataclasses from a YAML section (lists become tuples, unknown keys are errors).

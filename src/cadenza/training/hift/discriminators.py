@@ -1,4 +1,6 @@
-"""HiFT GAN discriminators (spec §8.4): HiFi-GAN multi-period + multi-resolution STFT-magnitude discriminators.
+"""HiFT GAN discriminators: HiFi-GAN multi-period + multi-resolution STFT-magnitude discriminators.
+
+See docs/training_components.md, "3. HiFT vocoder GAN".
 
 Every conv is weight-normalised (``torch.nn.utils.parametrizations.weight_norm``) as in the reference.
 :class:`HiFTDiscriminator` scores real and generated audio in one forward call (one DDP forward per step), running

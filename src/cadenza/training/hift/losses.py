@@ -1,5 +1,5 @@
-"""HiFT GAN losses (spec §8.4): least-squares adversarial, feature matching, mel L1, truncated pointwise
-relativistic (TPR) and f0 L1."""
+"""HiFT GAN losses: least-squares adversarial, feature matching, mel L1, truncated pointwise relativistic (TPR)
+and f0 L1 (docs/training_components.md, "3. HiFT vocoder GAN")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""VoxCPM 2 fine-tuning pieces (spec §d): the sequence packer and the diffusion + stop losses."""
+"""VoxCPM 2 fine-tuning pieces: the sequence packer and the diffusion + stop losses.
+
+See docs/design.md, "VoxCPM 2 training".
+"""
 
 from cadenza.training.voxcpm2.losses import LossOutput, TrainingNoise, flow_matching_loss, voxcpm2_losses
 from cadenza.training.voxcpm2.packer import PackedBatch, TrainingSample, VoxCPM2Packer

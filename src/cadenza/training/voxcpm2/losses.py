@@ -1,4 +1,6 @@
-"""VoxCPM 2 training losses (spec §d.3): teacher-forced LM pass, flow-matching loss of the LocDiT, stop loss.
+"""VoxCPM 2 training losses: teacher-forced LM pass, flow-matching loss of the LocDiT, stop loss.
+
+See docs/design.md, "VoxCPM 2 training".
 
 Teacher forcing: the state at position t comes from position t-1 (zeros at t = 0): ``lm_h[t] = e'[t-1]`` with
 ``e' = FSQ(e)·am + e·tm`` (FSQ straight-through in train mode), ``res_h[t] = RALM(fusion([e' ‖ am·emb]))[t-1]``,

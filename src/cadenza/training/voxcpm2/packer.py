@@ -1,4 +1,6 @@
-"""Training sequences for VoxCPM 2 (spec §d.2, the reference's ``AudioFeatureProcessingPacker``).
+"""Training sequences for VoxCPM 2 (the reference's ``AudioFeatureProcessingPacker``).
+
+See docs/design.md, "VoxCPM 2 training".
 
 Each sample's audio is right-padded to a multiple of ``patch_size · hop`` samples, encoded by the frozen AudioVAE
 and grouped into patches; the sequence layout is
