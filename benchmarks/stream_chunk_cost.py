@@ -51,7 +51,7 @@ BENCH_FLOW = FlowConfig(
     ),
     cfm=CFMConfig(n_timesteps=10),
 )
-HOP, MAX_HOP, SCALE = 25, 100, 2  # reference schedule (spec §7.1)
+HOP, MAX_HOP, SCALE = 25, 100, 2  # reference schedule (docs/design.md, "CosyVoice 2 streaming schedule")
 
 
 def hop_schedule(prompt_tokens: int, n_tokens: int, lookahead: int) -> list[int]:

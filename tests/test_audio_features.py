@@ -1,4 +1,4 @@
-"""Feature extractors (spec §5): filterbank and feature parity with ``features.npz``, Kaldi fbank properties."""
+"""Feature extractors (docs/design.md, "Audio features"): filterbank and feature parity with ``features.npz``, Kaldi fbank properties."""
 
 from __future__ import annotations
 

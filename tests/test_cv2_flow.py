@@ -1,4 +1,4 @@
-"""Parity of the CosyVoice 2 flow (tokens -> mel) with the reference fixtures ``flow_cases.npz`` (spec §4)."""
+"""Parity of the CosyVoice 2 flow (tokens -> mel) with the reference fixtures ``flow_cases.npz`` (docs/design.md, "CosyVoice 2 flow")."""
 
 from __future__ import annotations
 

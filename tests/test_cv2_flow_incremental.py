@@ -1,4 +1,4 @@
-"""Incremental (cached) streaming flow: every push equals re-running the flow over the whole prefix (spec §7.2, §9).
+"""Incremental (cached) streaming flow: every push equals re-running the flow over the whole prefix (docs/design.md, "CosyVoice 2 streaming schedule").
 
 Reference for a non-final push of tokens ``[offset, end)`` with look-ahead ``[end, end + L)``:
 ``flow.inference(tokens[:end + L], streaming=True, finalize=False)[..., ratio * offset:]``; for the final push:

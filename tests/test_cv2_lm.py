@@ -1,4 +1,4 @@
-"""CosyVoice 2 text-speech LM: parity with the reference ``Qwen2LM`` on ``lm_cases.npz`` (spec §3.4-§3.7).
+"""CosyVoice 2 text-speech LM: parity with the reference ``Qwen2LM`` on ``lm_cases.npz`` (docs/design.md, "CosyVoice 2 LM sequence layouts").
 
 Every seed, length and id comes from the fixture folder (``manifest.json:info``) or the config, so the tests also
 run on other fixture sets with the same layout.
@@ -92,7 +92,7 @@ def test_full_size_structure_on_meta():
     sd = model.state_dict()
     assert len(sd) == 294  # llm.pt has 295 keys: + the tied llm.model.lm_head.weight
     assert TIED_LM_HEAD_KEY not in sd
-    assert sum(p.numel() for p in model.parameters()) == 505_803_812  # spec §1.2: unique params, lm_head tied
+    assert sum(p.numel() for p in model.parameters()) == 505_803_812  # unique params (docs/design.md, "CosyVoice 2 release files and loading"), lm_head tied
     shapes = {
         "llm.model.model.layers.23.self_attn.k_proj.weight": (128, 896),
         "llm.model.model.layers.23.self_attn.o_proj.weight": (896, 896),

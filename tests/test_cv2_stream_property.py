@@ -2,7 +2,7 @@
 
 What is compared, and how equal it must be:
 
-* The *recompute path* is the reference's stream loop (``CosyVoice2Model.tts(stream=True)``, spec §7.2) generalised
+* The *recompute path* is the reference's stream loop (``CosyVoice2Model.tts(stream=True)``, docs/design.md, "CosyVoice 2 streaming schedule") generalised
   to any pushes: after a non-final push ending at token ``end`` whose look-ahead reaches token ``seen`` (``end`` +
   the look-ahead tokens given, never less than an earlier push's), it runs ``flow.inference(tokens[:seen],
   streaming=True, finalize=False)`` (no frames for the last ``pre_lookahead_len`` of those tokens) and returns the

@@ -63,7 +63,7 @@ def tiny():
     return resolve_model(TINY).config
 
 
-# ---- LM layouts (spec §8.1) ------------------------------------------------------------------------------------
+# ---- LM layouts (docs/training.md, "Stage lm") ------------------------------------------------------------------------------------
 def test_unistream_layout():
     seq = unistream([7, 8], [1, 2, 3], eos_id=50)
     assert seq.kinds == [SOS, TEXT, TEXT, TASK_ID, SPEECH, SPEECH, SPEECH]

@@ -143,8 +143,8 @@ def test_full_size_release_layout_on_meta():
     with torch.device("meta"):
         vae = AudioVAE(cfg)
     shapes = checkpoint_key_shapes(vae)
-    assert len(shapes) == 312  # spec §a.1: 311 float tensors + the int32 buffer
-    expected = {  # spec §b.1 / §b.2
+    assert len(shapes) == 312  # 311 float tensors + the int32 buffer
+    expected = {  # docs/design.md, "VoxCPM 2 AudioVAE"
         "encoder.block.0.weight_v": (128, 1, 7),
         "encoder.block.1.block.0.block.0.alpha": (1, 128, 1),
         "encoder.block.1.block.2.block.1.weight_v": (128, 1, 7),
@@ -174,7 +174,7 @@ def test_full_size_release_layout_on_meta():
     assert vae.decoder.sr_bin_boundaries.dtype == torch.int32
     n = {p: sum(math.prod(s) for k, s in shapes.items() if k.startswith(p) and k != "decoder.sr_bin_boundaries")
          for p in ("encoder.", "decoder.")}
-    assert (n["encoder."], n["decoder."]) == (48_435_072, 45_778_882)  # spec §b.3
+    assert (n["encoder."], n["decoder."]) == (48_435_072, 45_778_882)  # docs/design.md, "VoxCPM 2 AudioVAE"
     assert (cfg.hop_length, cfg.decode_hop_length, cfg.encoder_out_dim, cfg.decoder_out_dim) == (640, 1920, 2048, 32)
 
 

@@ -363,7 +363,7 @@ def _residual(sd: dict, p: str, x: torch.Tensor, d: int, depthwise: bool) -> tor
 
 
 def spec_decode(sd: dict, cfg: AudioVAEConfig, z: torch.Tensor, sample_rate: int) -> torch.Tensor:
-    """Spec §c.14 decoder from the release-format state dict (``z [B, D, T]`` -> ``[B, 1, hop·T]``)."""
+    """The AudioVAE decoder (docs/design.md) from the release-format state dict (``z [B, D, T]`` -> ``[B, 1, hop·T]``)."""
     n_in = 2 if cfg.depthwise else 1
     x = _conv(sd, "decoder.model.0", z, 6, groups=z.shape[1]) if cfg.depthwise else _conv(sd, "decoder.model.0", z, 6)
     if cfg.depthwise:
@@ -394,7 +394,7 @@ def spec_decode(sd: dict, cfg: AudioVAEConfig, z: torch.Tensor, sample_rate: int
 
 
 def spec_encode(sd: dict, cfg: AudioVAEConfig, wav: torch.Tensor) -> torch.Tensor:
-    """Spec §c.14 encoder mean (``wav [B, 1, N]``, N a multiple of the hop) -> ``[B, D, N / hop]``."""
+    """The AudioVAE encoder (docs/design.md) mean (``wav [B, 1, N]``, N a multiple of the hop) -> ``[B, D, N / hop]``."""
     x = _conv(sd, "encoder.block.0", wav, 6)
     for b, stride in enumerate(cfg.encoder_rates, start=1):
         for r, d in enumerate((1, 3, 9)):
@@ -434,7 +434,7 @@ def test_audio_vae_matches_spec_computation(name, tmp_path):
 # --- transformer stack against a computation written from the spec -------------------------------------------------
 
 def spec_minicpm(stack, x: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Spec §c.3 block by block: RMSNorm, GQA attention with LongRoPE (factor list broadcast), SwiGLU, final norm."""
+    """The MiniCPM-4 block (docs/design.md) step by step: RMSNorm, GQA attention with LongRoPE (factor list broadcast), SwiGLU, final norm."""
     cfg = stack.cfg
 
     def rms(h, w):
@@ -494,7 +494,7 @@ def test_stacks_match_spec_computation(name):
 # --- the flow sampler --------------------------------------------------------------------------------------------
 
 def spec_sampler(est, mu, cond, noise, n, cfg_value, zero_star, mean_mode):
-    """Spec §c.8 (Euler on the sway grid, CFG on a [cond; uncond] batch, optional CFG-Zero*), one row at a time."""
+    """The patch sampler (docs/design.md: Euler on the sway grid, CFG on a [cond; uncond] batch, optional CFG-Zero*), one row at a time."""
     grid = time_grid(n)
     outs = []
     for i in range(noise.shape[0]):
@@ -558,7 +558,7 @@ def test_sampler_matches_spec_and_cfg_one_is_plain_euler(name, mean_mode, seed):
 # --- layouts of every mode, odd lengths, and the continuation context ---------------------------------------------
 
 def spec_layout(text: list[int], ref: int, prompt: int) -> list[int]:
-    """Spec §c.2 token ids: ``[103, 0×R, 104]`` (if reference) + ``X + [101]`` + ``0×Q`` (if prompt)."""
+    """Token ids (docs/design.md, sequence layouts): ``[103, 0×R, 104]`` (if reference) + ``X + [101]`` + ``0×Q`` (if prompt)."""
     head = [SPECIAL.ref_audio_start] + [0] * ref + [SPECIAL.ref_audio_end] if ref else []
     return head + text + [SPECIAL.audio_start] + [0] * prompt
 

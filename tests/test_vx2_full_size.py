@@ -1,5 +1,5 @@
 """The released VoxCPM 2 architecture built on the ``meta`` device from ``VoxCPM2Config.official()`` (no weights):
-577 tensors named and shaped as ``model.safetensors`` (spec §b.2), parameter counts of spec §b.3."""
+577 tensors named and shaped as ``model.safetensors`` (docs/design.md, "VoxCPM 2 release files and configuration"), with the parameter counts given there."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 
-# spec §b.3 (the released checkpoint)
+# the released checkpoint (docs/design.md, "VoxCPM 2 release files and configuration")
 PARAMS = {
     "base_lm": 1_471_744_000,
     "residual_lm": 377_522_176,
