@@ -10,7 +10,7 @@ Per frame: the squared-difference function ``d(tau)`` over an integration window
 ``[sample_rate / fmax, sample_rate / fmin]`` refined by parabolic interpolation. Frames without such a dip, or
 quieter than ``silence_db`` below the loudest frame, are unvoiced (0 Hz, as Harvest reports them).
 
-Accuracy measured on synthetic 24 kHz signals (checked more loosely in ``tests/test_train_hift.py``): steady sines and
+Accuracy measured on synthetic 24 kHz signals (checked more loosely in ``tests/training/test_train_hift.py``): steady sines and
 11-harmonic tones from 75 to 790 Hz within 0.1 % of the true f0 on every frame (0.02 % up to 600 Hz), a
 100 -> 300 Hz/s glide within 0.8 %; white noise and silence come out unvoiced.
 """

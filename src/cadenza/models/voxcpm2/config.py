@@ -17,7 +17,7 @@ Validation encodes only what the modules need: every check below names the refer
 (a crash when the reference builds or first runs the model, or an output that is NaN for every input). Values the
 reference builds and runs are accepted even when unusual (``decoder_dim`` not a multiple of ``2^n``, hidden sizes
 not divisible by the head count, one RoPE factor for all frequencies, layer-free LocEnc/LocDiT, an unknown solver
-name the reference ignores ...); ``tests/test_vx2_configs.py`` runs each boundary.
+name the reference ignores ...); ``tests/models/voxcpm2/test_vx2_configs.py`` runs each boundary.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ random noise) is accepted.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import numpy as np
@@ -18,58 +17,19 @@ import torch
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, flow_mels, vocode_many
-from cadenza.models.cosyvoice2.config import (
-    CFMConfig,
-    CosyVoice2Config,
-    EstimatorConfig,
-    FlowConfig,
-    FlowEncoderConfig,
-    HiFTConfig,
-    LMConfig,
-    Qwen2Config,
-)
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
-from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
+from cadenza.models.cosyvoice2.speakers import SpeakerStore
+
+from small_model import small_model, voice
 
 TOL_BATCHED = 1e-5  # batched vs separate HiFT calls: only the batch size of the convolutions differs
-
-
-def small_model() -> CosyVoice2Model:
-    qwen = Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                       intermediate_size=64, vocab_size=100)
-    flow = FlowConfig(
-        input_size=32, spk_embed_dim=16,
-        encoder=FlowEncoderConfig(input_size=32, output_size=32, attention_heads=2, linear_units=64, num_blocks=1,
-                                  num_up_blocks=1),
-        estimator=EstimatorConfig(channels=(32,), attention_head_dim=16, n_blocks=1, num_mid_blocks=1, num_heads=2),
-        cfm=CFMConfig(n_timesteps=2, noise_frames=2000),
-    )
-    cfg = dataclasses.replace(CosyVoice2Config(), lm=LMConfig(qwen=qwen, llm_input_size=32, llm_output_size=32),
-                              flow=flow, hift=HiFTConfig(base_channels=32, f0_cond_channels=16))
-    torch.manual_seed(0)
-    model = CosyVoice2Model(cfg).eval()
-    with torch.no_grad():  # a voiced f0 (> the 10 Hz threshold) on part of the frames: both source branches run
-        model.hift.f0_predictor.classifier.bias.fill_(40.0)
-    return model
 
 
 @pytest.fixture(scope="module")
 def model() -> CosyVoice2Model:
     return small_model()
-
-
-def voice(model: CosyVoice2Model, prompt_tokens: int, seed: int) -> SpeakerPrompt:
-    gen = torch.Generator().manual_seed(seed)
-    flow = model.config.flow
-    return SpeakerPrompt(
-        prompt_text=torch.zeros(1, 0, dtype=torch.long),
-        llm_prompt_speech=torch.zeros(1, 0, dtype=torch.long),
-        flow_prompt_speech=torch.randint(0, flow.vocab_size, (1, prompt_tokens), generator=gen),
-        prompt_mel=torch.randn(1, flow.token_mel_ratio * prompt_tokens, flow.output_size, generator=gen),
-        embedding=torch.randn(1, flow.spk_embed_dim, generator=gen),
-    )
 
 
 def synthesis(model, prompt_tokens: int, seed: int) -> StreamSynthesis:

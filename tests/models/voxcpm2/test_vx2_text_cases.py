@@ -17,7 +17,7 @@ import pytest
 
 from cadenza.text import normalize
 
-FIXTURES = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or Path(__file__).resolve().parents[1] / "../shared/fixtures/voxcpm2")
+FIXTURES = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or Path(__file__).resolve().parents[3] / "../shared/fixtures/voxcpm2")
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 _EN_NUMBER_WORDS = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|twenty|hundred|thousand)\b")
 

@@ -22,7 +22,7 @@ from cadenza.models.voxcpm2.minicpm4 import MiniCPMModel
 
 from conftest import assert_close
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 BLOCK_TOL = 1e-5
 STACK_TOL = 1e-4
 

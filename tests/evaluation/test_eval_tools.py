@@ -22,7 +22,7 @@ from cadenza.evaluation import asr, speaker_similarity
 from cadenza.evaluation.runner import busy_machine_note
 from cadenza.evaluation.wer import wer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or REPO_ROOT / "../shared/audio").resolve()
 EN_CLIP = "en_stereo_44k.wav"
 # Clips long enough to cut into two halves of >= 3 s of speech each (GE2E embeddings of ~1.7 s are noisy).

@@ -32,7 +32,7 @@ from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
 
 from conftest import assert_close
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 STACK_TOL = 1e-4
 GEN_TOL = 2e-3
 

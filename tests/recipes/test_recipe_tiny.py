@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny"
 
 
 def _module(name: str):

@@ -12,6 +12,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from test_cv2_flow_incremental import tiny_flow
 
 import cadenza.models.cosyvoice2.flow_incremental as flow_incremental
 from cadenza import Cadenza
@@ -21,7 +22,6 @@ from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
-from test_cv2_flow_incremental import tiny_flow
 
 from conftest import assert_close
 

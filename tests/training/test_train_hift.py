@@ -247,7 +247,7 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
 
     from cadenza.training.launcher import train
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "train" / "hift_tiny.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "train" / "hift_tiny.yaml"
     out = train("hift", config, data_dir, tmp_path, max_steps=2)
     assert all((out / name).is_file() for name in ("hift.pt", "cosyvoice2.yaml"))
     lines = (out / "metrics.jsonl").read_text().splitlines()

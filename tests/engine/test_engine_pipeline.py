@@ -15,7 +15,8 @@ from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule
 from cadenza.errors import RequestCancelledError
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
-from test_engine_vocoder_batch import small_model
+
+from small_model import small_model
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from cadenza import AudioError, Cadenza, CheckpointError, InputError, TextError,
 
 from toy_model import build_toy_model_dir
 
-AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or Path(__file__).resolve().parents[1] / "../shared/audio")
+AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or Path(__file__).resolve().parents[2] / "../shared/audio")
 TEXT = "Hello there, this is a test."
 SR_PROMPT = 16000
 

@@ -23,7 +23,7 @@ from cadenza.data.shards import INDEX_FILE, REJECTED_FILE, done_file, read_jsonl
 from cadenza.data.validate import DataLimits
 from cadenza.models.cosyvoice2.config import MelConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEXT = "the quick brown fox number {}"  # ~22 letters in 1.2-1.6 s: a plausible speaking rate
 
 

@@ -196,7 +196,7 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
 
     from cadenza.training.launcher import train
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "train" / "speaker_tiny.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "train" / "speaker_tiny.yaml"
     out = train("speaker", config, data_dir, tmp_path, max_steps=2)
     assert all((out / name).is_file() for name in ("speaker_encoder.safetensors", "speaker_encoder.json"))
     lines = (out / "metrics.jsonl").read_text().splitlines()

@@ -13,7 +13,8 @@ from cadenza.engine.primed_prompts import PrimedPrompts, prompt_digest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
-from test_engine_vocoder_batch import small_model, voice
+
+from small_model import small_model, voice
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ from cadenza.training.launcher import train
 from cadenza.training.metrics import read_metrics
 from cadenza.training.model_files import resolve_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "train"
 
 SR = 22050  # the corpus rate; preparation resamples to the model's 24 kHz

@@ -383,7 +383,7 @@ def test_config_reading_and_validation(model_config):
                 {"out_sample_rate": 0}, {"depthwise": "maybe"}, {"encoder_rates": [2, 2.5]}):
         with pytest.raises(CheckpointError, match="audio_vae_config"):
             AudioVAEConfig.from_dict(bad)
-    # the reference builds and runs these (tests/test_vx2_configs.py runs them end to end)
+    # the reference builds and runs these (tests/models/voxcpm2/test_vx2_configs.py runs them end to end)
     for good in ({"decoder_dim": 160}, {"decoder_dim": 100}, {"sr_bin_boundaries": [3, 2]}, {"sr_bin_boundaries": []},
                  {"out_sample_rate": 44100}, {"depthwise": "yes"}, {"encoder_rates": []}, {"cond_type": "add"},
                  {"cond_type": "concat", "cond_out_layer": True}, {"decoder_dim": "2048"}):

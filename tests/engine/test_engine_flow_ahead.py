@@ -13,7 +13,8 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
-from test_engine_vocoder_batch import small_model, voice
+
+from small_model import small_model, voice
 
 TOL = 1e-5  # the same frames, computed in other pushes: float32 round-off of other matrix shapes only
 

@@ -25,7 +25,7 @@ from cadenza.training.dpo_pairs import write_pairs
 from cadenza.training.launcher import train
 from cadenza.training.metrics import read_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "train"
 STAGES = ("lm", "dpo", "flow")
 STEPS = 30

@@ -29,7 +29,7 @@ import cadenza.api.audio
 from cadenza.cli.main import main as cli_main
 from cadenza.errors import AudioError, CadenzaError, CheckpointError, InputError, TextError, UnknownSpeakerError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SR = 24000
 TEXT = "the quick brown fox number one"  # ~24 letters in 1.4 s: a speaking rate the data checks accept
 

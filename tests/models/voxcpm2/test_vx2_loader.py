@@ -22,7 +22,7 @@ from cadenza.models.voxcpm2.loader import (
     resolve_dtype,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -48,11 +48,11 @@ from cadenza.models.cosyvoice2.config import (
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
-from test_engine_vocoder_batch import voice
 
 from conftest import assert_close
+from small_model import voice
 
-TOL = 1e-4  # incremental vs recomputed frames under the same chunk masks (as tests/test_cv2_flow_incremental.py)
+TOL = 1e-4  # incremental vs recomputed frames under the same chunk masks (as tests/models/cosyvoice2/test_cv2_flow_incremental.py)
 TOL_AUDIO = 1e-4  # HiFT of those mels, same noise
 SIZES = (1, 2, 3, 7, 85, 101)
 MAX_TOKENS = max(SIZES)

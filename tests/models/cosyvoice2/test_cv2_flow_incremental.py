@@ -3,7 +3,7 @@
 Reference for a non-final push of tokens ``[offset, end)`` with look-ahead ``[end, end + L)``:
 ``flow.inference(tokens[:end + L], streaming=True, finalize=False)[..., ratio * offset:]``; for the final push:
 ``flow.inference(tokens, streaming=True, finalize=True)[..., ratio * offset:]``. A push whose look-ahead is cut short
-returns only the frames that call gives (the rest come later); ``tests/test_cv2_stream_property.py`` checks every
+returns only the frames that call gives (the rest come later); ``tests/models/cosyvoice2/test_cv2_stream_property.py`` checks every
 push pattern that way on small random flows.
 """
 
