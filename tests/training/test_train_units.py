@@ -366,3 +366,17 @@ def test_speaker_tags(cv2_dir, tmp_path):
     assert tagger.ids("other", 0.9) == tok.encode("unknown" + ENDOFPROMPT)
     with pytest.raises(InputError, match="tokenizer"):
         SpeakerTagger(None)
+
+
+def test_stages_are_registered_by_name_not_found_by_file_prefix(monkeypatch):
+    from cadenza.training import registry
+
+    assert set(registry.STAGE_NAMES) >= {"lm", "dpo", "flow", "tokenizer", "frame_tokenizer", "speaker", "hift"}
+    for name in registry.STAGE_NAMES:  # every listed stage is importable and registers itself under its name
+        assert get_stage(name).name == name
+    # A stage from another package: listed, then found; a listed module that registers nothing is a clear error.
+    monkeypatch.setitem(registry.STAGE_MODULES, "nothing_here", "cadenza.training.optim")
+    with pytest.raises(InputError, match="registers no stage of that name"):
+        get_stage("nothing_here")
+    with pytest.raises(InputError, match="not a dotted module name"):
+        registry.register_stage_module("mine", "../evil")

@@ -1,74 +1,62 @@
 """Find a training stage by name, importing only the module that defines it.
 
-Stages register themselves with ``@register`` (``cadenza.training.stage``) when their module is imported. The
-launcher imports lazily: a GPU-less user training the LM never imports the vocoder's discriminators. Each stage name
-maps to module-name prefixes inside ``cadenza.training``; every module or package there whose name starts with one
-of them is imported (packages: also their submodules) until the name is registered.
+Every stage is registered here by name with the module that defines it (``STAGE_MODULES``); the module's
+``@register`` (``cadenza.training.stage``) adds the class when it is imported. Nothing is recognised by a file-name
+prefix: a stage exists because it is listed, and the launcher imports only its module, so a GPU-less user training
+the LM never imports the vocoder's discriminators. Stages outside this package are added with
+``register_stage_module(name, "package.module")``.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
-import pkgutil
 import re
 
-import cadenza.training as training_pkg
 from cadenza.errors import InputError
 from cadenza.training.stage import STAGES, TrainingStage
 
-log = logging.getLogger(__name__)
-
-# stage name -> module name prefixes under cadenza.training (first match wins).
-STAGE_MODULE_PREFIXES: dict[str, tuple[str, ...]] = {
-    "lm": ("lm_stage",),
-    "dpo": ("dpo_stage",),
-    "flow": ("flow_stage",),
-    "tokenizer": ("speech_tokenizer",),
-    "frame_tokenizer": ("frame_tokenizer",),
-    "speaker": ("speaker_encoder",),
-    "hift": ("hift",),
+# stage name -> the module whose import registers it.
+STAGE_MODULES: dict[str, str] = {
+    "lm": "cadenza.training.lm_stage",
+    "dpo": "cadenza.training.dpo_stage",
+    "flow": "cadenza.training.flow_stage",
+    "tokenizer": "cadenza.training.speech_tokenizer_stage",
+    "frame_tokenizer": "cadenza.training.frame_tokenizer_stage",
+    "speaker": "cadenza.training.speaker_encoder_stage",
+    "hift": "cadenza.training.hift_stage",
 }
-STAGE_NAMES = tuple(STAGE_MODULE_PREFIXES)
+STAGE_NAMES = tuple(STAGE_MODULES)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-def _candidates(prefixes: tuple[str, ...]) -> list[str]:
-    names = [m.name for m in pkgutil.iter_modules(training_pkg.__path__)]
-    # Exact "<prefix>_stage" modules first, then the rest in name order.
-    return sorted((n for n in names if n.startswith(prefixes)), key=lambda n: (not n.endswith("_stage"), n))
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):  # never a path, an empty name or 10 kB of text
+        raise InputError(f"training stage name {str(name)[:80]!r} is not a stage name; known: "
+                         f"{', '.join(STAGE_MODULES)}")
+    return name
 
 
-def _import(name: str, errors: list[str]) -> None:
-    full = f"{training_pkg.__name__}.{name}"
-    try:
-        module = importlib.import_module(full)
-    except ImportError as exc:
-        errors.append(f"{full}: {exc}")
-        return
-    path = getattr(module, "__path__", None)
-    if path is not None:  # a package: its stage may live in a submodule
-        for sub in pkgutil.iter_modules(path):
-            try:
-                importlib.import_module(f"{full}.{sub.name}")
-            except ImportError as exc:
-                errors.append(f"{full}.{sub.name}: {exc}")
+def register_stage_module(name: str, module: str) -> None:
+    """Make stage ``name`` available from ``module`` (imported when the stage is first asked for)."""
+    _check_name(name)
+    if not isinstance(module, str) or not _MODULE.match(module):
+        raise InputError(f"stage module {str(module)[:80]!r} is not a dotted module name")
+    STAGE_MODULES[name] = module
 
 
 def get_stage(name: str) -> type[TrainingStage]:
     """The registered stage class called ``name``; raises ``InputError`` naming what was tried."""
-    if not isinstance(name, str) or not _NAME.match(name):  # never a path, an empty prefix or 10 kB of text
-        raise InputError(f"training stage name {str(name)[:80]!r} is not a stage name; known: {', '.join(STAGE_NAMES)}")
+    _check_name(name)
     if name in STAGES:
         return STAGES[name]
-    prefixes = STAGE_MODULE_PREFIXES.get(name, (name,))
-    tried: list[str] = []
-    errors: list[str] = []
-    for module in _candidates(prefixes):
-        tried.append(module)
-        _import(module, errors)
-        if name in STAGES:
-            return STAGES[name]
-    detail = f"; import errors: {'; '.join(errors)}" if errors else ""
-    where = ", ".join(tried) if tried else f"no module named {'/'.join(p + '*' for p in prefixes)} in cadenza.training"
-    raise InputError(f"training stage {name!r} is not available (looked in: {where}){detail}")
+    module = STAGE_MODULES.get(name)
+    if module is None:
+        raise InputError(f"training stage {name!r} is not available: known stages are {', '.join(STAGE_MODULES)}")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise InputError(f"training stage {name!r} is not available: importing {module} failed ({exc})") from exc
+    if name not in STAGES:
+        raise InputError(f"training stage {name!r} is not available: {module} registers no stage of that name")
+    return STAGES[name]
