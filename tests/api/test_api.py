@@ -15,6 +15,8 @@ import pytest
 import soundfile as sf
 import torch
 
+import cadenza
+import cadenza.builtin
 from cadenza import AudioError, Cadenza, CheckpointError, InputError, TextError, UnknownSpeakerError
 
 from toy_model import build_toy_model_dir
@@ -207,3 +209,17 @@ def test_store_voices_are_usable_as_speakers(cv2_dir, tmp_path, prompt_wav):
         assert torch.allclose(req.voice.embedding, direct.voice.embedding, atol=1e-3)
         with pytest.raises(UnknownSpeakerError, match="unknown voice"):
             tts.request(TEXT, speaker="Nobody")
+
+
+def test_families_are_registered_and_load_names_arguments_a_family_does_not_take(tmp_path):
+    from cadenza.api import loading
+
+    assert [f.name for f in loading.FAMILIES][:2] == ["cosyvoice2", "voxcpm2"]
+    assert cadenza.model_family(cadenza.builtin.builtin_model_dir()) == "cosyvoice2"
+    with pytest.raises(InputError, match="CosyVoice 2 models do not take lora"):
+        cadenza.load(None, lora="x")
+    with pytest.raises(InputError, match="already registered"):
+        loading.register_family(loading.FAMILIES[0])
+    (tmp_path / "model.onnx").write_bytes(b"x")
+    with pytest.raises(CheckpointError):
+        cadenza.load(tmp_path)

@@ -1,46 +1,97 @@
-"""``load(path)``: any supported model folder -> its API object (``Cadenza`` or ``VoxCPM2``), by the files in it."""
+"""``load(path)``: any supported model folder -> its API object (``Cadenza`` or ``VoxCPM2``), by the files in it.
+
+Families are registered (``FAMILIES``, ``register_family``), not recognised by name: each says how to recognise its
+folder and how to load it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from cadenza.api.arguments import check_device
-from cadenza.api.cosyvoice2 import Cadenza
 from cadenza.builtin import resolve_model_path
 from cadenza.errors import CheckpointError, InputError
-from cadenza.models.cosyvoice2.loader import inspect_directory, is_cosyvoice2_dir
+from cadenza.models.cosyvoice2.loader import inspect_directory
 
 
-def model_family(path: str | os.PathLike) -> str:
-    """``"cosyvoice2"`` or ``"voxcpm2"``, from the files in the directory."""
-    from cadenza.models.voxcpm2.loader import is_voxcpm2_dir
+@dataclass(frozen=True)
+class Family:
+    """A model family ``load`` knows: how to recognise its folder (cheap: file names only) and how to load one.
 
-    directory = Path(path).expanduser()
+    ``recognise``/``load`` are dotted ``module:function`` names, imported only when used (loading CosyVoice 2 never
+    imports VoxCPM 2's code). ``accepts`` names the keyword arguments of ``load`` it takes beyond ``device``.
+    """
+
+    name: str
+    title: str
+    recognise: str
+    load: str
+    accepts: frozenset[str] = frozenset()
+
+    def _function(self, spec: str):
+        module, _, attr = spec.partition(":")
+        target = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target
+
+    def owns(self, directory: Path) -> bool:
+        return bool(self._function(self.recognise)(directory))
+
+    def open(self, directory: Path, **kwargs):
+        return self._function(self.load)(directory, **kwargs)
+
+
+# Checked in this order; register_family adds more.
+FAMILIES: list[Family] = [
+    Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
+           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler"})),
+    Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora"})),
+]
+
+
+def register_family(family: Family) -> None:
+    """Let ``load`` recognise another family of model folders (checked after the built-in ones)."""
+    if any(f.name == family.name for f in FAMILIES):
+        raise InputError(f"a model family named {family.name!r} is already registered")
+    FAMILIES.append(family)
+
+
+def _family_of(directory: Path) -> Family:
     try:
         if not directory.is_dir():
             raise CheckpointError(f"model directory not found: {str(directory)[:200]}")
-        if is_cosyvoice2_dir(directory):
-            return "cosyvoice2"
-        if is_voxcpm2_dir(directory):
-            return "voxcpm2"
+        for family in FAMILIES:
+            if family.owns(directory):
+                return family
     except OSError as exc:  # a path the OS refuses outright (name too long, no permission)
         raise CheckpointError(f"cannot open model directory {str(directory)[:200]!r}: {exc.strerror or exc}") from exc
-    inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory lacks
-    raise CheckpointError(f"{directory} is neither a CosyVoice 2 nor a VoxCPM 2 model directory")
+    inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory (the default family) lacks
+    raise CheckpointError(f"{directory} is not a model directory of any known family "
+                          f"({', '.join(f.title for f in FAMILIES)})")
+
+
+def model_family(path: str | os.PathLike) -> str:
+    """The family name of a model folder (``"cosyvoice2"``, ``"voxcpm2"``, ...), from the files in it."""
+    return _family_of(Path(path).expanduser()).name
 
 
 def load(path: str | os.PathLike | None = None, **kwargs):
     """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
-    cadenza-tiny."""
+    cadenza-tiny. ``voices_dir`` is ignored by families without saved voices (VoxCPM 2); any other argument the
+    family does not take is an ``InputError`` naming it."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
     if "device" in kwargs:
         check_device(kwargs["device"])
-    path = resolve_model_path(path)
-    if model_family(path) == "voxcpm2":
-        from cadenza.api.voxcpm2 import VoxCPM2
-
-        kwargs.pop("voices_dir", None)
-        return VoxCPM2.from_pretrained(path, **kwargs)
-    return Cadenza.from_pretrained(path, **kwargs)
+    directory = resolve_model_path(path)
+    family = _family_of(directory)
+    unknown = sorted(set(kwargs) - family.accepts - {"device", "voices_dir"})
+    if unknown:
+        raise InputError(f"{family.title} models do not take {', '.join(unknown)} (they take: device, "
+                         f"{', '.join(sorted(family.accepts))})")
+    return family.open(directory, **{k: v for k, v in kwargs.items() if k == "device" or k in family.accepts})
