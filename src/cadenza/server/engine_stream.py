@@ -122,8 +122,6 @@ class EngineStream:
                 if self.cancelled:
                     return None
                 raise
-            except BaseException:
-                raise
             if chunk.size:
                 if self.max_samples is not None and self.samples + chunk.size > self.max_samples:
                     chunk = chunk[: self.max_samples - self.samples]
