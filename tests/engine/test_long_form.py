@@ -69,3 +69,38 @@ def test_normalize_false_keeps_the_text(tts):
     b = tts.request("Room 101", seed=1)
     assert a.text_ids.tolist() != b.text_ids.tolist()
     assert tts.engine.frontend.tokenizer.decode(a.text_ids[0].tolist()) == "Room 101"
+
+
+def test_a_segment_stream_cancelled_from_another_thread_frees_everything(tts, monkeypatch):
+    """The server cancels from the event loop's thread while a worker reads: segments in flight are freed, the
+    ones not yet submitted never are, and the reader ends."""
+    import threading
+
+    import cadenza.api.cosyvoice2 as api
+    from cadenza.engine.long_form import SegmentStream
+    from cadenza.errors import RequestCancelledError
+
+    monkeypatch.setattr(api, "SEGMENT_TOKENS", 40)
+    sched = tts.engine.scheduler
+    submitted = []
+
+    def submit(request, stream):
+        submitted.append(request)
+        return sched.submit(request, stream=stream)
+
+    reqs = tts.requests(PARAGRAPHS, seed=3)
+    segments = SegmentStream(submit, reqs, window=2)
+    assert next(segments).size > 0 and len(submitted) == 2  # two in flight, the rest waiting
+    threading.Thread(target=segments.cancel).start()
+    try:
+        for _ in segments:
+            pass
+    except RequestCancelledError:
+        pass  # a reader blocked in a segment wakes up this way
+    assert len(submitted) == 2 < len(reqs)
+    import time
+
+    deadline = time.time() + 30
+    while sched.load != (0, 0) and time.time() < deadline:
+        time.sleep(0.02)
+    assert sched.load == (0, 0)

@@ -281,7 +281,7 @@ class Cadenza:
         ``progress(done, total)`` is called after each segment."""
         reqs = self.requests(text, **kwargs)
         on_segment = None if progress is None else (lambda done: progress(done, len(reqs)))
-        return Audio(synthesize_segments(self.engine.scheduler, reqs, on_segment=on_segment), self.sample_rate)
+        return Audio(synthesize_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment), self.sample_rate)
 
     def synthesize_stream(self, text: str | Iterable[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
         """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments.
@@ -296,7 +296,7 @@ class Cadenza:
         if text is None or isinstance(text, str):
             if kwargs.get("speed", 1.0) != 1.0:
                 raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
-            return stream_segments(self.engine.scheduler, self.requests(text, **kwargs))
+            return stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs))
         kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
         return self._bistream(iter(text), **kwargs)
 

@@ -2,47 +2,94 @@
 
 Segments share one ``SpeakerPrompt`` (same prompt tokens, mel and x-vector), so voice and pace stay consistent.
 Up to ``window`` segments are in the scheduler at once: their LM steps are batched together, and when streaming the
-next segment is already being generated while the current one plays, so there is no gap at the joins.
+next segment is already being generated while the current one plays, so there is no gap at the joins. The Python API
+and the server both speak long text through ``SegmentStream``.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from cadenza.engine.request import SynthesisRequest
-from cadenza.engine.scheduler import Scheduler
 from cadenza.engine.stream_handle import StreamHandle
 
+Submit = Callable[[SynthesisRequest, bool], StreamHandle]  # (request, stream) -> handle, e.g. Scheduler.submit
 
-def synthesize_segments(scheduler: Scheduler, requests: Sequence[SynthesisRequest], window: int = 4,
+
+class SegmentStream:
+    """Audio chunks of ``requests`` in order, with up to ``window`` of them submitted at once.
+
+    Iterate (one consumer thread) for float32 chunks. ``cancel()`` may come from any thread: segments not yet
+    submitted never are, and those in flight are cancelled (a reader blocked in one of them wakes up with
+    ``RequestCancelledError``; after ``cancel`` iteration ends). ``on_segment(done)`` is called after each segment.
+    """
+
+    def __init__(self, submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2, stream: bool = True,
+                 on_segment: Callable[[int], None] | None = None) -> None:
+        self._submit, self._window, self._stream, self._on_segment = submit, max(1, window), stream, on_segment
+        self._pending = collections.deque(requests)
+        self._running: collections.deque[StreamHandle] = collections.deque()
+        self._current: Iterator[np.ndarray] | None = None
+        self._lock = threading.Lock()
+        self.cancelled = False
+        self.done = 0
+
+    def __iter__(self) -> SegmentStream:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        while True:
+            with self._lock:
+                if self.cancelled:
+                    raise StopIteration
+                while self._pending and len(self._running) < self._window:
+                    self._running.append(self._submit(self._pending.popleft(), self._stream))
+                if not self._running:
+                    raise StopIteration
+                if self._current is None:
+                    self._current = iter(self._running[0])
+                current = self._current
+            try:
+                return next(current)
+            except StopIteration:
+                with self._lock:
+                    if self._running:
+                        self._running.popleft()
+                    self._current = None
+                    self.done += 1
+                    done = self.done
+                if self._on_segment is not None:
+                    self._on_segment(done)
+
+    def cancel(self) -> None:
+        """Free every segment (thread-safe, idempotent)."""
+        with self._lock:
+            self.cancelled = True
+            self._pending.clear()
+            running = list(self._running)
+        for handle in running:
+            handle.cancel()
+
+
+def synthesize_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 4,
                         on_segment: Callable[[int], None] | None = None) -> np.ndarray:
     """All segments, non-streaming; returns the concatenated float32 audio."""
-    return np.concatenate(list(_run(scheduler, requests, window, stream=False, on_segment=on_segment)) or
-                          [np.zeros(0, dtype=np.float32)])
-
-
-def stream_segments(scheduler: Scheduler, requests: Sequence[SynthesisRequest], window: int = 2,
-                    on_segment: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
-    """Audio chunks of every segment in order, as soon as each is ready."""
-    return _run(scheduler, requests, window, stream=True, on_segment=on_segment)
-
-
-def _run(scheduler: Scheduler, requests: Sequence[SynthesisRequest], window: int, stream: bool,
-         on_segment: Callable[[int], None] | None) -> Iterator[np.ndarray]:
-    pending = collections.deque(requests)
-    running: collections.deque[StreamHandle] = collections.deque()
-    done = 0
+    segments = SegmentStream(submit, requests, window, stream=False, on_segment=on_segment)
     try:
-        while pending or running:
-            while pending and len(running) < max(1, window):
-                running.append(scheduler.submit(pending.popleft(), stream=stream))
-            yield from running.popleft()
-            done += 1
-            if on_segment is not None:
-                on_segment(done)
+        return np.concatenate(list(segments) or [np.zeros(0, dtype=np.float32)])
     finally:
-        for handle in running:  # consumer stopped early: free what is still in flight
-            handle.cancel()
+        segments.cancel()  # no-op when complete; frees what is in flight after an error
+
+
+def stream_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2,
+                    on_segment: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
+    """Audio chunks of every segment in order, as soon as each is ready; closing the iterator frees the rest."""
+    segments = SegmentStream(submit, requests, window, stream=True, on_segment=on_segment)
+    try:
+        yield from segments
+    finally:
+        segments.cancel()

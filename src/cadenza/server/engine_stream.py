@@ -16,10 +16,15 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
+from cadenza.engine.long_form import SegmentStream
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.errors import RequestCancelledError
 from cadenza.server.errors import busy_error
+
+# One segment in the engine at a time: each segment's audio is then exactly what a request for it alone gives (same
+# seed, same audio), and a long input holds one engine slot, as admission counts it.
+SEGMENTS_IN_FLIGHT = 1
 
 
 class Admission:
@@ -80,8 +85,8 @@ class Slot:
 class EngineStream:
     """Chunks of one utterance made of several engine requests, spoken in order (long inputs, see segments.py).
 
-    ``requests`` are submitted lazily, one after the other. ``stream=False`` uses the engine's whole-utterance
-    path (needed for ``speed != 1``). ``handle`` instead of ``requests``: a bi-streaming request already submitted.
+    ``requests`` run through the engine's one long-form implementation (``SegmentStream``, one segment in flight). ``stream=False`` uses the engine's whole-utterance path
+    (needed for ``speed != 1``). ``handle`` instead of ``requests``: a bi-streaming request already submitted.
     ``max_samples``: the stream ends there (the engine request is cancelled and ``truncated`` set): the server's
     bound on the audio of one request, should the model run on past what its text needed.
     """
@@ -89,11 +94,10 @@ class EngineStream:
     def __init__(self, submit: Callable[[SynthesisRequest, bool], StreamHandle], requests: list[SynthesisRequest],
                  stream: bool = True, limiter: anyio.CapacityLimiter | None = None,
                  handle: StreamHandle | None = None, max_samples: int | None = None) -> None:
-        self._submit, self._pending, self._stream = submit, list(requests), stream
         self._limiter = limiter
-        self._lock = threading.Lock()
-        self._handle: StreamHandle | None = handle
-        self._iter: Iterator[np.ndarray] | None = iter(handle) if handle is not None else None
+        self._handle = handle
+        self._source: Iterator[np.ndarray] = (iter(handle) if handle is not None
+                                              else SegmentStream(submit, requests, SEGMENTS_IN_FLIGHT, stream))
         self.cancelled = False
         self.started = time.perf_counter()
         self.samples = 0
@@ -103,21 +107,12 @@ class EngineStream:
     def next_blocking(self) -> np.ndarray | None:
         """The next chunk, or ``None`` at the end (or after ``cancel``). Raises the engine's errors."""
         while True:
-            with self._lock:
-                if self.cancelled:
-                    return None
-                if self._iter is None:
-                    if not self._pending:
-                        return None
-                    self._handle = self._submit(self._pending.pop(0), self._stream)
-                    self._iter = iter(self._handle)
-                it = self._iter
+            if self.cancelled:
+                return None
             try:
-                chunk = next(it)
+                chunk = next(self._source)
             except StopIteration:
-                with self._lock:
-                    self._iter = self._handle = None
-                continue
+                return None
             except RequestCancelledError:
                 if self.cancelled:
                     return None
@@ -144,10 +139,9 @@ class EngineStream:
         return await anyio.to_thread.run_sync(step, limiter=self._limiter, abandon_on_cancel=True)
 
     def cancel(self) -> None:
-        """Free the engine request (thread-safe, idempotent). Pending segments are never submitted."""
-        with self._lock:
-            self.cancelled = True
-            self._pending.clear()
-            handle = self._handle
-        if handle is not None:
-            handle.cancel()
+        """Free the engine request(s) (thread-safe, idempotent). Pending segments are never submitted."""
+        self.cancelled = True
+        if self._handle is not None:
+            self._handle.cancel()
+        else:
+            self._source.cancel()
