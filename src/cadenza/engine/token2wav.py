@@ -190,7 +190,7 @@ class _RecomputeFlow:
 
 
 class _IncrementalFlowStage:
-    """Cached flow stage: each token's mel is computed once (``IncrementalFlow``)."""
+    """Cached flow stage: each token's mel is computed once (``IncrementalFlow``, its ``session``)."""
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, session=None) -> None:
         """session: an ``IncrementalFlow`` of this prompt to continue (e.g. a primed one); default a new one."""
@@ -252,6 +252,12 @@ class StreamSynthesis:
     def ready(self, n_tokens: int) -> bool:
         return self.chunker.ready(n_tokens)
 
+    @property
+    def flow_session(self):
+        """The cached flow (``IncrementalFlow``) this stream runs on, or ``None`` while it recomputes the prefix per
+        chunk (``StreamSchedule.reference()``, or past ``flow_cache_limit_mb``): the one place that tells them apart."""
+        return getattr(self.flow, "session", None)
+
     @torch.inference_mode()
     def next_chunk(self, ids: list[int]) -> np.ndarray:
         return self.vocode(self.flow_mel(ids, final=False), final=False)
@@ -290,7 +296,7 @@ class StreamSynthesis:
         and whose look-ahead has arrived. Their mel is final there: each frame attends up to the end of its own
         attention chunk, so computing it before the chunk's last token gives the same frames (0 with the
         recomputing flow, which has no state to carry them)."""
-        if not isinstance(self.flow, _IncrementalFlowStage):
+        if self.flow_session is None:
             return 0
         start, prompt = self.flow_start, self._prompt.flow_prompt_speech.shape[1]
         last = min(self.chunker.offset + self.chunker.hop - 1, n_tokens - self.lookahead)
@@ -306,7 +312,7 @@ class StreamSynthesis:
 
     def flow_ahead_frames(self, n: int) -> int:
         """Estimator frames of ``flow_ahead(ids, n)`` (equal counts batch in ``flow_ahead_many``)."""
-        return self.flow.session.frames_to_compute(n)
+        return self.flow_session.frames_to_compute(n)
 
     def keep_flow_ahead(self, mel: torch.Tensor, n: int) -> None:
         self._ahead.append(mel)
@@ -315,23 +321,24 @@ class StreamSynthesis:
 
     def bound_flow_cache(self) -> None:
         """Past ``flow_cache_limit_mb`` of cached flow state, free it and go on recomputing the prefix per chunk."""
-        limit = self._schedule.flow_cache_limit_mb
-        if limit is None or not isinstance(self.flow, _IncrementalFlowStage):
+        limit, session = self._schedule.flow_cache_limit_mb, self.flow_session
+        if limit is None or session is None:
             return
-        held = self.flow.session.nbytes
+        held = session.nbytes
         if held > limit * 2**20:
             log.info("flow cache of a stream at %.0f MiB after %d chunks (limit %.0f MiB): recomputing from now on",
                      held / 2**20, self.chunks + 1, limit)
-            frames_done = self.flow.session.frames_emitted
+            frames_done = session.frames_emitted
             self.flow.close()
             self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done)
 
     def flow_frames(self, n_tokens: int, final: bool) -> int | None:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
-        if not isinstance(self.flow, _IncrementalFlowStage):
+        session = self.flow_session
+        if session is None:
             return None
         start = self.flow_start
-        return self.flow.session.frames_to_compute(n_tokens - start if final
+        return session.frames_to_compute(n_tokens - start if final
                                                    else self.chunker.offset + self.chunker.hop - start)
 
     @torch.inference_mode()
@@ -358,7 +365,7 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
     from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 
     mels: list[torch.Tensor | None] = [None] * len(synths)
-    batch = [i for i, s in enumerate(synths) if isinstance(s.flow, _IncrementalFlowStage)]
+    batch = [i for i, s in enumerate(synths) if s.flow_session is not None]
     if len(batch) > 1:
         args = []
         for i in batch:
@@ -366,7 +373,7 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
             end = None if finals[i] else synth.chunker.offset + synth.chunker.hop
             args.append(_IncrementalFlowStage.push_args(ids[i], synth.flow_start, end, synth.lookahead))
         tokens, lookaheads, final_flags = (list(column) for column in zip(*args))
-        outs = IncrementalFlow.push_many([synths[i].flow.session for i in batch], tokens, lookaheads, final_flags)
+        outs = IncrementalFlow.push_many([synths[i].flow_session for i in batch], tokens, lookaheads, final_flags)
         for i, mel in zip(batch, outs):
             mels[i] = synths[i].with_flow_ahead(mel)
             synths[i].bound_flow_cache()
@@ -388,7 +395,7 @@ def flow_ahead_many(synths: list[StreamSynthesis], ids: list[list[int]], ns: lis
     args = [_IncrementalFlowStage.push_args(i, s.flow_start, s.flow_start + n, s.lookahead)
             for s, i, n in zip(synths, ids, ns)]
     tokens, lookaheads, finals = (list(column) for column in zip(*args))
-    outs = IncrementalFlow.push_many([s.flow.session for s in synths], tokens, lookaheads, finals)
+    outs = IncrementalFlow.push_many([s.flow_session for s in synths], tokens, lookaheads, finals)
     for synth, mel, n in zip(synths, outs, ns):
         synth.keep_flow_ahead(mel, n)
 
