@@ -21,9 +21,9 @@ def unicode_text(value: str) -> str:
     """``value`` if it is valid UTF-8-encodable text without NUL; else ``ValueError`` saying where it is not (the
     API's own check, so a value is refused the same way in Python and over HTTP)."""
     try:
-        return check_chars(value, "text")
+        return check_chars(value, "the value")
     except TextError as exc:
-        raise ValueError(str(exc).removeprefix("text ")) from None
+        raise ValueError(str(exc)) from None
 
 
 Text = Annotated[str, AfterValidator(unicode_text)]

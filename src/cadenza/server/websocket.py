@@ -32,13 +32,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
+from cadenza.api.arguments import check_chars
 from cadenza.errors import InputError, TextError
 from cadenza.models.cosyvoice2.frontend import check_speakable, is_speakable
 from cadenza.server.auth import authorized
 from cadenza.server.encoding import pcm16
 from cadenza.server.engine_stream import EngineStream, Slot
 from cadenza.server.errors import APIError
-from cadenza.server.fields import STRICT, Text, VoiceRef, unicode_text, voice_ref
+from cadenza.server.fields import STRICT, Text, VoiceRef, voice_ref
 from cadenza.server.state import ServerState
 from cadenza.text.duration import estimate_speech_seconds
 
@@ -266,8 +267,8 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         else:
             synthesis.handle.feed_text(torch.tensor([ids], dtype=torch.long))
 
-    async def begin(text: str) -> None:
-        seconds = estimate_speech_seconds(text)
+    async def begin(seconds: float) -> None:
+        """Start the engine (first speakable text) or count more work; ``seconds``: the text so far, estimated."""
         if seconds > cfg.max_audio_seconds:
             raise _Close(CLOSE_BAD_DATA, APIError(
                 400, f"the text would make about {seconds:.0f} s of audio; one session may make at most "
@@ -280,9 +281,9 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             synthesis.grow(seconds)
 
     async def receive() -> None:
-        chars = 0
+        chars, seconds = 0, 0.0  # the text so far: length and estimated audio (the estimate adds up piece by piece)
         done = False
-        received: list[str] = []
+        received: list[str] = []  # kept only to decide when the text first has something to speak
         while True:
             try:
                 data = await _receive_json(ws, deadlines.timeout(idle=not done))
@@ -296,32 +297,34 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                 if not isinstance(text, str):
                     raise _bad("input.text needs a string 'text'", "text")
                 try:
-                    unicode_text(text)
-                except ValueError as exc:
-                    raise _bad(f"text: {exc}", "text") from exc
+                    check_chars(text, "text")
+                except TextError as exc:
+                    raise _bad(str(exc), "text") from exc
                 chars += len(text)
                 if chars > cfg.max_input_chars:
                     raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
-                received.append(text)
+                if synthesis.handle is None:
+                    received.append(text)
                 if not text.strip():
                     continue  # whitespace keeps word boundaries, but neither starts work nor moves the deadline
                 deadlines.text_arrived()
                 times.setdefault("first_text", time.perf_counter())
                 feed(encoder.feed(text))
-                so_far = "".join(received)
-                if synthesis.handle is not None or is_speakable(so_far):
-                    await begin(so_far)
+                seconds += estimate_speech_seconds(text)
+                if synthesis.handle is not None or is_speakable("".join(received)):
+                    await begin(seconds)
             elif kind == "input.done":
                 # Nothing speakable at all is the client's error (and the engine's bi-streaming LM would wait
                 # forever for a first text token).
-                try:
-                    check_speakable("".join(received))
-                except TextError as exc:
-                    raise _bad(f"nothing to speak before input.done: {exc}", "text") from exc
+                if synthesis.handle is None:  # once started, the text had something to speak
+                    try:
+                        check_speakable("".join(received))
+                    except TextError as exc:
+                        raise _bad(f"nothing to speak before input.done: {exc}", "text") from exc
                 times.setdefault("first_text", time.perf_counter())
                 feed(encoder.flush())
                 if synthesis.handle is None:
-                    await begin("".join(received))
+                    await begin(seconds)
                 synthesis.handle.end_text()
                 done = True
             else:
