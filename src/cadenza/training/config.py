@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from cadenza.errors import InputError
+from cadenza.loading.yaml_bounds import YamlTooLarge, expanded_size
 
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 OPTIMIZERS = ("adam", "adamw")
@@ -229,32 +230,16 @@ def dataclass_from_dict(cls: type, data: dict[str, Any] | None, section: str) ->
         raise InputError(f"training config [{section}]: {exc}") from exc
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int = 0) -> int:
-    """Values ``node`` stands for once every alias is expanded (memoised: linear in the file, not in the result)."""
-    if depth > MAX_CONFIG_DEPTH:
-        raise InputError(f"nested more than {MAX_CONFIG_DEPTH} levels deep (or an alias refers to itself)")
-    size = memo.get(id(node))
-    if size is None:
-        if isinstance(node, yaml.SequenceNode):
-            size = 1 + sum(_expanded_size(child, memo, depth + 1) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            size = 1 + sum(_expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1)
-                           for k, v in node.value)
-        else:
-            size = 1
-        memo[id(node)] = size
-    return size
-
-
 def _load_yaml(text: str) -> Any:
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        size = _expanded_size(node, {})
-        if size > MAX_CONFIG_VALUES:
-            raise InputError(f"its aliases expand to {size} values (at most {MAX_CONFIG_VALUES}): an alias bomb?")
+        try:
+            expanded_size(node, MAX_CONFIG_VALUES, MAX_CONFIG_DEPTH)
+        except YamlTooLarge as exc:
+            raise InputError(str(exc)) from None
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -26,6 +26,7 @@ import yaml
 
 from cadenza.errors import CheckpointError
 from cadenza.loading.files import read_text
+from cadenza.loading.yaml_bounds import YamlTooLarge, expanded_size
 
 _REF = re.compile(r"<([A-Za-z_][A-Za-z0-9_.]*)>")
 # The release's file has well under a thousand nodes and nests 6 deep; these bounds leave ample room.
@@ -59,37 +60,12 @@ class _TooLarge(Exception):
 
 
 def _check_node_graph(root: yaml.Node) -> None:
-    """Refuse a document whose alias-expanded size exceeds ``MAX_NODES`` (or that nests deeper than ``MAX_DEPTH``
-    or contains itself). Sizes are memoised per node, so this costs one visit per distinct node, however many
-    times aliases repeat it."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node, depth: int) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise _TooLarge("an alias refers to a node that contains it (a recursive structure)")
-        if depth > MAX_DEPTH:
-            raise _TooLarge(f"it nests deeper than {MAX_DEPTH} levels")
-        active.add(key)
-        if isinstance(node, yaml.SequenceNode):
-            children = node.value
-        elif isinstance(node, yaml.MappingNode):
-            children = [item for pair in node.value for item in pair]
-        else:
-            children = []
-        total = 1
-        for child in children:
-            total += size(child, depth + 1)
-            if total > MAX_NODES:
-                raise _TooLarge(f"it expands to more than {MAX_NODES:,} nodes (YAML aliases)")
-        active.discard(key)
-        sizes[key] = total
-        return total
-
-    size(root, 0)
+    """Refuse a document whose alias-expanded size exceeds ``MAX_NODES`` (or nests deeper than ``MAX_DEPTH``, or
+    contains itself), before it is constructed."""
+    try:
+        expanded_size(root, MAX_NODES, MAX_DEPTH)
+    except YamlTooLarge as exc:
+        raise _TooLarge(str(exc)) from None
 
 
 class _TagTolerantLoader(yaml.SafeLoader):
