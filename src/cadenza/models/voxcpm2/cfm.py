@@ -15,6 +15,8 @@ replayed tensor); nothing here touches a global RNG.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -51,12 +53,17 @@ class PatchFlowSampler(nn.Module):
         cond: torch.Tensor,
         noise: torch.Tensor,
         n_timesteps: int = 10,
-        cfg_value: float = 2.0,
+        cfg_value: float | Sequence[float] = 2.0,
         sway_coef: float = 1.0,
         use_cfg_zero_star: bool = True,
     ) -> torch.Tensor:
         """mu ``[b, k·Hd]``, cond ``[b, D, P']`` previous patch, noise ``[b, D, P]`` (already times temperature)
-        -> patch ``[b, D, P]``."""
+        -> patch ``[b, D, P]``. ``cfg_value``: one guidance scale for all rows, or one per row (batched requests)."""
+        if not isinstance(cfg_value, (int, float)):
+            values = [float(c) for c in cfg_value]
+            if len(values) != mu.size(0):
+                raise ValueError(f"need one cfg value per row ({mu.size(0)}), got {len(values)}")
+            cfg_value = values[0] if len(set(values)) == 1 else values
         t_span = time_grid(n_timesteps, sway_coef, device=mu.device, dtype=mu.dtype)
         x = noise.to(mu.dtype)
         t, dt = t_span[0], t_span[0] - t_span[1]
@@ -74,9 +81,10 @@ class PatchFlowSampler(nn.Module):
 
     def _guided_velocity(
         self, x: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, dt: torch.Tensor, cond: torch.Tensor,
-        cfg_value: float, use_cfg_zero_star: bool,
+        cfg_value: float | list[float], use_cfg_zero_star: bool,
     ) -> torch.Tensor:
-        """One estimator call on the batch ``[conditional; unconditional (mu = 0)]`` mixed by CFG."""
+        """One estimator call on the batch ``[conditional; unconditional (mu = 0)]`` mixed by CFG (per row when
+        ``cfg_value`` is a list)."""
         b = x.size(0)
         x_in = torch.cat([x, x])
         mu_in = torch.cat([mu, torch.zeros_like(mu)])
@@ -90,4 +98,14 @@ class PatchFlowSampler(nn.Module):
             scale = scale.view(b, *([1] * (x.dim() - 1)))
         else:
             scale = 1.0
-        return v_uncond * scale + cfg_value * (v_cond - v_uncond * scale)
+        if isinstance(cfg_value, float | int):
+            return v_uncond * scale + cfg_value * (v_cond - v_uncond * scale)
+        # Rows with the same value are mixed with that Python scalar, the arithmetic of a batch of their own (a
+        # tensor of values would round them to the model dtype, or promote bf16 rows to float32).
+        out = torch.empty_like(v_cond)
+        for value in dict.fromkeys(cfg_value):
+            rows = torch.tensor([i for i, c in enumerate(cfg_value) if c == value], device=x.device)
+            row_scale = scale[rows] if isinstance(scale, torch.Tensor) else scale
+            uncond = v_uncond[rows]
+            out[rows] = uncond * row_scale + value * (v_cond[rows] - uncond * row_scale)
+        return out

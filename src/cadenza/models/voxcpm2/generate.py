@@ -103,6 +103,31 @@ class PatchStep:
     stopped: bool  # ... because the stop head said so (False: max_len reached or not last)
 
 
+def patch_limit(model: VoxCPM2Model, layout: SequenceLayout, options: GenerationOptions) -> int:
+    """Patches an attempt may generate: ``options.max_len``, fewer where the KV cache would overflow."""
+    capacity = model.config.max_length
+    if len(layout) >= capacity:
+        raise TextError(f"the prompt sequence has {len(layout)} positions; the model holds at most {capacity - 1}")
+    # Patch i needs the prompt plus i generated positions in the caches. The reference crashes with "KV cache is
+    # full" past the capacity; we stop there instead (a warning says so).
+    max_len = min(options.max_len, capacity - len(layout) + 1)
+    if max_len < options.max_len:
+        log.warning("max_len %d reduced to %d: the KV cache holds %d positions", options.max_len, max_len, capacity)
+    return max_len
+
+
+def draw_noise(model: VoxCPM2Model, draw: NoiseSource, i: int, options: GenerationOptions) -> torch.Tensor:
+    """The noise of patch ``i``: one ``[1, D, P]`` draw in the model's dtype and device, times the temperature."""
+    shape = (1, model.feat_dim, model.patch_size)
+    return draw(i, shape, model.dtype).to(device=model.device, dtype=model.dtype) * options.temperature
+
+
+def stop_rule(i: int, stop_logits: torch.Tensor, options: GenerationOptions, max_len: int) -> tuple[bool, bool]:
+    """(stopped, is_last) after patch ``i`` with stop logits ``[2]`` (module docstring)."""
+    stopped = i > options.min_len and int(stop_logits.argmax()) == 1
+    return stopped, stopped or i == max_len - 1
+
+
 @torch.inference_mode()
 def iter_patches(
     model: VoxCPM2Model,
@@ -112,26 +137,17 @@ def iter_patches(
 ) -> Iterator[PatchStep]:
     """Yield the generated patches one by one (see the module docstring for the rules)."""
     options = options or GenerationOptions()
-    capacity = model.config.max_length
-    if len(layout) >= capacity:
-        raise TextError(f"the prompt sequence has {len(layout)} positions; the model holds at most {capacity - 1}")
-    # Patch i needs the prompt plus i generated positions in the caches. The reference crashes with "KV cache is
-    # full" past the capacity; we stop there instead (a warning says so).
-    max_len = min(options.max_len, capacity - len(layout) + 1)
-    if max_len < options.max_len:
-        log.warning("max_len %d reduced to %d: the KV cache holds %d positions", options.max_len, max_len, capacity)
+    max_len = patch_limit(model, layout, options)
     draw = noise_source(noise)
-    state = prefill(model, layout, capacity=min(capacity, len(layout) + max_len))
-    shape = (1, model.feat_dim, model.patch_size)
+    state = prefill(model, layout, capacity=min(model.config.max_length, len(layout) + max_len))
     for i in range(max_len):
         mu = model.dit_condition(state.lm_hidden, state.residual_hidden)
-        z = draw(i, shape, model.dtype).to(device=model.device, dtype=model.dtype) * options.temperature
+        z = draw_noise(model, draw, i, options)
         patch = model.sample_patch(
             mu, state.prev_patch, z, options.inference_timesteps, options.cfg_value, options.use_cfg_zero_star
         )
         stop_logits = model.stop_logits(state.lm_hidden)
-        stopped = i > options.min_len and int(stop_logits[0].argmax()) == 1
-        is_last = stopped or i == max_len - 1
+        stopped, is_last = stop_rule(i, stop_logits[0], options, max_len)
         # Yield before embedding the patch: a streaming consumer can decode it while nothing else is pending.
         # (The reference also embeds the last patch, uselessly; we skip that.)
         yield PatchStep(i, patch, stop_logits, state.lm_hidden, state.residual_hidden, is_last, stopped)

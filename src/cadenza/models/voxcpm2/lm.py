@@ -61,3 +61,19 @@ def advance(model: VoxCPM2Model, state: LMState, patch: torch.Tensor, patch_emb:
     state.residual_hidden = model.residual_lm(fused[:, None], causal=True, cache=state.residual_cache)[:, 0]
     state.lm_hidden = lm_hidden
     state.prev_patch = patch
+
+
+def advance_many(model: VoxCPM2Model, states: list[LMState], patches: torch.Tensor, patch_emb: torch.Tensor) -> None:
+    """``advance`` for B requests at once: row i of ``patches`` ``[B, P, D]`` / ``patch_emb`` ``[B, H]`` is fed to
+    ``states[i]``, whose caches may hold any number of positions. The projections run batched (one read of the
+    weights for all rows); attention runs per row on each request's own caches. One state takes ``advance`` itself."""
+    if len(states) == 1:
+        advance(model, states[0], patches, patch_emb)
+        return
+    lm_hidden = model.base_lm(patch_emb[:, None], causal=True, cache=[s.lm_cache for s in states])[:, 0]
+    lm_hidden = model.fsq_layer(lm_hidden)
+    fused = model.fusion_concat_proj(torch.cat((lm_hidden, patch_emb), dim=-1))
+    residual = model.residual_lm(fused[:, None], causal=True, cache=[s.residual_cache for s in states])[:, 0]
+    for i, state in enumerate(states):
+        state.lm_hidden, state.residual_hidden = lm_hidden[i : i + 1], residual[i : i + 1]
+        state.prev_patch = patches[i : i + 1]

@@ -40,13 +40,16 @@ class MiniCPMAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
 
     def forward(
-        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | None = None, layer_idx: int = 0
+        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | list[KVCache] | None = None,
+        layer_idx: int = 0,
     ) -> torch.Tensor:
         """x ``[B, n, hidden]`` -> ``[B, n, hidden]``.
 
-        ``rope``: cos/sin ``[n, head_dim]`` of the n new positions, or None (no positional encoding).
+        ``rope``: cos/sin ``[n, head_dim]`` of the n new positions (``[B, 1, n, head_dim]`` with per-row caches),
+        or None (no positional encoding).
         ``causal``: query i sees keys ``<= past + i``; otherwise every key (bidirectional, no cache expected).
         With a ``cache`` the new keys (after RoPE) and values are appended and attention covers past + new.
+        A list of B caches (one per row, of any lengths) takes one decode step (``n = 1``) of B requests.
         """
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
@@ -54,6 +57,9 @@ class MiniCPMAttention(nn.Module):
         v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rotary_fp32(q, *rope), apply_rotary_fp32(k, *rope)
+        if isinstance(cache, list):
+            out = self._attend_per_row(q, k, v, cache, layer_idx)
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
         past = 0
         if cache is not None:
             past = cache.layer_length(layer_idx)
@@ -71,6 +77,26 @@ class MiniCPMAttention(nn.Module):
             enable_gqa=self.num_heads != self.num_kv_heads,
         )
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+    def _attend_per_row(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches: list[KVCache],
+                        layer_idx: int) -> torch.Tensor:
+        """q ``[B, heads, 1, d]``, k/v ``[B, kv_heads, 1, d]``: row i appends to and attends ``caches[i]`` exactly as
+        a batch-1 step would (same keys, same padding), so only the batched projections around it see B rows.
+        Per-row calls avoid padding and copying caches of different lengths (as ``layers/attention.py`` does)."""
+        if q.shape[2] != 1 or len(caches) != q.shape[0]:
+            raise ValueError("per-request caches need one cache per row and a single new position")
+        rows = []
+        for i, cache in enumerate(caches):
+            past = cache.layer_length(layer_idx)
+            ki, vi = cache.append(layer_idx, k[i : i + 1], v[i : i + 1])
+            mask = None
+            if past > 0 and q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+                ki, vi, mask = _pad_keys_like_static_cache(ki, vi)
+            rows.append(F.scaled_dot_product_attention(
+                q[i : i + 1].contiguous(), ki.contiguous(), vi.contiguous(), attn_mask=mask,
+                enable_gqa=self.num_heads != self.num_kv_heads,
+            ))
+        return torch.cat(rows)
 
 
 # The reference decodes against a static, zero-filled cache of ``max_length`` positions with a boolean mask. On CPU
@@ -105,7 +131,7 @@ class MiniCPMDecoderLayer(nn.Module):
         self.residual_scale = cfg.residual_scale
 
     def forward(
-        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | None, layer_idx: int
+        self, x: torch.Tensor, rope: Rope | None, causal: bool, cache: KVCache | list[KVCache] | None, layer_idx: int
     ) -> torch.Tensor:
         """x ``[B, n, hidden]`` -> ``[B, n, hidden]``."""
         h = self.self_attn(self.input_layernorm(x), rope, causal, cache, layer_idx)
@@ -141,15 +167,21 @@ class MiniCPMModel(nn.Module):
         """An empty KV cache for this stack (one per request); ``capacity`` positions are reserved on first use."""
         return KVCache(self.cfg.num_hidden_layers, capacity)
 
-    def forward(self, inputs_embeds: torch.Tensor, causal: bool = True, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, inputs_embeds: torch.Tensor, causal: bool = True,
+                cache: KVCache | list[KVCache] | None = None) -> torch.Tensor:
         """``[B, n, hidden]`` -> hidden states after the final norm ``[B, n, hidden]``.
 
         Positions are ``past .. past + n - 1`` where ``past`` is the cache length (0 without a cache), so a decode
-        step is simply a call with ``n = 1`` and the request's cache.
+        step is simply a call with ``n = 1`` and the request's cache. With a list of B caches (one per row, any
+        lengths; ``n = 1``) row i continues at its own cache's length: one decode step of B requests.
         """
         n = inputs_embeds.shape[1]
         rope = None
-        if self.rope is not None:
+        if self.rope is not None and isinstance(cache, list):
+            positions = torch.tensor([c.length for c in cache], device=inputs_embeds.device)[:, None]  # [B, 1]
+            cos, sin = self.rope(positions, inputs_embeds.dtype)  # [B, 1, head_dim]: the rows' own positions
+            rope = cos[:, None], sin[:, None]
+        elif self.rope is not None:
             past = cache.length if cache is not None else 0
             positions = torch.arange(past, past + n, device=inputs_embeds.device)
             rope = self.rope(positions, inputs_embeds.dtype)

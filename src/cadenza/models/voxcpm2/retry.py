@@ -20,6 +20,10 @@ is binary per request:
 * otherwise audio flows immediately; if the attempt turns bad, it cannot be retried: generation stops there (the
   patch that made it bad is dropped) instead of running 10 more patches to the cap, a warning is logged and
   ``RetryOutcome.truncated`` is set.
+
+Both policies live in one per-request state machine, ``RetryRun``: ``generate_with_retry`` and ``stream_with_retry``
+drive it with ``iter_patches``, the VoxCPM 2 scheduler (``engine/voxcpm2_scheduler.py``) drives one per request
+with batched steps, so both paths make the same decisions.
 """
 
 from __future__ import annotations
@@ -110,13 +114,118 @@ def attempt_noise(k: int, seed: int | None, noise: NoiseArg) -> tuple[NoiseArg, 
 
 def collect(steps: list[PatchStep], layout: SequenceLayout, options: GenerationOptions) -> GenerationResult:
     """The steps of one finished attempt as a ``GenerationResult`` (same as ``generate_latents``)."""
-    patches = torch.cat([s.patch for s in steps])
+    return _result([s.patch for s in steps], [s.stop_logits for s in steps], steps[-1].stopped, layout, options)
+
+
+def _result(patches: list[torch.Tensor], stop_logits: list[torch.Tensor], stopped: bool, layout: SequenceLayout,
+            options: GenerationOptions) -> GenerationResult:
+    joined = torch.cat(patches)
     return GenerationResult(
-        patches=patches.float(),
-        context=decoder_context_patches(layout, options, patches.dtype).to(patches.device),
-        stop_logits=torch.cat([s.stop_logits for s in steps]).float(),
-        stopped=steps[-1].stopped,
+        patches=joined.float(),
+        context=decoder_context_patches(layout, options, joined.dtype).to(joined.device),
+        stop_logits=torch.cat(stop_logits).float(),
+        stopped=stopped,
     )
+
+
+@dataclass
+class Verdict:
+    """What ``RetryRun.feed`` says about one generated patch."""
+
+    release: list[torch.Tensor]  # streaming: patches [1, P, D] whose audio may go out now, in order
+    attempt_over: bool  # this attempt generates no more patches (free its caches)
+    done: bool  # the request is finished and ``outcome`` complete (else the next attempt starts)
+
+
+class RetryRun:
+    """The retry policy of one request as a state machine (module docstring), stepped from outside.
+
+    ``start_attempt()`` gives the noise source of the next attempt (generator seeded ``seed + k``); the caller runs
+    that attempt (``iter_patches``, or a scheduler's batched steps) and passes each ``PatchStep`` to ``feed``, which
+    says which patches may be released, whether the attempt is over and whether the request is done. ``stream``:
+    the streaming policy (holdback, stop at the verdict); otherwise the reference's (attempts run to the loop cap,
+    ``outcome.result`` holds the chosen one). ``options`` carries the loop cap (``max_len``) every attempt runs with.
+    """
+
+    def __init__(self, layout: SequenceLayout, target_len: int, options: GenerationOptions, policy: RetryPolicy,
+                 seed: int | None, noise: NoiseArg = None, *, stream: bool, outcome: RetryOutcome | None = None
+                 ) -> None:
+        self.layout, self.target_len, self.policy, self.seed, self.noise = layout, target_len, policy, seed, noise
+        self.stream = stream
+        self.options = replace(options, max_len=policy.loop_cap(target_len, options.max_len))
+        self.outcome = outcome if outcome is not None else RetryOutcome()
+        self.bad_at = policy.bad_at(target_len)
+        self.hold = policy.enabled and self.bad_at <= policy.max_holdback_patches  # streaming
+        self.attempt = -1  # index of the attempt running (or last run)
+        self.done = False
+        self.released = 0  # streaming: patches released, all attempts
+        self._seed: int | None = None  # of the running attempt
+        self._patches: list[torch.Tensor] = []  # held (streaming) or all (non-streaming) patches of this attempt
+        self._stop_logits: list[torch.Tensor] = []
+
+    @property
+    def final(self) -> bool:
+        """The running attempt is the last one allowed."""
+        return self.attempt >= self.policy.attempts - 1
+
+    def start_attempt(self) -> NoiseArg:
+        """Begin the next attempt; returns its noise (for ``iter_patches`` or ``noise_source``)."""
+        if self.done:
+            raise RuntimeError("this request is finished")
+        self.attempt += 1
+        source, self._seed = attempt_noise(self.attempt, self.seed, self.noise)
+        self._patches, self._stop_logits = [], []
+        return source
+
+    def feed(self, step: PatchStep) -> Verdict:
+        """Take the next patch of the running attempt."""
+        verdict = self._feed_stream(step) if self.stream else self._feed_whole(step)
+        self.done = verdict.done
+        return verdict
+
+    def _feed_whole(self, step: PatchStep) -> Verdict:
+        self._patches.append(step.patch)
+        self._stop_logits.append(step.stop_logits)
+        if not step.is_last:
+            return Verdict([], False, False)
+        n = len(self._patches)
+        bad = self.policy.is_bad(n, self.target_len)
+        self.outcome.attempts.append(Attempt(self._seed, n, step.stopped, bad))
+        self.outcome.seed = self._seed
+        self.outcome.result = _result(self._patches, self._stop_logits, step.stopped, self.layout, self.options)
+        done = not (self.policy.enabled and bad) or self.final
+        if not done:
+            log.info("bad case: %d patches for %d text tokens (ratio %.2f); retrying with seed %s", n,
+                     self.target_len, n / self.target_len, self._next_seed())
+        return Verdict([], True, done)
+
+    def _feed_stream(self, step: PatchStep) -> Verdict:
+        n = step.index + 1
+        if self.policy.enabled and not self.final and n >= self.bad_at:  # the verdict: bad, whatever comes next
+            self.outcome.attempts.append(Attempt(self._seed, n, step.stopped, True))
+            self.outcome.seed = self._seed
+            self._patches.clear()
+            if self.released:
+                self.outcome.truncated = True
+                log.warning("bad case while streaming: %d patches for %d text tokens and %d chunks already sent; "
+                            "cannot retry, stopping here", n, self.target_len, self.released)
+                return Verdict([], True, True)
+            log.info("bad case before any audio was released (%d patches for %d text tokens); retrying with "
+                     "seed %s", n, self.target_len, self._next_seed())
+            return Verdict([], True, False)
+        if self.hold and not self.final and not step.is_last:
+            self._patches.append(step.patch)
+            return Verdict([], False, False)
+        release, self._patches = [*self._patches, step.patch], []
+        self.released += len(release)
+        if step.is_last:
+            self.outcome.attempts.append(Attempt(self._seed, n, step.stopped,
+                                                 self.policy.is_bad(n, self.target_len)))
+            self.outcome.seed = self._seed
+        return Verdict(release, step.is_last, step.is_last)
+
+    def _next_seed(self) -> int | None:
+        return None if self.seed is None else self.seed + self.attempt + 1
 
 
 def generate_with_retry(
@@ -131,24 +240,13 @@ def generate_with_retry(
     on_step: Callable[[PatchStep], None] | None = None,
 ) -> RetryOutcome:
     """Non-streaming generation with the reference's retry loop; ``options.max_len`` is the caller's hard cap."""
-    opts = replace(options, max_len=policy.loop_cap(target_len, options.max_len))
-    outcome = RetryOutcome()
-    for k in range(policy.attempts):
-        source, used_seed = attempt_noise(k, seed, noise)
-        steps = []
-        for step in locked_steps(iter_patches(model, layout, opts, source), lock):
+    run = RetryRun(layout, target_len, options, policy, seed, noise, stream=False)
+    while not run.done:
+        for step in locked_steps(iter_patches(model, layout, run.options, run.start_attempt()), lock):
             if on_step is not None:
                 on_step(step)
-            steps.append(step)
-        bad = policy.is_bad(len(steps), target_len)
-        outcome.attempts.append(Attempt(used_seed, len(steps), steps[-1].stopped, bad))
-        outcome.seed, outcome.result = used_seed, collect(steps, layout, opts)
-        if not (policy.enabled and bad):
-            break
-        if k + 1 < policy.attempts:
-            log.info("bad case: %d patches for %d text tokens (ratio %.2f); retrying with seed %s",
-                     len(steps), target_len, len(steps) / target_len, None if seed is None else seed + k + 1)
-    return outcome
+            run.feed(step)  # the attempt ends with the iterator (its last step)
+    return run.outcome
 
 
 def stream_with_retry(
@@ -169,44 +267,19 @@ def stream_with_retry(
 
     ``outcome`` (optional) is filled in as the stream runs. Closing the iterator frees every per-request state.
     """
-    outcome = outcome if outcome is not None else RetryOutcome()
-    opts = replace(options, max_len=policy.loop_cap(target_len, options.max_len))
-    bad_at = policy.bad_at(target_len)
-    hold = policy.enabled and bad_at <= policy.max_holdback_patches
-    decoder = PatchDecoder(vae, decoder_context(layout, opts, reference_onset, model.dtype), lock)
+    run = RetryRun(layout, target_len, options, policy, seed, noise, stream=True, outcome=outcome)
+    decoder = PatchDecoder(vae, decoder_context(layout, run.options, reference_onset, model.dtype), lock)
     try:
-        for k in range(policy.attempts):
-            final = k == policy.attempts - 1
-            source, used_seed = attempt_noise(k, seed, noise)
-            held: list[torch.Tensor] = []
-            released = n = 0
-            stopped = verdict_bad = False
-            steps = locked_steps(iter_patches(model, layout, opts, source), lock)
+        while not run.done:
+            steps = locked_steps(iter_patches(model, layout, run.options, run.start_attempt()), lock)
             try:
                 for step in steps:
-                    n, stopped = step.index + 1, step.stopped
-                    if policy.enabled and not final and n >= bad_at:
-                        verdict_bad = True
-                        break
-                    if hold and not final and not step.is_last:
-                        held.append(step.patch)
-                        continue
-                    for patch in (*held, step.patch):
-                        released += 1
+                    verdict = run.feed(step)
+                    for patch in verdict.release:
                         yield decoder.decode(patch)
-                    held.clear()
+                    if verdict.attempt_over:
+                        break
             finally:
                 steps.close()
-            outcome.attempts.append(Attempt(used_seed, n, stopped, verdict_bad or policy.is_bad(n, target_len)))
-            outcome.seed = used_seed
-            if not verdict_bad:
-                return
-            if released:
-                outcome.truncated = True
-                log.warning("bad case while streaming: %d patches for %d text tokens and %d chunks already sent; "
-                            "cannot retry, stopping here", n, target_len, released)
-                return
-            log.info("bad case before any audio was released (%d patches for %d text tokens); retrying with "
-                     "seed %s", n, target_len, None if seed is None else seed + k + 1)
     finally:
         decoder.close()
