@@ -28,6 +28,10 @@ class UnknownSpeakerError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class VoiceFamilyError(InputError):
+    """A saved voice made for another model family than the one asked to speak with it."""
+
+
 class MissingDependencyError(CadenzaError, ImportError):
     """An optional dependency (extra) is needed for this feature."""
 

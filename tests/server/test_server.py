@@ -84,7 +84,7 @@ def _assert_openai_error(r: httpx.Response, status: int, param: str | None = "__
     return err
 
 
-def test_health_models_and_api_key(live):
+def test_health_models_and_api_key(tts, live):
     assert httpx.get(f"{live.url}/health").json()["status"] == "ok"  # open, for load balancers
     for path in ("/v1/models", "/metrics", "/v1/audio/voices"):
         r = httpx.get(f"{live.url}{path}")
@@ -93,7 +93,10 @@ def test_health_models_and_api_key(live):
         _assert_openai_error(httpx.get(f"{live.url}{path}", headers={"Authorization": "Bearer wrong-key-000"}), 401)
     _assert_openai_error(httpx.post(f"{live.url}/v1/audio/speech", json={"model": "tts-1"}), 401)
     models = live.client.get("/v1/models").json()
-    assert models["object"] == "list" and models["data"][0]["id"] == "cadenza-cosyvoice2"
+    assert models["object"] == "list" and models["data"][0]["id"] == tts.directory.name
+    caps = models["data"][0]["capabilities"]
+    assert caps["family"] == "cosyvoice2" and caps["sample_rate"] == tts.sample_rate and caps["speed"] == [0.5, 2.0]
+    assert models["data"][0]["limits"]["max_active"] == tts.engine.scheduler.config.max_active
 
 
 @pytest.fixture(scope="module")

@@ -169,7 +169,7 @@ def test_a_voice_the_model_cannot_use_leaves_nothing_behind(open_server, monkeyp
     def crash(*args, **kwargs):
         raise RuntimeError("the feature extractor crashed")
 
-    monkeypatch.setattr(open_server.state.tts, "voice_from_audio", crash)
+    monkeypatch.setattr(open_server.state.default.tts, "voice_from_audio", crash)
     _error(_create(c, "crashy", transcript=TRANSCRIPT), 500)
     monkeypatch.undo()
     assert c.get("/v1/audio/voices").json() == before
@@ -420,7 +420,7 @@ def test_the_voice_store_survives_kill_9_during_writes(tts, tmp_path):
     import subprocess
     import sys
 
-    from cadenza.voices.prompts import VoicePrompts
+    from cadenza.voices.cosyvoice2_prompts import CosyVoice2Prompts
 
     directory, told = tmp_path / "voices", []
     for round_, wait_lines in enumerate((3, 7, 12)):
@@ -435,7 +435,7 @@ def test_the_voice_store_survives_kill_9_during_writes(tts, tmp_path):
     store = VoiceStore(directory)
     listed = store.list()
     assert set(told) <= {r.id for r in listed}  # every voice a writer reported is there
-    prompts = VoicePrompts(tts, store)
+    prompts = CosyVoice2Prompts(tts, store)
     for record in listed:  # and every listed voice is usable: audio, cache (whole or absent), model features
         samples, sr = store.audio(record.id)
         assert sr == 16000 and samples.size == 16000

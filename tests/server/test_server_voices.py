@@ -76,7 +76,8 @@ def test_create_list_get_delete(live):
     xl = _create(c, "carol", transcript=None, field="audio_sample")  # no transcript: cross-lingual voice
     assert xl.status_code == 201 and xl.json()["transcript"] is None
     listed = c.get("/v1/audio/voices").json()
-    assert {"id": bob["id"], "name": "Bob Smith"} in listed and all(set(v) == {"id", "name"} for v in listed)
+    assert {"id": bob["id"], "name": "Bob Smith", "family": "cosyvoice2"} in listed
+    assert all(set(v) == {"id", "name", "family"} for v in listed)
     assert c.get(f"/v1/audio/voices/{bob['id']}").json() == bob
     assert c.get("/v1/audio/voices/bob smith").json()["id"] == bob["id"]  # by name, case-insensitive
     assert len(_pcm(c, "Bob Smith")) > 0 and len(_pcm(c, {"id": xl.json()["id"]})) > 0
@@ -166,7 +167,7 @@ def test_voices_persist_across_a_restart(tts, model_dir, tmp_path):
     # A new process would start from scratch: new model object, new store object, same directory.
     with Cadenza.from_pretrained(model_dir) as again, LiveServer(create_app(again, VoiceStore(directory))) as second:
         with httpx.Client(base_url=second.url, timeout=120) as c:
-            assert c.get("/v1/audio/voices").json() == [{"id": voice["id"], "name": "frank"}]
+            assert c.get("/v1/audio/voices").json() == [{"id": voice["id"], "name": "frank", "family": "cosyvoice2"}]
             assert c.get(f"/v1/audio/voices/{voice['id']}").json() == voice
             cached = list((directory / "cache" / voice["id"]).glob("*.safetensors"))
             assert len(cached) == 1  # features computed at creation, read back from disk now

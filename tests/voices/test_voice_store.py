@@ -274,3 +274,33 @@ def test_a_store_file_that_is_not_a_database_is_a_clear_error(tmp_path):
     (tmp_path / "voices.sqlite3").write_bytes(b"this is not SQLite" * 100)
     with pytest.raises(InputError, match="cannot open the voice store .*voices.sqlite3"):
         VoiceStore(tmp_path)
+
+
+def test_voices_keep_the_family_they_were_made_for(tmp_path):
+    d = tmp_path / "voices"
+    with VoiceStore(d) as s:
+        cv2 = s.add("ann", (_tone(1.0), SR), "Hello.", CONSENT)
+        vx2 = s.add("ben", (_tone(1.0), SR), None, CONSENT, family="voxcpm2", cloning="reference")
+        with pytest.raises(InputError, match="family"):
+            s.add("cal", (_tone(1.0), SR), None, CONSENT, family="../x")
+    with VoiceStore(d) as s:
+        assert (s.get("ann").family, s.get("ann").cloning) == ("cosyvoice2", None) and s.get("ann") == cv2
+        assert (s.get("ben").family, s.get("ben").cloning) == ("voxcpm2", "reference") and s.get("ben") == vx2
+
+
+def test_a_schema_2_store_opens_with_every_voice_made_for_cosyvoice2(tmp_path):
+    import sqlite3
+
+    d = tmp_path / "voices"
+    with VoiceStore(d) as s:
+        rec = s.add("old", (_tone(1.0), SR), "Hello.", CONSENT)
+    with sqlite3.connect(d / "voices.sqlite3") as db:  # what a Cadenza of schema 2 wrote: no family columns
+        db.execute("ALTER TABLE voices DROP COLUMN family")
+        db.execute("ALTER TABLE voices DROP COLUMN cloning")
+        db.execute("PRAGMA user_version = 2")
+    with VoiceStore(d) as s:
+        assert s.get("old") == rec and s.get("old").family == "cosyvoice2"
+        new = s.add("new", (_tone(1.0), SR), None, CONSENT, family="voxcpm2", cloning="reference")
+        assert [r.family for r in s.list()] == ["cosyvoice2", "voxcpm2"] and s.get("new") == new
+    with sqlite3.connect(d / "voices.sqlite3") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3

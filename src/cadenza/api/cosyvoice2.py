@@ -28,6 +28,7 @@ from cadenza.api.arguments import (
     short_repr,
 )
 from cadenza.api.audio import Audio, PromptAudio
+from cadenza.api.protocol import Capabilities, Plan
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
@@ -36,6 +37,7 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.engine.text_stream import TokenTextStream
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
@@ -43,7 +45,8 @@ from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore, vali
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
 from cadenza.voices import VoiceStore
-from cadenza.voices.prompts import VoicePrompts
+from cadenza.voices.cosyvoice2_prompts import CosyVoice2Prompts
+from cadenza.voices.prompts import Voice
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ class Cadenza:
         self.engine = engine
         self.directory = directory
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
-        self.voice_prompts = VoicePrompts(self, voices) if voices is not None else None
+        self.voice_prompts = CosyVoice2Prompts(self, voices) if voices is not None else None
         # The voice used when a request names none (cadenza.json's default_speaker; else an arbitrary voice).
         meta = read_model_metadata(directory)
         if meta.get("status") == "experimental":
@@ -344,6 +347,78 @@ class Cadenza:
         voice = self.voice_from_audio(prompt_wav)
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.engine.synthesize(req), self.sample_rate)
+
+    # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            family=self.family, title="CosyVoice 2", sample_rate=self.sample_rate,
+            modes=("zero_shot", "cross_lingual", "speaker", "instruct", "voice_conversion"), instructions="instruct",
+            speed=(0.5, 2.0), text_streaming="tokens", cloning_modes=(), default_voice=self.default_speaker is not None,
+            output_frame_samples=self.engine.token2wav.hop)
+
+    def prompt_library(self, store: VoiceStore, cache_size: int = 64) -> CosyVoice2Prompts:
+        """Saved voices of ``store`` as this model's prompts (the API's own library when it is the same store)."""
+        if store is self.voices and self.voice_prompts is not None:
+            return self.voice_prompts
+        return CosyVoice2Prompts(self, store, cache_size)
+
+    def speakable(self, text: str) -> bool:
+        """Whether ``text`` has something to speak (not only punctuation, symbols or spaces)."""
+        return is_speakable(text)
+
+    def _conditioning(self, voice: Voice | None, instructions: str | None):
+        """(prompt, mode, LM prompt text, LM prompt speech) of a resolved voice, as ``_voice`` resolves a speaker;
+        ``None``: the model's default speaker."""
+        eng = self.engine
+        if voice is None:
+            if self.default_speaker is None:
+                raise UnknownSpeakerError("this model has no default voice: name a saved voice")
+            voice = Voice(eng.speakers.get(self.default_speaker), self.default_speaker, "speaker")
+        prompt, mode = voice.prompt, voice.mode
+        lm_text = prompt.prompt_text
+        lm_speech = None if mode == "cross_lingual" else prompt.llm_prompt_speech
+        if instructions is not None:
+            check_text_arg(instructions, "instructions")
+            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instructions), None
+        return prompt, mode, lm_text, lm_speech
+
+    def plan(self, segments: Sequence[str], voice: Voice | None, *, instructions: str | None = None,
+             seed: int | None = None, speed: float = 1.0) -> Plan:
+        """One request per segment (from ``segments``), all with ``voice``; segment k uses ``seed + k``."""
+        check_seed(seed)
+        check_speed(speed)
+        prompt, mode, lm_text, lm_speech = self._conditioning(voice, instructions)
+        eng = self.engine
+        requests, n_text = [], 0
+        for i, segment in enumerate(segments):
+            ids = eng.frontend.text_ids(segment)
+            n_text += ids.shape[1]
+            requests.append(eng.build(text_ids=ids, voice=prompt, mode=mode, lm_prompt_text=lm_text,
+                                      lm_prompt_speech=lm_speech, seed=None if seed is None else seed + i,
+                                      speed=speed))
+        return Plan(requests, n_text)
+
+    def submit(self, request: SynthesisRequest, stream: bool = True):
+        return self.engine.scheduler.submit(request, stream=stream)
+
+    def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
+                         seed: int | None = None) -> TokenTextStream:
+        """A bi-streaming request: the LM reads the text as it is fed (``feed``/``end``) and speaks as it goes."""
+        check_seed(seed)
+        prompt, mode, lm_text, lm_speech = self._conditioning(voice, instructions)
+        request = self.engine.build_bistream(voice=prompt, mode=mode, lm_prompt_text=lm_text,
+                                             lm_prompt_speech=lm_speech, seed=seed)
+        return TokenTextStream(self.engine.stream_bistream(request), self.engine.frontend.text_stream_encoder())
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(active, queued) requests of the engine's scheduler."""
+        return self.engine.scheduler.load
+
+    @property
+    def limits(self) -> SchedulerConfig:
+        return self.engine.scheduler.config
 
     def close(self) -> None:
         """Stop the engine's worker thread (pending requests are cancelled)."""

@@ -50,7 +50,7 @@ FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
            "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler"})),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
-           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora"})),
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler"})),
 ]
 
 

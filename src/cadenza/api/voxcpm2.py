@@ -20,9 +20,22 @@ import torch
 
 from cadenza.api.arguments import check_seed, check_text_arg
 from cadenza.api.audio import Audio
+from cadenza.api.protocol import Capabilities, Plan
+from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError, TextError
 from cadenza.models.voxcpm2.prompt import PromptAudio
+from cadenza.models.voxcpm2.request_text import is_speakable, split_description
+from cadenza.text import normalize as normalize_text
+from cadenza.text import split_text
+from cadenza.voices.prompts import Voice
+from cadenza.voices.store import VoiceStore
+from cadenza.voices.voxcpm2_prompts import CLONING_MODES, VoxCPM2Prompts
+
+# Text tokens per segment of a long input. VoxCPM 2 reads long texts whole (8192 positions: ~20 min of speech), and a
+# voice that is not pinned by audio (plain or designed) may change between segments, so segments are long.
+SEGMENT_TOKENS = 300
 
 
 class VoxCPM2:
@@ -36,10 +49,13 @@ class VoxCPM2:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype | str | None = None,
-                        lora: str | os.PathLike | None = None) -> VoxCPM2:
-        """``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder to apply."""
+                        lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None) -> VoxCPM2:
+        """``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder to apply.
+        ``scheduler``: limits of the request scheduler that batches concurrent requests."""
         directory = Path(path).expanduser()
-        return cls(VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora), directory)
+        options = {} if scheduler is None else {"scheduler": scheduler}
+        engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
+        return cls(engine, directory)
 
     @property
     def sample_rate(self) -> int:
@@ -78,6 +94,89 @@ class VoxCPM2:
         if not description:
             raise InputError("the voice description is empty")
         return self.synthesize(f"({description}){text}", **kwargs)
+
+    # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        vae = self.engine.vae
+        return Capabilities(
+            family=self.family, title="VoxCPM 2", sample_rate=self.sample_rate,
+            modes=("plain", "voice_design", "reference", "continuation", "combined"), instructions="voice_design",
+            speed=None, text_streaming="sentences", cloning_modes=CLONING_MODES, default_voice=True,
+            output_frame_samples=self.engine.config.patch_size * vae.decode_hop_length)
+
+    def prompt_library(self, store: VoiceStore, cache_size: int = 64) -> VoxCPM2Prompts:
+        return VoxCPM2Prompts(self, store, cache_size)
+
+    def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
+        """Text -> segments of at most ``max_tokens`` (default and at least ``SEGMENT_TOKENS``) tokens, each starting
+        with the text's leading ``(description)`` when it has one, so every segment is spoken in the designed voice."""
+        check_text_arg(text, "text")
+        description, spoken = split_description(text)
+        if normalize and spoken.strip():
+            spoken = normalize_text(spoken)
+        tokenizer = self.engine.tokenizer
+        budget = max(max_tokens or SEGMENT_TOKENS, SEGMENT_TOKENS)
+        pieces = [p for p in split_text(spoken, budget, count_tokens=lambda t: len(tokenizer.encode(t)))
+                  if is_speakable(p)]
+        if not pieces:
+            raise TextError("text has nothing to speak after normalisation: it needs at least one letter or digit")
+        head = f"({description})" if description is not None else ""
+        return [head + p for p in pieces]
+
+    def speakable(self, text: str) -> bool:
+        """Whether ``text`` (after any leading description) holds a letter or digit to speak."""
+        return isinstance(text, str) and is_speakable(split_description(text)[1])
+
+    def plan(self, segments, voice: Voice | None, *, instructions: str | None = None, seed: int | None = None,
+             speed: float = 1.0) -> Plan:
+        """One request per segment. ``instructions``: a voice description (voice design; with a reference voice, it
+        steers that voice). VoxCPM 2 has no speaking-rate control: ``speed`` must be 1."""
+        if speed != 1.0:
+            raise InputError("VoxCPM 2 models have no speaking-rate control: speed must be 1.0")
+        check_seed(seed)
+        if instructions is not None:
+            check_text_arg(instructions, "instructions")
+            description = " ".join(instructions.split()).strip("()")
+            if not description or "(" in description or ")" in description:
+                raise InputError("instructions describe the voice in words (no parentheses)")
+        requests, n_text = [], 0
+        for i, segment in enumerate(segments):
+            if instructions is not None:
+                if split_description(segment)[0] is not None:
+                    raise InputError("give the voice description either as instructions or as '(description)' at "
+                                     "the start of the input, not both")
+                segment = f"({description}){segment}"
+            request = self.engine.build(segment, voice=None if voice is None else voice.prompt,
+                                        seed=None if seed is None else (seed + i) % 2**62, normalize=False)
+            n_text += request.target_len
+            requests.append(request)
+        return Plan(requests, n_text)
+
+    def submit(self, request, stream: bool = True):
+        return self.engine.scheduler.submit(request, stream=stream)
+
+    def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
+                         seed: int | None = None) -> SentenceTextStream:
+        """Text in piece by piece, each sentence spoken once it is complete (VoxCPM 2 reads whole texts)."""
+        check_seed(seed)
+
+        def make(text: str, index: int) -> list:
+            if not is_speakable(split_description(text)[1]):
+                return []
+            segments = self.segments(text)
+            first = None if seed is None else seed + 1000 * index
+            return self.plan(segments, voice, instructions=instructions, seed=first).requests
+
+        return SentenceTextStream(self.submit, make)
+
+    @property
+    def load(self) -> tuple[int, int]:
+        return self.engine.scheduler.load
+
+    @property
+    def limits(self) -> SchedulerConfig:
+        return self.engine.scheduler.config
 
     def load_lora(self, path: str | os.PathLike) -> None:
         self.engine.load_lora(path)

@@ -31,9 +31,10 @@ def default_voices_dir() -> Path:
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("serve", help="run the OpenAI-compatible speech server (HTTP + WebSocket)")
-    p.add_argument("--model", default=os.environ.get(MODEL_ENV),
-                   help=f"model directory (a released CosyVoice 2 folder); default ${MODEL_ENV}, else the built-in "
-                   "cadenza-tiny")
+    p.add_argument("--model", action="append", default=None, metavar="[NAME=]DIR",
+                   help=f"a model directory to serve (CosyVoice 2 or VoxCPM 2, as released), optionally named "
+                   f"(requests select it by its 'model' field; default name: the folder's). Repeat to serve several; "
+                   f"the first is the default. Default ${MODEL_ENV}, else the built-in cadenza-tiny")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     p.add_argument("--port", type=port, default=8000)
@@ -82,7 +83,8 @@ def run_serve(args: argparse.Namespace) -> None:
     except ImportError as exc:
         raise MissingDependencyError(f"the server needs the 'server' extra ({exc.name} is missing): "
                                      "pip install 'cadenza[server]'") from exc
-    from cadenza.api import Cadenza
+    from cadenza.api import load
+    from cadenza.server.config import model_name_of
     from cadenza.voices import VoiceStore
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -112,17 +114,46 @@ def run_serve(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     scheduler = SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                 vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause)
-    tts = Cadenza.from_pretrained(args.model or None, device=args.device,  # None: the built-in cadenza-tiny
-                                  scheduler=scheduler)
-    voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
-    print(f"serving {tts.directory} on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
+    specs = model_specs(args.model or ([os.environ[MODEL_ENV]] if os.environ.get(MODEL_ENV) else [None]))
+    models: dict = {}
     try:
-        server = uvicorn.Server(uvicorn_config(create_app(tts, voices, config), config, host=args.host,
-                                               port=args.port, log_level=args.log_level))
+        for name, path in specs:
+            tts = load(path, device=args.device, scheduler=scheduler)  # None: the built-in cadenza-tiny
+            name = name or model_name_of(tts.directory)
+            if name in models:
+                tts.close()
+                raise CadenzaError(f"two models are named {name!r}: name them with --model NAME=DIR")
+            models[name] = tts
+        voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
+        for name, tts in models.items():
+            print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz)",
+                  file=sys.stderr)
+        print(f"on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
         try:
-            server.run()
-        except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
-            pass
+            server = uvicorn.Server(uvicorn_config(create_app(models, voices, config), config, host=args.host,
+                                                   port=args.port, log_level=args.log_level))
+            try:
+                server.run()
+            except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
+                pass
+        finally:
+            voices.close()
     finally:
-        voices.close()
-        tts.close()
+        for tts in models.values():
+            tts.close()
+
+
+def model_specs(values: list[str | None]) -> list[tuple[str | None, str | None]]:
+    """``--model`` values -> (name or None, directory or None). ``NAME=DIR`` names a model when NAME is a valid
+    model name (letters, digits, ``.``, ``_``, ``-``); anything else is a directory."""
+    from cadenza.server.config import valid_model_name
+
+    specs = []
+    for value in values:
+        if value is not None and "=" in value:
+            name, _, path = value.partition("=")
+            if valid_model_name(name) and path:
+                specs.append((name, path))
+                continue
+        specs.append((None, value))
+    return specs

@@ -26,37 +26,67 @@ class SegmentStream:
     Iterate (one consumer thread) for float32 chunks. ``cancel()`` may come from any thread: segments not yet
     submitted never are, and those in flight are cancelled (a reader blocked in one of them wakes up with
     ``RequestCancelledError``; after ``cancel`` iteration ends). ``on_segment(done)`` is called after each segment.
+
+    ``open_ended``: more segments may come (``add``, from any thread) until ``end()``; the reader waits for them.
+    Text that arrives sentence by sentence is spoken this way. ``fail(exc)`` ends the stream with ``exc``.
     """
 
     def __init__(self, submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2, stream: bool = True,
-                 on_segment: Callable[[int], None] | None = None) -> None:
+                 on_segment: Callable[[int], None] | None = None, open_ended: bool = False) -> None:
         self._submit, self._window, self._stream, self._on_segment = submit, max(1, window), stream, on_segment
         self._pending = collections.deque(requests)
         self._running: collections.deque[StreamHandle] = collections.deque()
         self._current: Iterator[np.ndarray] | None = None
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._ended = not open_ended
+        self._error: BaseException | None = None
         self.cancelled = False
         self.done = 0
 
     def __iter__(self) -> SegmentStream:
         return self
 
+    def add(self, requests: Sequence[SynthesisRequest]) -> None:
+        """More segments (open-ended streams only, before ``end``)."""
+        with self._cond:
+            if self._ended:
+                raise RuntimeError("segments added after the stream's end")
+            self._pending.extend(requests)
+            self._cond.notify_all()
+
+    def end(self) -> None:
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._error, self._ended = exc, True
+            self._pending.clear()
+            self._cond.notify_all()
+
     def __next__(self) -> np.ndarray:
         while True:
-            with self._lock:
-                if self.cancelled:
-                    raise StopIteration
-                while self._pending and len(self._running) < self._window:
-                    self._running.append(self._submit(self._pending.popleft(), self._stream))
-                if not self._running:
-                    raise StopIteration
+            with self._cond:
+                while True:
+                    if self.cancelled:
+                        raise StopIteration
+                    while self._pending and len(self._running) < self._window:
+                        self._running.append(self._submit(self._pending.popleft(), self._stream))
+                    if self._running:
+                        break
+                    if self._error is not None:
+                        raise self._error
+                    if self._ended:
+                        raise StopIteration
+                    self._cond.wait()
                 if self._current is None:
                     self._current = iter(self._running[0])
                 current = self._current
             try:
                 return next(current)
             except StopIteration:
-                with self._lock:
+                with self._cond:
                     if self._running:
                         self._running.popleft()
                     self._current = None
@@ -67,10 +97,11 @@ class SegmentStream:
 
     def cancel(self) -> None:
         """Free every segment (thread-safe, idempotent)."""
-        with self._lock:
+        with self._cond:
             self.cancelled = True
             self._pending.clear()
             running = list(self._running)
+            self._cond.notify_all()
         for handle in running:
             handle.cancel()
 

@@ -10,6 +10,7 @@ memory) and request counting for ``/metrics``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -17,9 +18,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cadenza.api.protocol import SpeechModel
 from cadenza.server import openai_speech, voices_api, websocket
 from cadenza.server.auth import require_api_key
-from cadenza.server.config import ServerConfig
+from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
 from cadenza.server.metrics import CONTENT_TYPE, Metrics
 from cadenza.server.origin import HostOriginCheck
@@ -89,9 +91,17 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
 
     @protected.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
-        name = request.app.state.cadenza.config.model_name
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": int(started),
-                                                         "owned_by": "cadenza"}]})
+        state: ServerState = request.app.state.cadenza
+        return JSONResponse({"object": "list",
+                             "data": [m.describe(int(started)) for m in state.models.values()]})
+
+    @protected.get("/v1/models/{name}")
+    async def model(name: str, request: Request) -> JSONResponse:
+        state: ServerState = request.app.state.cadenza
+        if name not in state.models:
+            raise APIError(404, f"model {name[:80]!r} is not served here; served: {', '.join(state.models)}",
+                           param="model", code="model_not_found")
+        return JSONResponse(state.models[name].describe(int(started)))
 
     @protected.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
@@ -112,23 +122,34 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
     async def health(request: Request) -> JSONResponse:
         state: ServerState = request.app.state.cadenza
         active, queued = state.load()
+        default = state.default
         if state.model_failure is not None:  # a load balancer should stop sending work here
-            return JSONResponse({"status": "unavailable", "model": state.config.model_name,
+            return JSONResponse({"status": "unavailable", "model": default.name,
                                  "reason": "the model's files failed at run time (see the server log)"},
                                 status_code=503)
-        return JSONResponse({"status": "ok", "model": state.config.model_name, "sample_rate": state.sample_rate,
+        models = []
+        for served in state.models.values():
+            m_active, m_queued = served.tts.load
+            limits = served.tts.limits
+            models.append({"id": served.name, "family": served.capabilities.family,
+                           "sample_rate": served.sample_rate, "active": m_active, "queued": m_queued,
+                           "max_active": limits.max_active, "max_queued": limits.max_queued})
+        limits = default.tts.limits
+        return JSONResponse({"status": "ok", "model": default.name, "sample_rate": default.sample_rate,
                              "active": active, "queued": queued, "inflight": state.admission.inflight,
-                             "max_active": state.engine_limits.max_active,
-                             "max_queued": state.engine_limits.max_queued,
-                             "first_audio_pause": state.engine_limits.first_audio_pause})
+                             "max_active": limits.max_active, "max_queued": limits.max_queued,
+                             "first_audio_pause": limits.first_audio_pause, "models": models})
 
     return protected, public
 
 
-def create_app(tts, voices: VoiceStore, config: ServerConfig | None = None) -> FastAPI:
-    """The server for ``tts`` (a ``Cadenza``) with saved voices in ``voices``.
+def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceStore,
+               config: ServerConfig | None = None) -> FastAPI:
+    """The server for ``models`` with saved voices in ``voices``.
 
-    The caller owns ``tts`` and ``voices`` (close them after the server stops).
+    ``models``: one model (any family: ``cadenza.load``'s result), served as ``config.model_name`` (default: its
+    folder's name), or ``{name: model}`` in order, the first being the default. The caller owns the models and ``voices`` (close them
+    after the server stops).
     """
     from cadenza import __version__
 
@@ -136,7 +157,12 @@ def create_app(tts, voices: VoiceStore, config: ServerConfig | None = None) -> F
     # FastAPI's own /docs, /redoc and /openapi.json would be open to anyone: ours sit behind the key.
     app = FastAPI(title="Cadenza speech server", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    state = ServerState(tts, voices, config)
+    if not isinstance(models, Mapping):
+        models = {config.model_name or model_name_of(models.directory): models}
+    for name in models:
+        if not valid_model_name(name):
+            raise ValueError(f"bad model name {name!r}: 1-64 letters, digits, '.', '_' or '-'")
+    state = ServerState.create(models, voices, config)
     app.state.cadenza = state
     install_error_handlers(app, config.retry_after_s)
     auth = [Depends(require_api_key)]

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def valid_model_name(name: object) -> bool:
+    return isinstance(name, str) and _MODEL_NAME.fullmatch(name) is not None
+
+
+def model_name_of(directory) -> str:
+    """A served model's default name: its folder's name, made safe (``cadenza-tiny`` for the built-in model)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(getattr(directory, "name", "") or "model")).strip("-._")[:64]
+    return name if valid_model_name(name) else "model"
 ANY = "*"
 
 
@@ -35,7 +47,8 @@ class ServerConfig:
     ``max_connections``: open connections at most (``cadenza serve``; more get 503).
 
     Other: ``prompt_cache_size``: voices whose computed prompt features are kept in memory; ``retry_after_s``: the
-    ``Retry-After`` header of 429 answers; ``model_name``: what ``/v1/models`` lists.
+    ``Retry-After`` header of 429 answers; ``model_name``: the name ``/v1/models`` lists for a server of one model
+(``None``: the model folder's name, ``cadenza-tiny`` for the built-in model).
     """
 
     api_key: str | None = None
@@ -55,7 +68,7 @@ class ServerConfig:
     max_connections: int = 1024
     prompt_cache_size: int = 64
     retry_after_s: int = 1
-    model_name: str = "cadenza-cosyvoice2"
+    model_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.api_key is not None and (not isinstance(self.api_key, str) or len(self.api_key) < 8
@@ -89,8 +102,8 @@ class ServerConfig:
                for o in self.allowed_origins):
             raise ValueError("allowed_origins are 'scheme://host[:port]' (no path, no trailing '/') or '*', got "
                              f"{self.allowed_origins!r}")
-        if not isinstance(self.model_name, str) or not self.model_name:
-            raise ValueError("model_name must not be empty")
+        if self.model_name is not None and not valid_model_name(self.model_name):
+            raise ValueError(f"model_name must be 1-64 letters, digits, '.', '_' or '-', got {self.model_name!r}")
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from cadenza.errors import (
     RequestCancelledError,
     TextError,
     UnknownSpeakerError,
+    VoiceFamilyError,
 )
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None
                         type="server_error", code="model_unavailable")
     if isinstance(exc, RequestCancelledError):
         return APIError(503, f"the request was cancelled: {exc}", type="server_error", code="cancelled")
+    if isinstance(exc, VoiceFamilyError):
+        return APIError(400, str(exc), param=param or "voice", code="voice_model_mismatch")
     if isinstance(exc, UnknownSpeakerError):
         return APIError(400, str(exc), param=param or "voice", code="voice_not_found")
     if isinstance(exc, TextError):

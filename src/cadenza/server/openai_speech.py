@@ -1,14 +1,16 @@
 """``POST /v1/audio/speech``: OpenAI's text-to-speech endpoint, streamed as the audio is made.
 
-Fields as OpenAI's: ``model`` (any name; one model is served), ``input`` (<= ``max_input_chars``), ``voice`` (a
-saved voice's name or id, or ``{"id": ...}``), ``instructions`` (-> instruct mode), ``response_format``,
-``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI client's
-``extra_body``): ``seed`` (same seed, same audio) and ``stream`` (``false``: synthesise the whole utterance
-first, then send it with exact sizes and a ``Content-Length``).
+Fields as OpenAI's: ``model`` (a served model's name; with one model any name selects it), ``input`` (<=
+``max_input_chars``), ``voice`` (a saved voice's name or id, or ``{"id": ...}``; may be left out for models with a
+default voice), ``instructions`` (CosyVoice 2: a style instruction; VoxCPM 2: a voice description),
+``response_format``, ``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI
+client's ``extra_body``): ``seed`` (same seed, same audio) and ``stream`` (``false``: synthesise the whole utterance
+first, then send it with exact sizes and a ``Content-Length``). Which fields each family honours: docs/server.md;
+a field a model cannot honour is a 400 naming it.
 
-Speed: the model changes the speaking rate itself (its flow stretches the mel in time) between 0.5 and 2.0, and
+Speed: CosyVoice 2 changes the speaking rate itself (its flow stretches the mel in time) between 0.5 and 2.0, and
 only on whole utterances; so ``speed != 1`` synthesises each segment whole before sending it, and values OpenAI
-allows outside 0.5-2.0 are refused with 400 rather than faked by resampling (which would shift the pitch).
+allows outside the model's range are refused with 400 rather than faked by resampling (which would shift the pitch).
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, require_json, voice_ref
-from cadenza.server.state import ServerState
+from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.duration import estimate_speech_seconds
 
 log = logging.getLogger(__name__)
 ENDPOINT = "/v1/audio/speech"
-MIN_SPEED, MAX_SPEED = 0.5, 2.0
 
 router = APIRouter()
 
@@ -52,7 +53,7 @@ class SpeechRequest(BaseModel):
 
     model: Text = Field(min_length=1, max_length=256)
     input: Text = Field(min_length=1)
-    voice: VoiceRef
+    voice: VoiceRef | None = None
     instructions: Text | None = Field(default=None, max_length=4096)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
@@ -77,20 +78,15 @@ def bound_text(state: ServerState, segments: list[str], param: str = "input") ->
     return seconds
 
 
-def _plan(state: ServerState, body: SpeechRequest, seed: int) -> tuple[list, int, float]:
+def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: int) -> tuple[list, int, float]:
     """(engine requests, text token count, estimated audio seconds). Blocking: normalises and tokenizes the text,
     resolves the voice (may compute its features) -- in this order, so text over the limits costs no voice work."""
-    segments = state.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
+    segments = served.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
     seconds = bound_text(state, segments)
-    voice = state.prompts.resolve(voice_ref(body.voice), reveal_names=False)
-    frontend = state.tts.engine.frontend
+    voice = None if body.voice is None else served.prompts.resolve(voice_ref(body.voice), reveal_names=False)
     instructions = body.instructions if body.instructions and body.instructions.strip() else None
-    requests, n_text = [], 0
-    for i, segment in enumerate(segments):
-        ids = frontend.text_ids(segment)
-        n_text += ids.shape[1]
-        requests.append(state.prompts.build(ids, voice, instructions, seed=seed + i, speed=body.speed))
-    return requests, n_text, seconds
+    plan = served.tts.plan(segments, voice, instructions=instructions, seed=seed, speed=body.speed)
+    return plan.requests, plan.text_tokens, seconds
 
 
 async def wait_for_disconnect(request: Request) -> None:
@@ -99,14 +95,20 @@ async def wait_for_disconnect(request: Request) -> None:
         pass
 
 
-def _check(body: SpeechRequest, state: ServerState) -> None:
+def _check(body: SpeechRequest, state: ServerState, served: ServedModel) -> None:
     limit = state.config.max_input_chars
     if len(body.input) > limit:
         raise APIError(400, f"input is {len(body.input)} characters; the limit is {limit}", param="input",
                        code="string_above_max_length")
-    if not MIN_SPEED <= body.speed <= MAX_SPEED:
-        raise APIError(400, f"speed {body.speed:g} is outside what this model supports ({MIN_SPEED:g} to "
-                       f"{MAX_SPEED:g}; the model changes the rate itself and we do not resample, which would "
+    caps = served.capabilities
+    if caps.speed is None:
+        if body.speed != 1.0:
+            raise APIError(400, f"{caps.title} models have no speaking-rate control: leave speed out or at 1.0 "
+                           "(we do not resample, which would change the pitch)", param="speed",
+                           code="unsupported_value")
+    elif not caps.speed[0] <= body.speed <= caps.speed[1]:
+        raise APIError(400, f"speed {body.speed:g} is outside what this model supports ({caps.speed[0]:g} to "
+                       f"{caps.speed[1]:g}; the model changes the rate itself and we do not resample, which would "
                        "change the pitch)", param="speed", code="unsupported_value")
 
 
@@ -114,13 +116,14 @@ def _check(body: SpeechRequest, state: ServerState) -> None:
 async def create_speech(body: SpeechRequest, request: Request) -> Response:
     state: ServerState = request.app.state.cadenza
     started = time.perf_counter()
-    _check(body, state)
+    served = state.model(body.model)
+    _check(body, state, served)
     seed = body.seed if body.seed is not None else secrets.randbits(62)
     slot = state.admission.acquire(PLANNING_COST_S)
     stream: EngineStream | None = None
     try:
         try:
-            requests, n_text, seconds = await anyio.to_thread.run_sync(_plan, state, body, seed,
+            requests, n_text, seconds = await anyio.to_thread.run_sync(_plan, state, served, body, seed,
                                                                        limiter=state.limiter)
         except APIError:
             raise
@@ -129,13 +132,13 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             raise state.error(exc, param=param) from exc
         slot.grow(seconds - PLANNING_COST_S)
         engine_streaming = body.stream and body.speed == 1.0
-        stream = EngineStream(state.submit, requests, stream=engine_streaming, limiter=state.limiter,
-                              max_samples=int(state.config.max_audio_seconds * state.sample_rate))
-        sr = state.sample_rate
+        sr = served.sample_rate
+        stream = EngineStream(served.tts.submit, requests, stream=engine_streaming, limiter=state.limiter,
+                              max_samples=int(state.config.max_audio_seconds * sr))
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:
             try:
-                return await _whole(state, body, stream, request, headers, started)
+                return await _whole(state, body, stream, request, headers, started, sr)
             finally:
                 stream.cancel()
                 slot.release()
@@ -154,9 +157,11 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             stream.cancel()
         slot.release()
         raise
-    finish = _Finish(state, stream, slot, started)
+    finish = _Finish(state, stream, slot, started, sr)
     if body.stream_format == "sse":
-        return _Streaming(_sse(state, stream, step, first, finish, n_text), finish, media_type="text/event-stream",
+        frame = served.capabilities.output_frame_samples
+        return _Streaming(_sse(state, stream, step, first, finish, n_text, frame), finish,
+                          media_type="text/event-stream",
                           headers={**headers, "X-Accel-Buffering": "no"})
     return _Streaming(_audio(stream, step, first, finish), finish, headers=headers,
                       media_type=MEDIA_TYPES[body.response_format])
@@ -166,8 +171,9 @@ class _Finish:
     """Frees a streamed request exactly once: from the body generator's ``finally``, or -- when the client left
     before the generator even started, so its ``finally`` never runs -- from the response's."""
 
-    def __init__(self, state: ServerState, stream: EngineStream, slot, started: float) -> None:
+    def __init__(self, state: ServerState, stream: EngineStream, slot, started: float, sample_rate: int) -> None:
         self.state, self.stream, self.slot, self.started = state, stream, slot, started
+        self.sample_rate = sample_rate
         self.done = False
 
     def __call__(self, completed: bool) -> None:
@@ -178,7 +184,7 @@ class _Finish:
         self.slot.release()
         metrics = self.state.metrics
         if completed:
-            audio_s = self.stream.samples / self.state.sample_rate
+            audio_s = self.stream.samples / self.sample_rate
             metrics.observe_synthesis(ENDPOINT, time.perf_counter() - self.started, audio_s)
         else:
             metrics.count_disconnect()
@@ -219,7 +225,8 @@ def _event(payload: dict) -> bytes:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
-async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _Finish, n_text: int):
+async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _Finish, n_text: int,
+               frame_samples: int):
     completed = False
     try:
         data, done = first
@@ -234,7 +241,7 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
                 yield _event({"type": "error", **state.error(exc).body()})
                 completed = True
                 return
-        n_out = stream.samples // state.tts.engine.token2wav.hop
+        n_out = stream.samples // frame_samples
         yield _event({"type": "speech.audio.done",
                       "usage": {"input_tokens": n_text, "output_tokens": n_out, "total_tokens": n_text + n_out}})
         completed = True
@@ -243,7 +250,7 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
 
 
 async def _whole(state: ServerState, body: SpeechRequest, stream: EngineStream, request: Request,
-                 headers: dict, started: float) -> Response:
+                 headers: dict, started: float, sample_rate: int) -> Response:
     """Non-streamed answer: the whole utterance, encoded with exact sizes. A client that leaves cancels it."""
     chunks: list[np.ndarray] = []
     disconnected = False
@@ -272,10 +279,10 @@ async def _whole(state: ServerState, body: SpeechRequest, stream: EngineStream, 
         state.metrics.count_disconnect()
         return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
     audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    state.metrics.observe_synthesis(ENDPOINT, time.perf_counter() - started, audio.size / state.sample_rate)
+    state.metrics.observe_synthesis(ENDPOINT, time.perf_counter() - started, audio.size / sample_rate)
 
     def encode() -> bytes:
-        enc = make_encoder(body.response_format, state.sample_rate, total_samples=audio.size)
+        enc = make_encoder(body.response_format, sample_rate, total_samples=audio.size)
         return enc.encode(audio) + enc.finish()
 
     data = await anyio.to_thread.run_sync(encode, limiter=state.limiter)

@@ -1,10 +1,13 @@
 """Saved voices over HTTP: ``POST/GET /v1/audio/voices``, ``GET/DELETE /v1/audio/voices/{id}``.
 
 Creating a voice takes a multipart form: ``audio`` (the recording; ``audio_sample`` is accepted too), ``name``,
-``consent`` (the speaker's consent statement, required, stored verbatim with the time) and ``transcript``
-(optional: without it the voice is used cross-lingually). The recording is validated (size, duration, silence),
-its prompt features are computed with this model, and only then is it saved (one transaction) -- so a voice the
-model cannot use (e.g. a transcript with nothing to speak) is refused at creation and leaves nothing behind.
+``consent`` (the speaker's consent statement, required, stored verbatim with the time), ``transcript`` (optional:
+without it a CosyVoice 2 voice is used cross-lingually, a VoxCPM 2 voice as a reference), ``model`` (optional: the
+served model the voice is for, default the first; a voice belongs to that model's family) and, for VoxCPM 2,
+``cloning`` (``reference``, ``continuation`` or ``combined``). The recording is validated (size, duration,
+silence), its prompt features are computed with that model, and only then is it saved (one transaction) -- so a
+voice the model cannot use (e.g. a transcript with nothing to speak) is refused at creation and leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from starlette.datastructures import UploadFile
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
 from cadenza.server.encoding import decode_with_av
 from cadenza.server.errors import APIError
-from cadenza.server.state import ServerState
+from cadenza.server.state import ServedModel, ServerState
 from cadenza.voices import VoiceRecord
 from cadenza.voices.validation import decode_prompt
 
@@ -28,13 +31,16 @@ AUDIO_FIELDS = ("audio", "audio_sample", "file")
 def _public(record: VoiceRecord) -> dict:
     return {"object": "audio.voice", "id": record.id, "name": record.name, "transcript": record.transcript,
             "consent": record.consent, "consent_at": record.consent_at, "created_at": int(record.created_at),
-            "duration": round(record.duration, 3), "sample_rate": record.sample_rate}
+            "duration": round(record.duration, 3), "sample_rate": record.sample_rate, "family": record.family,
+            "cloning": record.cloning}
 
 
-def _add(state: ServerState, name: str, data: bytes, transcript: str | None, consent: str) -> VoiceRecord:
+def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transcript: str | None, consent: str,
+         cloning: str | None) -> VoiceRecord:
     """Blocking: check the fields, decode (bounded), compute the prompt features, then save in one transaction."""
     cfg = state.config
     state.voices.check_new(name, transcript, consent)  # the cheap refusals before any decoding
+    served.prompts.check_cloning(transcript, cloning)
     try:
         wav, sr = decode_prompt(data, cfg.max_upload_bytes, max_seconds=cfg.max_prompt_seconds)
     except AudioError as exc:
@@ -42,7 +48,8 @@ def _add(state: ServerState, name: str, data: bytes, transcript: str | None, con
             raise
         samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
         wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
-    return state.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds)
+    return served.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds,
+                                 cloning=cloning)
 
 
 def _param_of(exc: Exception) -> str | None:
@@ -52,7 +59,7 @@ def _param_of(exc: Exception) -> str | None:
     if isinstance(exc, TextError):  # the model's check of the transcript
         return "transcript"
     msg = str(exc)
-    return next((f for f in ("name", "consent", "transcript") if f in msg), None)
+    return next((f for f in ("cloning", "name", "consent", "transcript") if f in msg), None)
 
 
 def _text_field(form, name: str, required: bool) -> str | None:
@@ -90,6 +97,8 @@ async def create_voice(request: Request) -> JSONResponse:
         name = _text_field(form, "name", True)
         consent = _text_field(form, "consent", True)
         transcript = _text_field(form, "transcript", False)
+        served = state.model(_text_field(form, "model", False))
+        cloning = _text_field(form, "cloning", False)
         limit = state.config.max_upload_bytes
         data = await upload.read(limit + 1)
         if len(data) > limit:
@@ -98,7 +107,7 @@ async def create_voice(request: Request) -> JSONResponse:
         if not data:
             raise APIError(400, "the audio file is empty", param="audio", code="invalid_audio")
         try:
-            record = await anyio.to_thread.run_sync(_add, state, name, data, transcript, consent,
+            record = await anyio.to_thread.run_sync(_add, state, served, name, data, transcript, consent, cloning,
                                                     limiter=state.limiter)
         except Exception as exc:
             raise state.error(exc, param=_param_of(exc)) from exc
@@ -111,7 +120,7 @@ async def create_voice(request: Request) -> JSONResponse:
 async def list_voices(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
     records = await anyio.to_thread.run_sync(state.voices.list, limiter=state.limiter)
-    return JSONResponse([{"id": r.id, "name": r.name} for r in records])
+    return JSONResponse([{"id": r.id, "name": r.name, "family": r.family} for r in records])
 
 
 def _get(state: ServerState, voice: str) -> VoiceRecord:
@@ -137,7 +146,8 @@ async def delete_voice(voice: str, request: Request) -> JSONResponse:
             state.voices.delete(record.id)
         except UnknownSpeakerError as exc:  # deleted by someone else in between
             raise APIError(404, f"no saved voice {voice[:80]!r}", param="voice_id", code="voice_not_found") from exc
-        state.prompts.forget(record.id)
+        for served in state.models.values():
+            served.prompts.forget(record.id)
         return record.id
 
     voice_id = await anyio.to_thread.run_sync(delete, limiter=state.limiter)

@@ -2,7 +2,8 @@
 
 Protocol (JSON text messages, audio as binary messages), one utterance per connection::
 
-    client: {"type": "session.config", "voice": "alice" | {"id": ...}, "instructions"?: str, "seed"?: int}
+    client: {"type": "session.config", "model"?: str, "voice"?: "alice" | {"id": ...}, "instructions"?: str,
+             "seed"?: int}
     server: {"type": "audio.start", "sample_rate": 24000, "format": "pcm_s16le", "seed": ...}
     client: {"type": "input.text", "text": "Hello "}   (any number of pieces)
     client: {"type": "input.done"}
@@ -10,9 +11,9 @@ Protocol (JSON text messages, audio as binary messages), one utterance per conne
     server: {"type": "audio.done", "audio_seconds": ..., "first_chunk_seconds": ...}, then closes (1000)
 
 Errors: ``{"type": "error", "error": {"message", "type", "param", "code"}}``, then the server closes (1007 bad
-message, 1008 not authorised, 1011 server error, 1013 busy). The text pieces are tokenized as they arrive and fed
-to the engine's bi-streaming LM (``engine.build_bistream`` + ``stream_bistream``), so audio starts before the text
-ends. The engine request (and an admission slot) is taken only when the text so far has something to speak, and
+message, 1008 not authorised, 1011 server error, 1013 busy). The pieces go to the model's text stream
+(``SpeechModel.open_text_stream``): CosyVoice 2 tokenizes them as they arrive for its bi-streaming LM, so audio starts
+a few words in; VoxCPM 2 speaks each sentence once it is complete. The engine request (and an admission slot) is taken only when the text so far has something to speak, and
 only text with something in it moves the idle deadline (``ws_idle_timeout_s``); a session lasts at most
 ``ws_max_session_s``. A client that disconnects or times out cancels the request and frees its engine state.
 """
@@ -26,7 +27,6 @@ import time
 from typing import Literal
 
 import anyio
-import torch
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
@@ -34,13 +34,12 @@ from starlette.websockets import WebSocketDisconnect
 
 from cadenza.api.arguments import check_chars
 from cadenza.errors import InputError, TextError
-from cadenza.models.cosyvoice2.frontend import check_speakable, is_speakable
 from cadenza.server.auth import authorized
 from cadenza.server.encoding import pcm16
 from cadenza.server.engine_stream import EngineStream, Slot
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceRef, voice_ref
-from cadenza.server.state import ServerState
+from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.duration import estimate_speech_seconds
 
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ router = APIRouter()
 class SessionConfig(BaseModel):
     model_config = STRICT
     type: Literal["session.config"]
-    voice: VoiceRef
+    voice: VoiceRef | None = None
     instructions: Text | None = Field(default=None, max_length=4096)
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     model: Text | None = Field(default=None, max_length=256)
@@ -163,15 +162,23 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
     seed = config.seed if config.seed is not None else secrets.randbits(62)
     instructions = config.instructions if config.instructions and config.instructions.strip() else None
     try:
-        ref = voice_ref(config.voice)
+        served = state.model(config.model)
+    except APIError as exc:
+        raise _Close(CLOSE_BAD_DATA, exc) from exc
+    try:
+        ref = None if config.voice is None else voice_ref(config.voice)
         # Only that the voice exists: no slot, no feature work until there is text to speak.
-        await anyio.to_thread.run_sync(state.prompts.lookup, ref, limiter=state.limiter)
+        if ref is not None:
+            await anyio.to_thread.run_sync(served.prompts.lookup, ref, limiter=state.limiter)
+        elif not served.capabilities.default_voice:
+            raise APIError(400, "this model has no default voice: name a saved voice in session.config",
+                           param="voice", code="missing_field")
     except Exception as exc:
         error = state.error(exc, param="voice")
         raise _Close(_close_code(error, exc), error) from exc
-    await _send(ws.send_json({"type": "audio.start", "sample_rate": state.sample_rate, "format": "pcm_s16le",
+    await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
                               "seed": seed}))
-    synthesis = _Synthesis(state, ref, instructions, seed)
+    synthesis = _Synthesis(state, served, ref, instructions, seed)
     try:
         await _run(ws, state, synthesis, deadlines)
     finally:
@@ -205,8 +212,9 @@ class _Synthesis:
     cannot pin engine slots.
     """
 
-    def __init__(self, state: ServerState, ref: str, instructions: str | None, seed: int) -> None:
-        self.state, self.ref, self.instructions, self.seed = state, ref, instructions, seed
+    def __init__(self, state: ServerState, served: ServedModel, ref: str | None, instructions: str | None,
+                 seed: int) -> None:
+        self.state, self.served, self.ref, self.instructions, self.seed = state, served, ref, instructions, seed
         self.slot: Slot | None = None
         self.handle = None
         self.stream: EngineStream | None = None
@@ -221,18 +229,19 @@ class _Synthesis:
             raise _Close(CLOSE_BUSY, exc) from exc
         self.seconds = seconds
 
+        served = self.served
+
         def start():
-            voice = state.prompts.resolve(self.ref, reveal_names=False)
-            request = state.prompts.build_bistream(voice, self.instructions, self.seed)
-            return state.tts.engine.stream_bistream(request)
+            voice = None if self.ref is None else served.prompts.resolve(self.ref, reveal_names=False)
+            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed)
 
         try:
             self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
         except Exception as exc:
             error = state.error(exc, param="voice")
             raise _Close(_close_code(error, exc), error) from exc
-        self.stream = EngineStream(state.submit, [], limiter=state.limiter, handle=self.handle,
-                                   max_samples=int(state.config.max_audio_seconds * state.sample_rate))
+        self.stream = EngineStream(served.tts.submit, [], limiter=state.limiter, handle=self.handle,
+                                   max_samples=int(state.config.max_audio_seconds * served.sample_rate))
         self.started.set()
 
     def grow(self, seconds: float) -> None:
@@ -254,18 +263,24 @@ class _Synthesis:
 
 async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlines: _Deadlines) -> None:
     cfg = state.config
-    encoder = state.tts.engine.frontend.text_stream_encoder()
+    tts = synthesis.served.tts
     times: dict[str, float] = {}
     outcome: list[BaseException] = []
-    pending: list[int] = []  # text ids made before the engine started
+    pending: list[str] = []  # text received before the engine started
 
-    def feed(ids: list[int]) -> None:
-        if not ids:
+    async def feed(text: str) -> None:
+        if not text:
             return
         if synthesis.handle is None:
-            pending.extend(ids)
-        else:
-            synthesis.handle.feed_text(torch.tensor([ids], dtype=torch.long))
+            pending.append(text)
+            return
+        try:  # off the event loop: a model may plan a sentence's request here
+            await anyio.to_thread.run_sync(synthesis.handle.feed, text, limiter=state.limiter)
+        except (InputError, APIError):
+            raise
+        except Exception as exc:
+            error = state.error(exc, param="text")
+            raise _Close(_close_code(error, exc), error) from exc
 
     async def begin(seconds: float) -> None:
         """Start the engine (first speakable text) or count more work; ``seconds``: the text so far, estimated."""
@@ -275,8 +290,8 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                 f"{cfg.max_audio_seconds:g} s", param="text", code="audio_above_max_duration"))
         if synthesis.handle is None:
             await synthesis.start(max(seconds, 1.0))
-            ids, pending[:] = list(pending), []
-            feed(ids)
+            text, pending[:] = "".join(pending), []
+            await feed(text)
         else:
             synthesis.grow(seconds)
 
@@ -309,23 +324,29 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                     continue  # whitespace keeps word boundaries, but neither starts work nor moves the deadline
                 deadlines.text_arrived()
                 times.setdefault("first_text", time.perf_counter())
-                feed(encoder.feed(text))
                 seconds += estimate_speech_seconds(text)
-                if synthesis.handle is not None or is_speakable("".join(received)):
+                if synthesis.handle is None and not tts.speakable("".join(received)):
+                    pending.append(text)
+                    continue
+                if synthesis.handle is None:
+                    pending.append(text)
                     await begin(seconds)
+                else:
+                    await begin(seconds)
+                    await feed(text)
             elif kind == "input.done":
                 # Nothing speakable at all is the client's error (and the engine's bi-streaming LM would wait
                 # forever for a first text token).
-                if synthesis.handle is None:  # once started, the text had something to speak
-                    try:
-                        check_speakable("".join(received))
-                    except TextError as exc:
-                        raise _bad(f"nothing to speak before input.done: {exc}", "text") from exc
+                if synthesis.handle is None and not tts.speakable("".join(received)):
+                    raise _bad("nothing to speak before input.done: the text is empty, or only punctuation or "
+                               "symbols", "text")
                 times.setdefault("first_text", time.perf_counter())
-                feed(encoder.flush())
                 if synthesis.handle is None:
                     await begin(seconds)
-                synthesis.handle.end_text()
+                try:
+                    await anyio.to_thread.run_sync(synthesis.handle.end, limiter=state.limiter)
+                except InputError as exc:
+                    raise _bad(str(exc), "text") from exc
                 done = True
             else:
                 raise _bad(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
@@ -357,7 +378,7 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
     if not isinstance(result, StopAsyncIteration):
         raise result
     stream = synthesis.stream
-    audio_s = stream.samples / state.sample_rate
+    audio_s = stream.samples / synthesis.served.sample_rate
     start = times.get("first_text", stream.started)
     first = times["first_chunk"] - start if "first_chunk" in times else None
     if first is not None:

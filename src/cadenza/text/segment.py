@@ -231,3 +231,25 @@ def split_text(
     units = splitter.pieces(0, len(text), SENTENCE)
     segments = [text[a:b].strip() for a, b in splitter.pack(units)]
     return [s for s in segments if s and not _only_punctuation(s)]
+
+
+_FINAL_MARKS = "。！？；…"  # a sentence end nothing that follows can undo (unlike "." before "14" in "3.14")
+
+
+def complete_prefix(text: str) -> int:
+    """Where the complete sentences of a text still being written end (0: none yet): the last sentence end or line
+    break that the text after it confirms (a space, a line break or more text follows it; a CJK full stop needs
+    nothing after it). ``text[:n]`` can be spoken now; ``text[n:]`` waits for more. Abbreviations, numbers and URLs
+    are not sentence ends (as in :func:`split_text`)."""
+    if not isinstance(text, str):
+        raise TextError(f"text must be a string, not {type(text).__name__}")
+    if not text.strip():
+        return 0
+    splitter = _Splitter(text, 1 << 30, lambda s: 0)  # every atom fits: none is cut
+    best = 0
+    for pos, level in splitter.level.items():
+        if level > SENTENCE or pos <= best:
+            continue
+        if pos < len(text) and (text[pos].isspace() or level == NEWLINE) or text[pos - 1] in _FINAL_MARKS:
+            best = pos
+    return best

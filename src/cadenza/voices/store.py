@@ -55,9 +55,13 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "voices.sqlite3"
 CACHE_DIR = "cache"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # name_key (schema 2): the name case-folded, so that names differing only in case are one name in every script
 # (SQLite's NOCASE folds ASCII only: 'Élodie' and 'élodie' were two voices in schema 1).
+# family, cloning (schema 3): the model family the voice was made (and checked) for, and how that family clones it
+# (VoxCPM 2: reference / continuation / combined; NULL for CosyVoice 2, where the transcript decides). Voices of
+# schemas 1-2 were all made for CosyVoice 2.
+DEFAULT_FAMILY = "cosyvoice2"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
     id          TEXT PRIMARY KEY,
@@ -69,10 +73,14 @@ CREATE TABLE IF NOT EXISTS voices (
     created_at  REAL NOT NULL,
     sample_rate INTEGER NOT NULL,
     num_samples INTEGER NOT NULL,
-    audio       BLOB NOT NULL
+    audio       BLOB NOT NULL,
+    family      TEXT,
+    cloning     TEXT
 )
 """
-_COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples"
+_COLUMNS = (f"id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, "
+            f"COALESCE(family, '{DEFAULT_FAMILY}'), cloning")
+_INSERT_COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, family, cloning"
 _TMP_PREFIX = ".tmp-"
 
 
@@ -99,6 +107,8 @@ class VoiceRecord:
     created_at: float
     sample_rate: int
     num_samples: int
+    family: str = DEFAULT_FAMILY  # the model family it was made for (``cadenza.api.model_family`` names)
+    cloning: str | None = None  # VoxCPM 2: "reference", "continuation" or "combined"
 
     @property
     def duration(self) -> float:
@@ -142,6 +152,8 @@ class VoiceStore:
                         raise InputError(f"{self.directory / DB_NAME} was written by a newer Cadenza (schema {version})")
                     if 0 < version < 2:
                         self._add_name_keys()
+                    if 0 < version < 3:
+                        self._add_family_columns()
                     self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:  # not a database, unreadable, locked past the timeout
             raise InputError(f"cannot open the voice store {self.directory / DB_NAME}: {exc}") from exc
@@ -185,6 +197,13 @@ class VoiceStore:
             seen.add(key)
             self._db.execute("UPDATE voices SET name_key = ? WHERE id = ?", (key, voice_id))
 
+    def _add_family_columns(self) -> None:
+        """Schema 2 -> 3: the family columns (NULL reads as CosyVoice 2, which every older voice was made for)."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(voices)")]
+        for column in ("family", "cloning"):
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} TEXT")
+
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
@@ -214,20 +233,26 @@ class VoiceStore:
     def _taken(name: str) -> InputError:
         return InputError(f"a voice named {name!r} already exists (names are case-insensitive)")
 
-    def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str) -> VoiceRecord:
+    def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
+            family: str = DEFAULT_FAMILY, cloning: str | None = None) -> VoiceRecord:
         """Validate and save a voice (one transaction). ``audio``: encoded file bytes (any format libsndfile reads)
-        or ``(samples, sample_rate)``. Raises ``InputError`` (bad name, name taken, no consent) or ``AudioError``."""
+        or ``(samples, sample_rate)``; ``family``/``cloning``: the model family it is for and how that family uses
+        it (checked by the family's ``PromptLibrary``). Raises ``InputError`` (bad name, name taken, no consent) or
+        ``AudioError``."""
         name, transcript, consent = self.check_new(name, transcript, consent)
+        if not isinstance(family, str) or not family.isidentifier() or len(family) > 32:
+            raise InputError(f"bad model family name {str(family)[:40]!r}")
         wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
         blob = wav_bytes(wav, sr)
         now = time.time()
         voice_id = ID_PREFIX + secrets.token_urlsafe(ID_TOKEN_BYTES)
-        record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()))
+        record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()), family, cloning)
         try:
             with self._write():
                 self._db.execute(
-                    f"INSERT INTO voices ({_COLUMNS}, name_key, audio) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, name_key(name), blob),
+                    f"INSERT INTO voices ({_INSERT_COLUMNS}, name_key, audio) VALUES ({', '.join('?' * 12)})",
+                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, family, cloning,
+                     name_key(name), blob),
                 )
         except sqlite3.IntegrityError as exc:
             if "name" in str(exc):
