@@ -99,7 +99,8 @@ class _Sink:
 class AVEncoder:
     """mp3 / opus / aac / flac through PyAV. Input float32 mono at ``sample_rate``."""
 
-    def __init__(self, fmt: str, sample_rate: int) -> None:
+    def __init__(self, fmt: str, sample_rate: int, total_samples: int | None = None) -> None:
+        self._total = total_samples if fmt == "flac" else None
         try:
             import av
         except ImportError as exc:  # pragma: no cover - av is part of the server extra
@@ -133,7 +134,10 @@ class AVEncoder:
         frame = self._av.AudioFrame.from_ndarray(x.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate, frame.pts = self.sample_rate, self._pts
         self._pts += x.size
-        return self._mux(frame)
+        out = self._mux(frame)
+        if self._total is not None and out.startswith(b"fLaC"):
+            out = _flac_with_length(out, self._total)
+        return out
 
     def finish(self) -> bytes:
         if self._closed:
@@ -144,14 +148,26 @@ class AVEncoder:
         return out + self._sink.take()
 
 
+def _flac_with_length(data: bytes, total_samples: int) -> bytes:
+    """FLAC bytes whose STREAMINFO says ``total_samples`` (FFmpeg writing to a pipe leaves 0, "unknown", which some
+    readers take for an endless stream). STREAMINFO follows ``fLaC`` and its 4-byte block header; the 36-bit sample
+    count is the low end of the big-endian 64-bit word at byte 18 (after rate, channels and bits per sample)."""
+    if len(data) < 26 or data[4] & 0x7F != 0:  # not a STREAMINFO block first: leave as is
+        return data
+    word = int.from_bytes(data[18:26], "big")
+    word = (word & ~((1 << 36) - 1)) | (total_samples & ((1 << 36) - 1))
+    return data[:18] + word.to_bytes(8, "big") + data[26:]
+
+
 def make_encoder(fmt: str, sample_rate: int, total_samples: int | None = None) -> Encoder:
-    """An encoder for ``fmt`` (one of ``FORMATS``). ``total_samples``: the length, when known in advance (WAV)."""
+    """An encoder for ``fmt`` (one of ``FORMATS``). ``total_samples``: the length, when known in advance (WAV and
+    FLAC headers then carry it)."""
     if fmt == "pcm":
         return PcmEncoder(sample_rate)
     if fmt == "wav":
         return WavEncoder(sample_rate, total_samples)
     if fmt in _AV_FORMATS:
-        return AVEncoder(fmt, sample_rate)
+        return AVEncoder(fmt, sample_rate, total_samples)
     raise ValueError(f"unknown audio format {fmt!r}; supported: {', '.join(FORMATS)}")
 
 
