@@ -81,6 +81,12 @@ def test_modes_resolve_to_the_reference_layouts(tts, prompt_wav):
     assert zs.voice.prompt_mel.shape[1] == 2 * zs.voice.flow_prompt_speech.shape[1]
     xl = tts.request(TEXT, prompt_wav=prompt_wav, seed=1)
     assert xl.mode == "cross_lingual" and xl.lm_prompt_text.shape[1] == 0 and xl.lm_prompt_speech.shape[1] == 0
+    ref = tts.request(TEXT, reference_wav=prompt_wav, seed=1)  # VoxCPM 2's name for a voice without transcript
+    assert ref.mode == "cross_lingual" and torch.equal(ref.voice.embedding, xl.voice.embedding)
+    with pytest.raises(InputError, match="not both"):
+        tts.request(TEXT, reference_wav=prompt_wav, prompt_wav=prompt_wav)
+    with pytest.raises(InputError, match="without its transcript"):
+        tts.request(TEXT, reference_wav=prompt_wav, prompt_text="Just by listening.")
     ins = tts.request(TEXT, prompt_wav=prompt_wav, instruct="Speak slowly.", seed=1)
     eop = tts.engine.frontend.tokenizer.token_id("<|endofprompt|>")
     assert ins.mode == "instruct2" and ins.lm_prompt_text[0, -1].item() == eop and ins.lm_prompt_speech.shape[1] == 0

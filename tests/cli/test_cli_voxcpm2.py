@@ -30,9 +30,12 @@ def test_synth_design_and_clone(vx2_model_dir, tmp_path):
 def test_family_specific_errors(vx2_model_dir, cv2_dir, tmp_path):
     out = str(tmp_path / "x.wav")
     proc = _cadenza("synth", "--model", str(vx2_model_dir), "--text", "Hi there.", "--instruct", "cheerful", "-o", out)
-    assert proc.returncode == 2 and "not supported by VoxCPM 2" in proc.stderr
+    assert proc.returncode == 2 and "VoxCPM 2 models do not take instruct" in proc.stderr
+    assert "(description)text" in proc.stderr
+    proc = _cadenza("synth", "--model", str(vx2_model_dir), "--text", "Hi there.", "--speed", "1.5", "-o", out)
+    assert proc.returncode == 2 and "speaking-rate" in proc.stderr
     proc = _cadenza("design", "--model", str(cv2_dir), "--text", "(calm)Hi.", "-o", out)
-    assert proc.returncode == 2 and "needs a VoxCPM 2 model" in proc.stderr
+    assert proc.returncode == 2 and "(VoxCPM 2)" in proc.stderr and "--instruct" in proc.stderr
     proc = _cadenza("design", "--model", str(vx2_model_dir), "--text", "Hi there.", "-o", out)
     assert proc.returncode == 2 and "description in parentheses" in proc.stderr
     ref = str(vx2_model_dir.parent / "wavs" / "ref_16k.wav")

@@ -227,6 +227,7 @@ class Cadenza:
         seed: int | None = None,
         speed: float = 1.0,
         normalize: bool = True,
+        reference_wav: PromptAudio | None = None,
     ) -> SynthesisRequest:
         """Resolve arguments into one request (no splitting: see ``requests`` for long text). Modes:
 
@@ -234,7 +235,11 @@ class Cadenza:
         * ``prompt_wav`` alone: cross-lingual cloning (voice only; use it when the transcript is unknown);
         * ``prompt_wav`` or ``speaker`` + ``instruct``: instruct2 (natural-language style instruction);
         * ``speaker``: a saved voice; nothing: an arbitrary voice (zero speaker embedding).
+
+        ``reference_wav``: a recording whose voice to copy without its transcript, i.e. ``prompt_wav`` alone
+        (cross-lingual); the name VoxCPM 2 models use for the same thing.
         """
+        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         eng = self.engine
         self._check_args(text, text_ids, prompt_text, seed, speed)
         if text is not None and normalize:
@@ -263,8 +268,10 @@ class Cadenza:
     def requests(self, text: str | None = None, *, text_ids: Sequence[int] | None = None, normalize: bool = True,
                  prompt_wav: PromptAudio | None = None, prompt_text: str | None = None,
                  prompt_text_ids: Sequence[int] | None = None, instruct: str | None = None,
-                 speaker: str | None = None, seed: int | None = None, speed: float = 1.0) -> list[SynthesisRequest]:
+                 speaker: str | None = None, seed: int | None = None, speed: float = 1.0,
+                 reference_wav: PromptAudio | None = None) -> list[SynthesisRequest]:
         """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
+        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         self._check_args(text, text_ids, prompt_text, seed, speed)
         if normalize and prompt_text is not None and prompt_text.strip():
             prompt_text = normalize_text(prompt_text)
@@ -304,7 +311,9 @@ class Cadenza:
         return self._bistream(iter(text), **kwargs)
 
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
-                  instruct=None, speaker=None, seed=None, speed: float = 1.0) -> Iterator[np.ndarray]:
+                  instruct=None, speaker=None, seed=None, speed: float = 1.0,
+                  reference_wav=None) -> Iterator[np.ndarray]:
+        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         if speed != 1.0:
             raise InputError("speed other than 1.0 is only supported without streaming")
         check_seed(seed)
@@ -429,3 +438,16 @@ class Cadenza:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids):
+    """``reference_wav`` (a voice to copy, no transcript) is CosyVoice 2's cross-lingual ``prompt_wav``."""
+    if reference_wav is None:
+        return prompt_wav
+    if prompt_wav is not None:
+        raise InputError("CosyVoice 2 clones from one recording: give prompt_wav (with prompt_text: zero-shot) or "
+                         "reference_wav (its voice only: cross-lingual), not both")
+    if prompt_text is not None or prompt_text_ids is not None:
+        raise InputError("reference_wav copies a voice without its transcript: for zero-shot cloning with a "
+                         "transcript pass the recording as prompt_wav")
+    return reference_wav

@@ -72,6 +72,7 @@ class VoxCPM2:
         check_text_arg(text, "text")
         check_text_arg(prompt_text, "prompt_text", optional=True)
         check_seed(seed)
+        options = _check_options(options)
         return self.engine.build(text, reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text,
                                  seed=seed, normalize=normalize, **options)
 
@@ -195,3 +196,30 @@ class VoxCPM2:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Arguments of CosyVoice 2's API with no VoxCPM 2 meaning, and what to do instead.
+_OTHER_FAMILY = {
+    "instruct": "describe the voice as '(description)text' (or VoxCPM2.design)",
+    "speaker": "pass a prepared voice as voice= (engine.voice(...)), or a recording as reference_wav",
+    "text_ids": "pass the text itself",
+    "prompt_text_ids": "pass the transcript as prompt_text",
+    "speed": "VoxCPM 2 has no speaking-rate control",
+}
+_OPTIONS = frozenset({"voice", "cfg_value", "inference_timesteps", "retry", "retry_max_attempts", "retry_ratio",
+                      "min_len", "max_len", "stream_holdback", "reference_stream_onset", "noise"})
+
+
+def _check_options(options: dict) -> dict:
+    """``options`` without the no-op ``speed=1.0``; an ``InputError`` naming any argument VoxCPM 2 does not take
+    (instead of a TypeError deep in the engine)."""
+    kept = {}
+    for name, value in options.items():
+        if name == "speed" and value == 1.0:
+            continue
+        if name in _OTHER_FAMILY:
+            raise InputError(f"VoxCPM 2 models do not take {name}: {_OTHER_FAMILY[name]}")
+        if name not in _OPTIONS:
+            raise InputError(f"VoxCPM 2 models do not take {name!r} (options: {', '.join(sorted(_OPTIONS))})")
+        kept[name] = value
+    return kept

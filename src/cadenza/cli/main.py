@@ -153,36 +153,32 @@ def _check_texts(args, text: str | None) -> None:
                 raise
 
 
+def _voice_arguments(args, names: tuple[str, ...]) -> dict:
+    """The synthesis arguments given on the command line (the model refuses, naming it, what it does not take)."""
+    given = {name: getattr(args, name, None) for name in names}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def _synth(args) -> None:
     text = _read_text_file(args.text_file) if args.text_file else args.text
     _check_texts(args, text)
     tts = _load(args)
-    if tts.family == "voxcpm2":
-        unsupported = [f for f, v in (("--text-ids", args.text_ids), ("--prompt-text-ids", args.prompt_text_ids),
-                                      ("--instruct", args.instruct), ("--speaker", args.speaker)) if v is not None]
-        if unsupported or args.speed != 1.0:
-            raise CadenzaError(f"not supported by VoxCPM 2 models: {', '.join(unsupported) or '--speed'} "
-                               "(describe the voice as '(description)text' instead of --instruct)")
-        kwargs = dict(reference_wav=args.reference_wav, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
-                      seed=args.seed, normalize=args.normalize)
-    else:
-        if args.reference_wav is not None:
-            if args.prompt_wav is not None:
-                raise CadenzaError("CosyVoice 2 clones from one recording: --prompt-wav or --reference-wav")
-            args.prompt_wav = args.reference_wav  # a voice without transcript = cross-lingual mode
-        kwargs = dict(text_ids=args.text_ids, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text,
-                      prompt_text_ids=args.prompt_text_ids, instruct=args.instruct, speaker=args.speaker,
-                      seed=args.seed, speed=args.speed)
-        if args.text_ids is None:
-            kwargs["normalize"] = args.normalize
-    _run(tts, text, kwargs, args.stream, args.output, progress_bar=bool(args.text_file))
+    kwargs = _voice_arguments(args, ("text_ids", "reference_wav", "prompt_wav", "prompt_text", "prompt_text_ids",
+                                     "instruct", "speaker", "seed"))
+    if args.speed != 1.0:
+        kwargs["speed"] = args.speed
+    if args.text_ids is None:
+        kwargs["normalize"] = args.normalize
+    _run(tts, text, kwargs, args.stream, args.output,
+         progress_bar=bool(args.text_file))
 
 
 def _design(args) -> None:
     _check_texts(args, args.text)
     tts = _load(args)
-    if tts.family != "voxcpm2":
-        raise CadenzaError("voice design needs a VoxCPM 2 model; CosyVoice 2 takes --instruct with a voice prompt")
+    if tts.capabilities.instructions != "voice_design":
+        raise CadenzaError(f"voice design needs a model that designs voices from a description (VoxCPM 2); "
+                           f"{tts.capabilities.title} takes --instruct with a voice prompt")
     if not args.text.lstrip().startswith("("):
         raise CadenzaError("voice design text starts with a description in parentheses: '(a warm voice)Hello.'")
     _run(tts, args.text, dict(seed=args.seed, normalize=args.normalize), args.stream, args.output)
@@ -195,14 +191,8 @@ def _clone(args) -> None:
         raise CadenzaError("clone needs --reference-wav and/or --prompt-wav with --prompt-text")
     if args.prompt_wav is not None and not (args.prompt_text or "").strip():
         raise CadenzaError("--prompt-wav needs its transcript --prompt-text (or pass the audio as --reference-wav)")
-    if tts.family == "voxcpm2":
-        kwargs = dict(reference_wav=args.reference_wav, prompt_wav=args.prompt_wav, prompt_text=args.prompt_text)
-    else:
-        if args.reference_wav is not None and args.prompt_wav is not None:
-            raise CadenzaError("CosyVoice 2 clones from one recording: --prompt-wav with --prompt-text (zero-shot) "
-                               "or --reference-wav alone (cross-lingual)")
-        kwargs = dict(prompt_wav=args.prompt_wav or args.reference_wav, prompt_text=args.prompt_text)
-    _run(tts, args.text, dict(kwargs, seed=args.seed, normalize=args.normalize), args.stream, args.output)
+    kwargs = _voice_arguments(args, ("reference_wav", "prompt_wav", "prompt_text", "seed"))
+    _run(tts, args.text, dict(kwargs, normalize=args.normalize), args.stream, args.output)
 
 
 def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool = False) -> None:

@@ -1,0 +1,58 @@
+"""``cadenza.api.VoxCPM2`` on the fixture's tiny model: the arguments it takes and refuses, and the serving half of
+the ``SpeechModel`` protocol both families implement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cadenza
+from cadenza.api.protocol import SpeechModel
+from cadenza.errors import InputError, TextError
+
+
+@pytest.fixture(scope="module")
+def vx2(vx2_model_dir):
+    with cadenza.load(vx2_model_dir) as model:
+        yield model
+
+
+def test_both_families_implement_the_protocol(vx2, cv2_dir):
+    assert isinstance(vx2, SpeechModel)
+    with cadenza.load(cv2_dir) as cv2:
+        assert isinstance(cv2, SpeechModel)
+        assert cv2.capabilities.family == "cosyvoice2" and cv2.capabilities.text_streaming == "tokens"
+    caps = vx2.capabilities
+    assert (caps.family, caps.sample_rate, caps.speed, caps.output_frame_samples) == ("voxcpm2", 48000, None, 7680)
+
+
+def test_arguments_of_the_other_family_are_named(vx2):
+    for name, value, hint in (("instruct", "cheerful", "(description)text"), ("speaker", "alice", "voice="),
+                              ("text_ids", [1, 2], "text itself"), ("speed", 1.5, "speaking-rate")):
+        with pytest.raises(InputError, match=f"do not take {name}") as info:
+            vx2.synthesize("Hello there.", **{name: value})
+        assert hint in str(info.value)
+    with pytest.raises(InputError, match="'temprature'"):
+        vx2.synthesize("Hello there.", temprature=0.5)
+    same = vx2.synthesize("Hello there.", seed=2, speed=1.0).samples  # speed 1.0 asks for nothing
+    np.testing.assert_array_equal(same, vx2.synthesize("Hello there.", seed=2).samples)
+
+
+def test_segments_keep_the_description_on_every_segment(vx2):
+    text = "(A calm voice)" + " ".join(f"This is sentence number {k}." for k in range(200))
+    segments = vx2.segments(text)
+    assert len(segments) > 1 and all(s.startswith("(A calm voice)") for s in segments)
+    assert "sentence number twelve" in " ".join(segments)  # normalised
+    with pytest.raises(TextError, match="nothing to speak"):
+        vx2.segments("(A calm voice)...")
+
+
+def test_plan_makes_one_request_per_segment_and_refuses_two_descriptions(vx2):
+    plan = vx2.plan(["Hello there.", "How are you?"], None, instructions="A bright voice", seed=5)
+    assert [r.seed for r in plan.requests] == [5, 6]
+    assert all(r.text.description == "A bright voice" for r in plan.requests)
+    assert plan.text_tokens == sum(r.target_len for r in plan.requests)
+    with pytest.raises(InputError, match="not both"):
+        vx2.plan(["(calm)Hello there."], None, instructions="A bright voice")
+    with pytest.raises(InputError, match="speed"):
+        vx2.plan(["Hello."], None, speed=0.8)
