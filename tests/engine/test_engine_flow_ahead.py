@@ -109,13 +109,13 @@ def _engine_audio(model, flow_ahead: bool, cores: int = 2) -> tuple[list[np.ndar
                               scheduler_config=SchedulerConfig(flow_ahead=flow_ahead, vocoder_workers=2,
                                                                vocoder_threads=1, lm_threads=1))
     sched = engine.scheduler
-    step = sched._step
+    step = sched.lm_worker.step
 
     def slow_step(*args):  # the tiny LM would otherwise outrun the vocoder, leaving it no idle moment
         time.sleep(0.003)
         return step(*args)
 
-    sched._step = slow_step
+    sched.lm_worker.step = slow_step
     try:
         audio, ahead = [], []
         for i in range(2):

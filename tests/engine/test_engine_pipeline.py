@@ -13,6 +13,7 @@ import torch
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.token2wav import StreamSchedule
+from cadenza.engine.vocoder_workers import VocoderWorker
 from cadenza.errors import RequestCancelledError
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
@@ -43,34 +44,49 @@ def _until(predicate, seconds: float = 30.0) -> bool:
     return predicate()
 
 
+@pytest.fixture(autouse=True)
+def _restore_vocode():
+    """Tests wrap ``VocoderWorker.vocode`` (class-wide: workers are made when the first request arrives)."""
+    original = VocoderWorker.vocode
+    yield
+    VocoderWorker.vocode = original
+
+
 class _GatedVocoder:
-    """Holds the vocoder worker inside the first piece of work that ``hold(work)`` picks until ``release``."""
+    """Holds a vocoder worker inside the first piece of work that ``hold(work)`` picks until ``release`` (wraps
+    ``VocoderWorker.vocode`` for every worker; ``release`` puts it back)."""
 
     def __init__(self, sched: Scheduler, hold=lambda work: True) -> None:
         self.inside, self.gate, self.work = threading.Event(), threading.Event(), None
-        self._original, self._hold = sched._vocode, hold
-        sched._vocode = self
+        self._original, self._hold = VocoderWorker.vocode, hold
+        gated = self
 
-    def __call__(self, work):
+        def vocode(worker, work):
+            return gated(worker, work)
+
+        VocoderWorker.vocode = vocode
+
+    def __call__(self, worker, work):
         if not self.inside.is_set() and self._hold(work):
             self.work = [job for job, _, _ in work]
             self.inside.set()
             self.gate.wait(60)
-        return self._original(work)
+        return self._original(worker, work)
 
     def release(self) -> None:
+        VocoderWorker.vocode = self._original
         self.gate.set()
 
 
 def _slow_lm(sched: Scheduler, seconds: float) -> None:
     """Each LM step takes at least ``seconds`` (the tiny LM would otherwise finish before anything is observed)."""
-    original = sched._step
+    original = sched.lm_worker.step
 
     def step(*args):
         time.sleep(seconds)
         return original(*args)
 
-    sched._step = step
+    sched.lm_worker.step = step
 
 
 def test_lm_decodes_while_a_chunk_is_vocoded(model):
@@ -121,7 +137,7 @@ def test_first_audio_gets_the_cores(model):
     _slow_lm(sched, 0.002)
     try:
         old, new, gated, iters = _old_and_held_first_chunk(engine, 2)
-        assert sched._first_audio_pending and not old._job.lm_done
+        assert sched.state.first_audio_pending and not old._job.lm_done
         frozen = len(old._job.ids)
         others = [h._job for h in new if not any(h._job is j for j in gated.work)]
         before = [len(j.ids) for j in others]
@@ -150,7 +166,7 @@ def _first_chunk_held(model, first_audio_pause: str, cores: int):
         frozen = len(old._job.ids)
         time.sleep(0.3)
         stepped = len(old._job.ids) > frozen or old._job.lm_done
-        pending = sched._first_audio_pending
+        pending = sched.state.first_audio_pending
         gated.release()
         for it in iters:
             assert all(np.isfinite(c).all() for c in it)
@@ -185,7 +201,7 @@ def test_cancel_while_vocoding_frees_both_halves(model):
         job = handle._job
         assert job.done and job.decoder is None and job.synth is None
         with pytest.raises(RequestCancelledError):
-            while (item := sched.take(job)) is not None:
+            while (item := sched.board.take(job)) is not None:
                 if isinstance(item, BaseException):
                     raise item
     finally:
@@ -223,18 +239,18 @@ def test_worker_threads(model):
     try:
         seen = {}
         sched = engine.scheduler
-        vocode, step = sched._vocode, sched._step
+        vocode, step = VocoderWorker.vocode, sched.lm_worker.step
 
-        def spy_vocode(work):
+        def spy_vocode(worker, work):
             seen.setdefault("vocoders", set()).add(threading.current_thread().name)
             seen["vocoder"] = torch.get_num_threads()
-            return vocode(work)
+            return vocode(worker, work)
 
         def spy_step(*args):
             seen["lm"] = torch.get_num_threads()
             return step(*args)
 
-        sched._vocode, sched._step = spy_vocode, spy_step
+        VocoderWorker.vocode, sched.lm_worker.step = spy_vocode, spy_step
         handles = [engine.stream(_request(engine, 9 + i, 60)) for i in range(2)]
         assert all(sum(len(c) for c in h) > 0 for h in handles)
         assert seen == {"lm": 1, "vocoder": 2, "vocoders": {"cadenza-vocoder-0", "cadenza-vocoder-1"}}

@@ -75,13 +75,13 @@ def test_queue_full_is_a_clear_busy_error(cv2_dir):
     tts = Cadenza.from_pretrained(cv2_dir)
     sched = Scheduler(tts.engine.model, StreamSchedule(), SchedulerConfig(max_active=1, max_queued=1))
     gate = threading.Event()
-    original = sched._step
+    original = sched.lm_worker.step
 
     def slow_step(*args):
         gate.wait(30)
         original(*args)
 
-    sched._step = slow_step
+    sched.lm_worker.step = slow_step
     try:
         handles = [sched.submit(tts.request(text_ids=TEXTS[0], seed=i), stream=False) for i in range(2)]
         # wait until the worker took the first request, so one is active and one queued

@@ -75,13 +75,13 @@ def _create(client: httpx.Client, name: str, audio: bytes | None = None, **field
 # -- 2. the work one request can cause ------------------------------------------------------------------------------
 def test_text_that_reads_out_long_is_refused_before_any_work(tts, open_server):
     c, sched = open_server.client, tts.engine.scheduler
-    steps = sched._lm_steps
+    steps = sched.state.lm_steps
     started = time.perf_counter()
     err = _error(c.post("/v1/audio/speech", json={**SPEECH, "input": "9" * 4000}), 400, "input")
     assert err["code"] == "string_above_max_length" and "reads out to 19" in err["message"]
     err = _error(c.post("/v1/audio/speech", json={**SPEECH, "input": "Hello there. " * 200}), 400, "input")
     assert err["code"] == "audio_above_max_duration" and "about 167 s" in err["message"]
-    assert time.perf_counter() - started < 10 and sched._lm_steps == steps  # no LM step was run for them
+    assert time.perf_counter() - started < 10 and sched.state.lm_steps == steps  # no LM step was run for them
     assert open_server.state.admission.inflight == 0 and open_server.state.admission.work == 0
 
 

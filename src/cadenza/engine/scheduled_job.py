@@ -1,48 +1,42 @@
-"""What the scheduler keeps per request (``Job``)."""
+"""What the CosyVoice 2 scheduler keeps per request (``Job``: the board's fields, the LM's and the vocoder's)."""
 
 from __future__ import annotations
 
-import collections
-import time
 from dataclasses import dataclass, field
 
+from cadenza.engine.job_board import DONE, BoardJob
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.token2wav import StreamSynthesis
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 
-DONE = object()  # the end of a request's audio (in its buffer) or text (in its text inbox)
+__all__ = ["DONE", "Job"]
 
 
-@dataclass(eq=False)
-class Job:
+@dataclass(eq=False, kw_only=True)
+class Job(BoardJob):
     """One request's live state inside the scheduler. ``decoder`` belongs to the LM worker, ``synth`` to the vocoder
-    worker: each is touched (and freed) by its own worker only. Flags and buffers change under the scheduler lock."""
+    worker: each is touched (and freed) by its own worker only. Flags and buffers change under the board's lock."""
 
     request: SynthesisRequest
-    stream: bool
     decoder: UnistreamDecoder | BistreamDecoder | None
     synth: StreamSynthesis | None = None
     flow_session: IncrementalFlow | None = None  # primed flow state built at submit, taken over by ``synth``
     ids: list[int] = field(default_factory=list)  # appended by the LM worker only; read by the vocoder worker
     lm_done: bool = False  # set after the last token is in ``ids``
-    done: bool = False  # the final item is in ``buffer``; the workers free their halves
-    cancelled: bool = False
     vocoder_released: bool = False  # the vocoder worker freed (or never had) ``synth``
     vocoder_worker: int = 0  # index of the vocoder worker that owns ``synth`` (set at admission)
-    chunks_out: int = 0
-    text_inbox: collections.deque = field(default_factory=collections.deque)  # bistream text ids / DONE
-    buffer: collections.deque = field(default_factory=collections.deque)  # audio chunks / exception / DONE
-    seq: int = 0
     first_chunk_tokens: int = 0  # tokens its first streaming chunk needs (hop + look-ahead)
     ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
-    submitted: float = field(default_factory=time.perf_counter)
-    first_chunk_s: float | None = None
     flow_ahead_tokens: int = 0  # tokens whose flow a vocoder worker computed ahead of their chunk
 
     @property
     def released(self) -> bool:
         return self.decoder is None and self.vocoder_released
+
+    def release_all(self) -> None:
+        self.release_lm()
+        self.release_vocoder()
 
     def release_lm(self) -> None:
         if self.decoder is not None:

@@ -1,7 +1,8 @@
-"""The vocoder workers' half of the ``Scheduler`` (``engine/scheduler.py``): picking a worker's next work among the
+"""The CosyVoice 2 scheduler's audio stage (``VocoderWorker``, one or more): picking a worker's next work among the
 requests it owns (ready chunks, batched by frame count; flow ahead when nothing is ready) and running it (flow +
-HiFT, then handing the audio to the consumer). Everything here runs on a vocoder worker's thread; the state it reads
-(active jobs, the lock and its condition variables, the worker layout, the LM's step count) is the scheduler's.
+HiFT, then handing the audio to the consumer). Everything here runs on the worker's own thread; what it shares with
+the LM worker is explicit: the ``JobBoard`` (jobs, lock, wake-ups) and the ``PipelineState`` (the LM's step count,
+whether a first chunk is pending, the worker layout).
 """
 
 from __future__ import annotations
@@ -9,40 +10,49 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from cadenza.engine.scheduled_job import DONE, Job
-from cadenza.engine.token2wav import StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
+from cadenza.engine.job_board import DONE, JobBoard
+from cadenza.engine.pipeline_state import PipelineState
+from cadenza.engine.scheduled_job import Job
+from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
+from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
 FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)
 
 
-class VocoderWorkers:
-    """Mixed into ``Scheduler``: its vocoder-worker loop and the work it does."""
+class VocoderWorker:
+    """Vocoder worker number ``index``: owns the requests admitted to it (``Job.vocoder_worker``)."""
 
-    def _run_vocoder(self, worker: int) -> None:
+    def __init__(self, index: int, model: CosyVoice2Model, token2wav: Token2Wav, schedule: StreamSchedule,
+                 board: JobBoard, state: PipelineState) -> None:
+        self.index, self.model, self.token2wav, self.schedule = index, model, token2wav, schedule
+        self.board, self.state, self.config = board, state, board.config
+
+    def run(self) -> None:
+        board, state = self.board, self.state
         while True:
-            with self._cond:
+            with board.cond:
                 while True:
-                    mine = [j for j in self._active if j.vocoder_worker == worker]
+                    mine = [j for j in board.active if j.vocoder_worker == self.index]
                     for job in mine:
                         if job.done and not job.vocoder_released:
                             job.release_vocoder()
-                    self._prune()
-                    if self._closed:
+                    board.prune()
+                    if board.closed:
                         for job in mine:
                             job.release_vocoder()
                         return
                     work = self._pick(mine)
                     if work:
-                        self._vocoding += 1
+                        state.vocoding += 1
                         break
-                    self._vocoder_wake.wait()
+                    board.audio_wake.wait()
             try:
-                self._vocode(work)
+                self.vocode(work)
             finally:
-                with self._cond:
-                    self._vocoding -= 1
-                    if self._first_audio_pending:
-                        self._lm_wake.notify()  # under "contended" the cores it used may be the LM's now
+                with board.cond:
+                    state.vocoding -= 1
+                    if state.first_audio_pending:
+                        board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
 
     def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
@@ -50,7 +60,7 @@ class VocoderWorkers:
         waiting for batch partners). Caller holds the lock."""
         ready = []
         for job in mine:
-            if job.done or job.cancelled or len(job.buffer) >= self.config.max_buffered_chunks:
+            if job.done or job.cancelled or not self.board.room(job):
                 continue
             lm_done = job.lm_done  # read before the ids: when it is set, every id is in
             n = len(job.ids)
@@ -68,9 +78,10 @@ class VocoderWorkers:
             return ready[:1]
         group = [r for r in ready if self._flow_frames(*r) == frames]
         if first.ready_since is None:
-            first.ready_since = self._lm_steps
+            first.ready_since = self.state.lm_steps
         waiting = [j for j in mine if j is not first and self._soon_ready(j, frames)]
-        if self._lm_busy and waiting and self._lm_steps - first.ready_since < self.config.flow_batch_wait_steps:
+        if (self.state.lm_busy and waiting
+                and self.state.lm_steps - first.ready_since < self.config.flow_batch_wait_steps):
             return None  # woken by the LM worker after each step
         for job, _, _ in group:
             job.ready_since = None
@@ -83,13 +94,13 @@ class VocoderWorkers:
         stream waits for its first audio (that chunk must not queue behind work that can wait) and where it would
         share a core with the LM (the decoding it would slow is what the chunks wait for: measured, two vocoder
         workers computing ahead beside the LM on two cores lost 10-20 % at 2-8 streams). Caller holds the lock."""
-        if (not self.config.flow_ahead or self._lm_competes(starting=1)
-                or any(j.stream and j.chunks_out == 0 and not j.done for j in self._active)):
+        if (not self.config.flow_ahead or self.state.lm_competes(starting=1)
+                or any(j.stream and j.chunks_out == 0 and not j.done for j in self.board.active)):
             return None
         work, frames = [], None
         for job in sorted(mine, key=lambda j: j.seq):
             if (job.done or job.cancelled or job.lm_done or not job.stream or job.synth is None
-                    or len(job.buffer) >= self.config.max_buffered_chunks):
+                    or not self.board.room(job)):
                 continue
             n = job.synth.flow_ahead_tokens(len(job.ids))
             if n and frames in (None, (f := job.synth.flow_ahead_frames(n))):
@@ -104,7 +115,7 @@ class VocoderWorkers:
                                         lambda k, g=job.request.vocoder_generator: g, flow_session=session)
             return True
         except Exception as exc:
-            self._finish(job, exc)
+            self.board.finish(job, exc)
             return False
 
     @staticmethod
@@ -119,13 +130,14 @@ class VocoderWorkers:
         synth = job.synth
         if job.done or job.lm_done or not job.stream or synth is None:
             return False
-        if self._first_audio_pending and job.chunks_out > 0:
+        if self.state.first_audio_pending and job.chunks_out > 0:
             return False  # paused by the LM worker until someone's first audio is out: it will not come closer
         n = len(job.ids)
         missing = synth.chunker.offset + synth.chunker.hop + synth.lookahead - n
         return 0 < missing <= self.config.flow_batch_wait_steps and synth.flow_frames(n, False) == frames
 
-    def _vocode(self, work: list[tuple[Job, int, bool]]) -> None:
+    def vocode(self, work: list[tuple[Job, int, bool]]) -> None:
+        """Run one piece of picked work (a test may wrap this to watch or hold a worker)."""
         if work[0][2] is FLOW_AHEAD:
             self._flow_ahead(work)
         elif len(work) > 1:
@@ -156,7 +168,7 @@ class VocoderWorkers:
             self._end_vocoding(jobs, exc)
             return
         for job, audio in zip(jobs, chunks):
-            self._emit(job, audio)
+            self.board.emit(job, audio)
         self._end_vocoding([job for job, final in zip(jobs, finals) if final], DONE)
 
     def _vocoder_step(self, job: Job, n: int, final: bool) -> None:
@@ -166,11 +178,11 @@ class VocoderWorkers:
                 audio = (self.token2wav.full(torch.tensor([ids]), job.request.voice, job.request.speed,
                                              job.request.vocoder_generator)
                          if ids else np.zeros(0, dtype=np.float32))
-                self._emit(job, audio)
+                self.board.emit(job, audio)
             elif not final:
-                self._emit(job, job.synth.next_chunk(ids))
+                self.board.emit(job, job.synth.next_chunk(ids))
             elif ids:  # the remaining tokens and the held-back overlap of the previous chunk
-                self._emit(job, job.synth.finish(ids))
+                self.board.emit(job, job.synth.finish(ids))
         except Exception as exc:
             self._end_vocoding([job], exc)
             return
@@ -182,7 +194,7 @@ class VocoderWorkers:
         the slot free (the LM half of a job that reaches its last chunk is freed already)."""
         for job in jobs:
             job.release_vocoder()
-        with self._cond:
+        with self.board.cond:
             for job in jobs:
-                self._finish(job, item)
-            self._prune()
+                self.board.finish(job, item)
+            self.board.prune()
