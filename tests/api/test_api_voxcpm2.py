@@ -27,7 +27,7 @@ def test_both_families_implement_the_protocol(vx2, cv2_dir):
 
 
 def test_arguments_of_the_other_family_are_named(vx2):
-    for name, value, hint in (("instruct", "cheerful", "(description)text"), ("speaker", "alice", "voice="),
+    for name, value, hint in (("instruct", "cheerful", "(description)text"),
                               ("text_ids", [1, 2], "text itself"), ("speed", 1.5, "speaking-rate")):
         with pytest.raises(InputError, match=f"do not take {name}") as info:
             vx2.synthesize("Hello there.", **{name: value})
@@ -56,3 +56,26 @@ def test_plan_makes_one_request_per_segment_and_refuses_two_descriptions(vx2):
         vx2.plan(["(calm)Hello there."], None, instructions="A bright voice")
     with pytest.raises(InputError, match="speed"):
         vx2.plan(["Hello."], None, speed=0.8)
+
+
+def test_saved_voices_of_a_store_are_speakers(vx2_model_dir, tmp_path):
+    from cadenza.errors import UnknownSpeakerError, VoiceFamilyError
+    from cadenza.voices import VoiceStore
+
+    from test_server_harness import CONSENT, speech_prompt
+
+    samples, sr = speech_prompt(2.0)
+    with VoiceStore(tmp_path / "voices") as store:
+        store.add("cora", (samples, sr), "Hello.", CONSENT)  # a CosyVoice 2 voice
+    with cadenza.load(vx2_model_dir, voices_dir=tmp_path / "voices") as tts:
+        record = tts.voice_prompts.create("vera", (samples, sr), None, CONSENT)
+        assert (record.family, record.cloning) == ("voxcpm2", "reference")
+        by_name = tts.synthesize("Hello there.", speaker="vera", seed=4).samples
+        by_audio = tts.synthesize("Hello there.", voice=tts.voice_prompts.resolve("vera").prompt, seed=4).samples
+        np.testing.assert_array_equal(by_name, by_audio)
+        with pytest.raises(VoiceFamilyError, match="CosyVoice 2"):
+            tts.synthesize("Hello there.", speaker="cora")
+        with pytest.raises(InputError, match="not both"):
+            tts.synthesize("Hello there.", speaker="vera", reference_wav=(samples, sr))
+    with cadenza.load(vx2_model_dir) as tts, pytest.raises(UnknownSpeakerError, match="voices_dir"):
+        tts.synthesize("Hello there.", speaker="vera")

@@ -63,6 +63,7 @@ class Cadenza:
         self.directory = directory
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
         self.voice_prompts = CosyVoice2Prompts(self, voices) if voices is not None else None
+        self._owns_voices = False  # opened by from_pretrained: closed by close()
         # The voice used when a request names none (cadenza.json's default_speaker; else an arbitrary voice).
         meta = read_model_metadata(directory)
         if meta.get("status") == "experimental":
@@ -95,7 +96,9 @@ class Cadenza:
             raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
                                   f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
-        return cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler), directory, voices)
+        tts = cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler), directory, voices)
+        tts._owns_voices = voices is not None
+        return tts
 
     @property
     def sample_rate(self) -> int:
@@ -430,8 +433,10 @@ class Cadenza:
         return self.engine.scheduler.config
 
     def close(self) -> None:
-        """Stop the engine's worker thread (pending requests are cancelled)."""
+        """Stop the engine's worker thread (pending requests are cancelled); close the voice store it opened."""
         self.engine.close()
+        if self._owns_voices:
+            self.voices.close()
 
     def __enter__(self) -> Cadenza:
         return self

@@ -50,7 +50,7 @@ FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
            "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler"})),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
-           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler"})),
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir"})),
 ]
 
 
@@ -82,15 +82,14 @@ def model_family(path: str | os.PathLike) -> str:
 
 def load(path: str | os.PathLike | None = None, **kwargs):
     """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
-    cadenza-tiny. ``voices_dir`` is ignored by families without saved voices (VoxCPM 2); any other argument the
-    family does not take is an ``InputError`` naming it."""
+    cadenza-tiny. An argument the family does not take is an ``InputError`` naming it."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
     if "device" in kwargs:
         check_device(kwargs["device"])
     directory = resolve_model_path(path)
     family = _family_of(directory)
-    unknown = sorted(set(kwargs) - family.accepts - {"device", "voices_dir"})
+    unknown = sorted(set(kwargs) - family.accepts - {"device"})
     if unknown:
         raise InputError(f"{family.title} models do not take {', '.join(unknown)} (they take: device, "
                          f"{', '.join(sorted(family.accepts))})")

@@ -24,7 +24,7 @@ from cadenza.api.protocol import Capabilities, Plan
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
-from cadenza.errors import InputError, TextError
+from cadenza.errors import InputError, TextError, UnknownSpeakerError
 from cadenza.models.voxcpm2.prompt import PromptAudio
 from cadenza.models.voxcpm2.request_text import is_speakable, split_description
 from cadenza.text import normalize as normalize_text
@@ -43,29 +43,38 @@ class VoxCPM2:
 
     family = "voxcpm2"
 
-    def __init__(self, engine: VoxCPM2Engine, directory: Path) -> None:
+    def __init__(self, engine: VoxCPM2Engine, directory: Path, voices: VoiceStore | None = None) -> None:
         self.engine = engine
         self.directory = directory
+        self.voices = voices  # saved voices (SQLite), shared with `cadenza serve`
+        self.voice_prompts = VoxCPM2Prompts(self, voices) if voices is not None else None
+        self._owns_voices = False  # opened by from_pretrained: closed by close()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype | str | None = None,
-                        lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None) -> VoxCPM2:
+                        lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None,
+                        voices_dir: str | os.PathLike | None = None) -> VoxCPM2:
         """``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder to apply.
-        ``scheduler``: limits of the request scheduler that batches concurrent requests."""
+        ``scheduler``: limits of the request scheduler that batches concurrent requests. ``voices_dir``: a saved-voice
+        store (its VoxCPM 2 voices are then usable as ``speaker=``)."""
         directory = Path(path).expanduser()
         options = {} if scheduler is None else {"scheduler": scheduler}
         engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
-        return cls(engine, directory)
+        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None)
+        model._owns_voices = voices_dir is not None
+        return model
 
     @property
     def sample_rate(self) -> int:
         return self.engine.sample_rate
 
     def request(self, text: str, *, reference_wav: PromptAudio | None = None, prompt_wav: PromptAudio | None = None,
-                prompt_text: str | None = None, seed: int | None = None, normalize: bool = True, **options):
+                prompt_text: str | None = None, speaker: str | None = None, seed: int | None = None,
+                normalize: bool = True, **options):
         """Modes: plain text; ``(description)text`` voice design; ``reference_wav`` cloning; ``prompt_wav`` +
-        ``prompt_text`` continuation; reference + continuation combined. ``options``: ``cfg_value``,
-        ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``.
+        ``prompt_text`` continuation; reference + continuation combined; ``speaker``: a saved VoxCPM 2 voice of the
+        voice store (by name or id; cloned as it was made). ``options``: ``voice`` (a prepared ``VoicePrompt``),
+        ``cfg_value``, ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``.
 
         Text arguments must be strings of valid Unicode without NUL, ``seed`` an integer in [0, 2**63) (``TextError``
         / ``InputError`` naming the argument, before any work)."""
@@ -73,8 +82,20 @@ class VoxCPM2:
         check_text_arg(prompt_text, "prompt_text", optional=True)
         check_seed(seed)
         options = _check_options(options)
+        if speaker is not None:
+            if any(a is not None for a in (reference_wav, prompt_wav, prompt_text, options.get("voice"))):
+                raise InputError("give either speaker (a saved voice) or voice audio, not both")
+            options["voice"] = self._saved_voice(speaker)
         return self.engine.build(text, reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text,
                                  seed=seed, normalize=normalize, **options)
+
+    def _saved_voice(self, speaker: object):
+        if not isinstance(speaker, str) or not speaker.strip():
+            raise InputError("speaker must be a saved voice's name or id")
+        if self.voice_prompts is None:
+            raise UnknownSpeakerError(f"no voice store is open, so there is no saved voice {speaker[:80]!r}: load "
+                                      "the model with voices_dir=... (the folder `cadenza serve --voices-dir` uses)")
+        return self.voice_prompts.resolve(speaker).prompt
 
     def synthesize(self, text: str, **kwargs) -> Audio:
         return Audio(self.engine.synthesize(self.request(text, **kwargs)), self.sample_rate)
@@ -107,6 +128,9 @@ class VoxCPM2:
             output_frame_samples=self.engine.config.patch_size * vae.decode_hop_length)
 
     def prompt_library(self, store: VoiceStore, cache_size: int = 64) -> VoxCPM2Prompts:
+        """Saved voices of ``store`` as this model's prompts (the API's own library when it is the same store)."""
+        if store is self.voices and self.voice_prompts is not None:
+            return self.voice_prompts
         return VoxCPM2Prompts(self, store, cache_size)
 
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
@@ -190,6 +214,8 @@ class VoxCPM2:
 
     def close(self) -> None:
         self.engine.close()
+        if self._owns_voices:
+            self.voices.close()
 
     def __enter__(self) -> VoxCPM2:
         return self
@@ -201,7 +227,6 @@ class VoxCPM2:
 # Arguments of CosyVoice 2's API with no VoxCPM 2 meaning, and what to do instead.
 _OTHER_FAMILY = {
     "instruct": "describe the voice as '(description)text' (or VoxCPM2.design)",
-    "speaker": "pass a prepared voice as voice= (engine.voice(...)), or a recording as reference_wav",
     "text_ids": "pass the text itself",
     "prompt_text_ids": "pass the transcript as prompt_text",
     "speed": "VoxCPM 2 has no speaking-rate control",
