@@ -8,6 +8,9 @@ concatenated latents up to float rounding, for any chunking (1-frame chunks incl
 
 Like the reference, a stream starts from silence: it is not warmed up on prompt latents. To continue after known
 latents, decode them first and discard that audio.
+
+:meth:`StreamingAudioVAEDecoder.decode_many` decodes the next chunk of several streams (batch-1 streams, same chunk
+length) in one decoder call, each row continuing its own stream's context: the scheduler's batched decoding.
 """
 
 from __future__ import annotations
@@ -17,6 +20,31 @@ import torch
 from cadenza.errors import InputError
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_conv import ConvStreamState
+
+
+class _StackedStreamState:
+    """The :class:`ConvStreamState` of B batch-1 streams seen as one batch (row i = stream i) for one decoder call:
+    each layer's context is the rows' contexts stacked, and the new context goes back to each stream. (It reads the
+    states' context dict directly: the states are this module's streams, touched by nothing else meanwhile.)"""
+
+    def __init__(self, states: list[ConvStreamState]) -> None:
+        self._states = states
+
+    def extend(self, layer: torch.nn.Module, x: torch.Tensor, context: int) -> torch.Tensor:
+        """As :meth:`ConvStreamState.extend`, for ``x`` ``[B, C, T]`` with row i from stream i."""
+        zeros = None
+        rows = []
+        for state in self._states:
+            prev = state._context.get(layer)
+            if prev is None:
+                zeros = zeros if zeros is not None else x.new_zeros(1, x.shape[1], context)
+                prev = zeros
+            rows.append(prev)
+        full = torch.cat([torch.cat(rows), x], dim=-1)
+        tail = full[..., -context:].detach()
+        for i, state in enumerate(self._states):
+            state._context[layer] = tail[i : i + 1]
+        return full
 
 
 class StreamingAudioVAEDecoder:
@@ -101,4 +129,26 @@ class StreamingAudioVAEDecoder:
         wav = self._vae.decoder(z, bucket, self._state)
         self._batch = z.shape[0]
         self._frames += z.shape[2]
+        return wav
+
+    @staticmethod
+    def decode_many(decoders: list[StreamingAudioVAEDecoder], latents: torch.Tensor) -> torch.Tensor:
+        """The next chunk of B batch-1 streams in one decoder call: ``latents`` ``[B, latent_dim, t]``, row i for
+        ``decoders[i]`` (same VAE and sample-rate condition) -> ``[B, 1, t * decode_hop_length]``, row i equal to
+        ``decoders[i].decode_chunk(latents[i:i+1])`` up to float rounding."""
+        if len(decoders) == 1:
+            return decoders[0].decode_chunk(latents)
+        first = decoders[0]
+        for dec in decoders:
+            dec._check_open()
+            if dec._vae is not first._vae or dec._sr_cond != first._sr_cond or dec._batch not in (None, 1):
+                raise InputError("decode_many needs batch-1 streams of one VAE with one sample-rate condition")
+        z = first._vae.check_latents(latents)
+        if z.shape[0] != len(decoders):
+            raise InputError(f"need one latent row per stream ({len(decoders)}), got {z.shape[0]}")
+        bucket = first._vae.sr_bucket(first._sr_cond, z.shape[0])
+        wav = first._vae.decoder(z, bucket, _StackedStreamState([d._state for d in decoders]))
+        for dec in decoders:
+            dec._batch = 1
+            dec._frames += z.shape[2]
         return wav

@@ -29,7 +29,7 @@ import torch
 
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
-from cadenza.models.voxcpm2.generate import GenerationOptions, PatchStep, iter_patches
+from cadenza.models.voxcpm2.generate import GenerationOptions, GenerationResult, PatchStep, iter_patches
 from cadenza.models.voxcpm2.layouts import SequenceLayout, patches_to_latents
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 
@@ -85,6 +85,18 @@ class PatchDecoder:
             wav = self._decoder.decode_chunk(patches_to_latents(patches.reshape(-1, *patches.shape[-2:]).float()))
         return wav.reshape(-1).cpu().numpy().astype(np.float32, copy=False)
 
+    @staticmethod
+    def decode_many(decoders: list[PatchDecoder], patches: list[torch.Tensor]) -> list[np.ndarray]:
+        """One patch ``[1, P, D]`` for each decoder, decoded in one AudioVAE call (row i continues ``decoders[i]``)
+        -> each one's float32 chunk ``[P · decode_hop]``, equal to ``decoders[i].decode(patches[i])`` up to float
+        rounding. The decoders' locks are not taken (the caller serialises)."""
+        if len(decoders) == 1:
+            return [decoders[0].decode(patches[0])]
+        latents = torch.cat([patches_to_latents(p.reshape(-1, *p.shape[-2:]).float()) for p in patches])
+        with torch.inference_mode():
+            wav = StreamingAudioVAEDecoder.decode_many([d._decoder for d in decoders], latents)
+        return [w.reshape(-1).cpu().numpy().astype(np.float32, copy=False) for w in wav]
+
     def close(self) -> None:
         self._decoder.close()
 
@@ -93,6 +105,15 @@ class PatchDecoder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def decode_result(vae: AudioVAE, result: GenerationResult) -> np.ndarray:
+    """A finished generation's latents (+ continuation context) -> float32 waveform ``[n]``, context audio cut off
+    (docs/design.md, "VoxCPM 2 prompt audio and decoding")."""
+    with torch.inference_mode():
+        wav = vae.decode(result.latents)
+    skip = result.context_len * result.patches.shape[1] * vae.decode_hop_length
+    return wav[0, 0, skip:].float().cpu().numpy()
 
 
 def decoder_context_patches(layout: SequenceLayout, options: GenerationOptions, dtype: torch.dtype) -> torch.Tensor:

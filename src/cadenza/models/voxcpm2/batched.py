@@ -1,0 +1,131 @@
+"""One patch step for many VoxCPM 2 requests at once: the step functions of the scheduler (continuous batching).
+
+See docs/design.md, "VoxCPM 2 networks" and "VoxCPM 2 patch sampler"; docs/performance.md, "VoxCPM 2 batching".
+
+``PatchRun`` is ``iter_patches`` (``generate.py``) as an object: one attempt of one request — its prefill, KV caches,
+noise source and patch index — stepped from outside. For B runs:
+
+* ``step_runs``: one DiT condition call; one flow sampler call per group of runs with the same
+  ``(inference_timesteps, use_cfg_zero_star)`` (each row its own ``cfg_value``); one stop-head call; the stop rule
+  per run;
+* ``advance_runs``: one LocEnc call for the B patches and one decode step of both LMs over the runs' own caches
+  (any lengths; ``lm.advance_many``).
+
+Noise stays per request: each run draws its own ``[1, D, P]`` per patch from its own source, in patch order
+(``PatchRun.noise``, called by the caller so a failing draw fails that request alone), so batching never changes
+which noise a request sees. With one run every call is the batch-1 call of ``iter_patches`` (the same numbers bit
+for bit); with more, only the matrix products see more rows, which CPU GEMM kernels round differently (float32:
+~1e-7 relative per product).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from cadenza.models.voxcpm2.generate import (
+    GenerationOptions,
+    NoiseSource,
+    PatchStep,
+    draw_noise,
+    noise_source,
+    patch_limit,
+    stop_rule,
+)
+from cadenza.models.voxcpm2.layouts import SequenceLayout
+from cadenza.models.voxcpm2.lm import LMState, advance_many, prefill
+from cadenza.models.voxcpm2.model import VoxCPM2Model
+
+NoiseArg = torch.Generator | torch.Tensor | Sequence[torch.Tensor] | None
+
+
+class PatchRun:
+    """One attempt of one request. Prefills at construction (batch 1); ``close`` frees the KV caches."""
+
+    def __init__(self, model: VoxCPM2Model, layout: SequenceLayout, options: GenerationOptions,
+                 noise: NoiseArg = None) -> None:
+        self.options = options
+        self.max_len = patch_limit(model, layout, options)
+        self._model = model
+        self._draw: NoiseSource = noise_source(noise)
+        with torch.inference_mode():
+            self.state: LMState | None = prefill(
+                model, layout, capacity=min(model.config.max_length, len(layout) + self.max_len))
+        self.index = 0  # of the next patch
+        self.finished = False  # the last patch was made
+
+    @property
+    def group(self) -> tuple[int, bool]:
+        """Runs with the same key share a sampler call."""
+        return self.options.inference_timesteps, self.options.use_cfg_zero_star
+
+    def noise(self) -> torch.Tensor:
+        """The next patch's noise ``[1, D, P]`` (one draw from this request's source)."""
+        return draw_noise(self._model, self._draw, self.index, self.options)
+
+    def close(self) -> None:
+        if self.state is not None:
+            self.state.lm_cache.free()
+            self.state.residual_cache.free()
+            self.state = None
+
+
+@torch.inference_mode()
+def step_runs(model: VoxCPM2Model, runs: list[PatchRun], noise: list[torch.Tensor]) -> list[PatchStep]:
+    """The next patch of every run (``noise[i]`` ``[1, D, P]`` from ``runs[i].noise()``): one ``PatchStep`` each,
+    with ``is_last`` / ``stopped`` by the stop rule. The runs' caches are not touched (``advance_runs`` does)."""
+    if any(r.state is None or r.finished for r in runs):
+        raise ValueError("every run must be open and unfinished")
+    states = [r.state for r in runs]
+    lm_hidden = _rows([s.lm_hidden for s in states])  # [B, H]
+    residual = _rows([s.residual_hidden for s in states])
+    prev = _rows([s.prev_patch for s in states])  # [B, P, D]
+    z = _rows(noise)  # [B, D, P]
+    mu = model.dit_condition(lm_hidden, residual)  # [B, 2·Hd]
+    groups: dict[tuple[int, bool], list[int]] = {}
+    for i, run in enumerate(runs):
+        groups.setdefault(run.group, []).append(i)
+    if len(groups) == 1:
+        patches = _sample(model, mu, prev, z, runs, list(range(len(runs))))
+    else:
+        patches = torch.empty_like(prev)
+        for rows in groups.values():
+            idx = torch.tensor(rows, device=mu.device)
+            patches[idx] = _sample(model, mu[idx], prev[idx], z[idx], runs, rows)
+    stop_logits = model.stop_logits(lm_hidden)  # [B, 2]
+    steps = []
+    for i, run in enumerate(runs):
+        stopped, is_last = stop_rule(run.index, stop_logits[i], run.options, run.max_len)
+        steps.append(PatchStep(run.index, patches[i : i + 1], stop_logits[i : i + 1], lm_hidden[i : i + 1],
+                               residual[i : i + 1], is_last, stopped))
+        run.index += 1
+        run.finished = is_last
+    return steps
+
+
+def _rows(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Batch-1 tensors -> one batch (the tensor itself for one: batch 1 stays the exact ``iter_patches`` call)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
+def _sample(model: VoxCPM2Model, mu: torch.Tensor, prev: torch.Tensor, z: torch.Tensor, runs: list[PatchRun],
+            rows: list[int]) -> torch.Tensor:
+    """``VoxCPM2Model.sample_patch`` for the runs ``rows`` (one group: same timesteps and CFG-Zero*), each row with
+    its own cfg value. mu ``[b, 2·Hd]``, prev ``[b, P, D]``, z ``[b, D, P]`` -> ``[b, P, D]``."""
+    options = runs[rows[0]].options
+    cfg = [runs[i].options.cfg_value for i in rows]
+    out = model.feat_decoder(mu, prev.transpose(1, 2), z, n_timesteps=options.inference_timesteps,
+                             cfg_value=cfg[0] if len(cfg) == 1 else cfg,
+                             use_cfg_zero_star=options.use_cfg_zero_star)
+    return out.transpose(1, 2)
+
+
+@torch.inference_mode()
+def advance_runs(model: VoxCPM2Model, runs: list[PatchRun], patches: list[torch.Tensor]) -> None:
+    """Feed ``patches[i]`` ``[1, P, D]`` (the step just made) to ``runs[i]``: the LMs move one position."""
+    if not runs:
+        return
+    patch = _rows(patches)  # [B, P, D]
+    emb = model.embed_patches(patch[:, None])[:, 0]  # [B, H]
+    advance_many(model, [r.state for r in runs], patch, emb)
