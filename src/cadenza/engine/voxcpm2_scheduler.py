@@ -11,14 +11,14 @@ request fails alone (its consumer gets the exception). Each request has a bounde
 (``max_buffered_chunks``): a full one is not stepped until its consumer reads, so a slow reader holds up no one else.
 
 **Workers.** ``n`` threads (``SchedulerConfig.vocoder_workers``, default two when the process may use two CPU cores:
-VoxCPM 2 has no vocoder stage, each worker generates and decodes). A worker takes its share of the requests with work
-(``ceil(ready / idle workers)``, oldest first, none held by the other) and runs one step for them:
+VoxCPM 2 has no vocoder stage, each worker generates and decodes). A worker takes an even share of the requests with
+work (``ceil(all / n)``, oldest first, counting those the others hold) and runs one step for them:
 
-1. per request: start an attempt where needed (``retry.RetryRun``, prefill in ``batched.PatchRun``, a stream's
+1. per request (``batched.RequestSteps``): start an attempt where needed (``retry.RetryRun``, prefill, a stream's
    decoder warmed on the prompt tail) and draw the patch's noise from the request's own generator;
 2. batched: ``batched.step_runs`` (DiT condition, flow sampler per ``(timesteps, CFG-Zero*)`` group with per-row cfg,
    stop head); each request's retry state machine takes its patch; ``batched.advance_runs`` (LocEnc, both LMs);
-3. batched: AudioVAE streaming decode of released patches (``PatchDecoder.decode_many``, one patch per stream per
+3. batched: AudioVAE streaming decode of released patches (``batched.decode_pending``, one patch per stream per
    call); a non-streaming request decodes its whole utterance when done.
 
 Two single-threaded workers beat one with two intra-op threads on two cores (docs/performance.md), but a lone request
@@ -53,28 +53,22 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.errors import CadenzaError, EngineBusyError, InputError, RequestCancelledError
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
-from cadenza.models.voxcpm2.batched import PatchRun, advance_runs, step_runs
+from cadenza.models.voxcpm2.batched import RequestSteps, advance_runs, decode_pending, step_runs
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.request import VoxCPM2Request
-from cadenza.models.voxcpm2.retry import RetryOutcome, RetryRun
-from cadenza.models.voxcpm2.streaming import PatchDecoder, decode_result, decoder_context
+from cadenza.models.voxcpm2.retry import RetryOutcome
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
 class VoxCPM2Job:
-    """One request inside the scheduler. ``run``, ``decoder``, ``pending`` and ``retry`` belong to the worker holding
-    the job (``claimed``); flags and ``buffer`` change under the scheduler lock."""
+    """One request inside the scheduler. ``steps`` (caches, decoder, retry state) belongs to the worker holding the job
+    (``claimed``); flags and ``buffer`` change under the scheduler lock."""
 
     request: VoxCPM2Request
-    stream: bool
-    retry: RetryRun
+    steps: RequestSteps
     seq: int
-    run: PatchRun | None = None  # the running attempt (KV caches)
-    decoder: PatchDecoder | None = None  # streaming: the AudioVAE decoder state
-    pending: collections.deque = field(default_factory=collections.deque)  # released patches not decoded yet
-    generating: bool = True  # the retry state machine is not done
     done: bool = False  # the final item (DONE or an exception) is in ``buffer``
     cancelled: bool = False
     claimed: bool = False  # a worker is stepping it
@@ -84,14 +78,17 @@ class VoxCPM2Job:
     submitted: float = field(default_factory=time.perf_counter)
     first_chunk_s: float | None = None
 
-    def free(self) -> None:
-        if self.run is not None:
-            self.run.close()
-            self.run = None
-        if self.decoder is not None:
-            self.decoder.close()
-            self.decoder = None
-        self.pending.clear()
+    @property
+    def stream(self) -> bool:
+        return self.steps.stream
+
+
+def _meet(barrier: threading.Barrier) -> None:
+    """Meet at ``barrier``; a party that never comes only costs the timeout."""
+    try:
+        barrier.wait(timeout=30)
+    except threading.BrokenBarrierError:
+        pass
 
 
 def _machine_cores() -> int:
@@ -132,9 +129,7 @@ class VoxCPM2Scheduler:
         audio (generation runs ahead of the reader, so the outcome tells what the reader got, as with
         ``stream_with_retry``); it stays empty for a cancelled or failed request."""
         request.outcome = RetryOutcome()
-        retry = RetryRun(request.layout, request.target_len, request.options, request.retry, request.seed,
-                         request.noise, stream=stream)
-        job = VoxCPM2Job(request=request, stream=stream, retry=retry, seq=next(self._seq))
+        job = VoxCPM2Job(request, RequestSteps(self.model, self.vae, request, stream), next(self._seq))
         with self._cond:
             if self._closed:
                 raise CadenzaError("the engine is closed")
@@ -170,7 +165,7 @@ class VoxCPM2Scheduler:
                 self._cond.wait()
             item = job.buffer.popleft()
             if item is DONE:
-                _publish(job.retry.outcome, job.request.outcome)
+                _publish(job.steps.retry.outcome, job.request.outcome)
             elif job.stream and not job.done:
                 self._work.notify_all()  # room in its buffer: it may be stepped again
             return item
@@ -222,7 +217,7 @@ class VoxCPM2Scheduler:
         with self._cond:
             for job in self._active:
                 if not job.claimed:
-                    job.free()
+                    job.steps.close()
             self._active = [j for j in self._active if j.claimed]
 
     # -- bookkeeping (caller holds the lock) ---------------------------------------------------------------------
@@ -248,14 +243,14 @@ class VoxCPM2Scheduler:
         self._cond.notify_all()
 
     def _reap(self) -> None:
-        """Free the state of ended jobs no worker holds; their slots go to queued requests."""
         for job in [j for j in self._active if j.done and not j.claimed]:
             self._release(job)
 
     def _release(self, job: VoxCPM2Job) -> None:
+        """Free an ended job's state (no worker holds it); its slot goes to a queued request."""
         if job.released:
             return
-        job.free()
+        job.steps.close()
         job.released = True
         if job in self._active:
             self._active.remove(job)
@@ -271,9 +266,9 @@ class VoxCPM2Scheduler:
             return False
         if not job.stream:
             return True  # generating, or its utterance to decode
-        if job.pending:
+        if job.steps.pending:
             return self._room(job) > 0
-        return not job.generating or self._room(job) > 0  # generation ended: deliver DONE
+        return not job.steps.generating or self._room(job) > 0  # generation ended: deliver DONE
 
     # -- workers -------------------------------------------------------------------------------------------------
     def _ensure_workers(self) -> None:
@@ -290,10 +285,7 @@ class VoxCPM2Scheduler:
             thread.start()
         me = weakref.ref(self)  # at exit, let the workers end their step: killing one inside torch aborts the process
         atexit.register(lambda: (scheduler := me()) is not None and scheduler.close())
-        try:
-            started.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            pass
+        _meet(started)
         torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
@@ -304,10 +296,7 @@ class VoxCPM2Scheduler:
         torch.set_num_threads(threads)
         torch.zeros(1 << 16).add_(1)
         torch.set_num_threads(threads)
-        try:
-            started.wait(timeout=30)
-        except threading.BrokenBarrierError:
-            pass
+        _meet(started)
         try:
             with torch.inference_mode():
                 self._loop(threads)
@@ -330,8 +319,10 @@ class VoxCPM2Scheduler:
                     if ready:
                         break
                     self._work.wait()
-                share = -(-len(ready) // max(1, self._workers - self._stepping))
-                batch = ready[:share]
+                # An even share of all the work, counting what the other workers hold (they hold it until their
+                # step ends): 8 requests on two workers run as two batches of 4, whoever claims first.
+                held = sum(j.claimed for j in self._active)
+                batch = ready[:-(-(len(ready) + held) // self._workers)]
                 for job in batch:
                     job.claimed = True
                 self._stepping += 1
@@ -358,33 +349,22 @@ class VoxCPM2Scheduler:
     def _step(self, batch: list[VoxCPM2Job]) -> None:
         """One patch for every job of ``batch`` that may generate, then the decoding it made possible."""
         with self._cond:
-            may_generate = [j for j in batch if j.generating and not j.done
-                            and (not j.stream or len(j.pending) < self._room(j))]
-        runs, noise = [], []
+            may_generate = [j for j in batch if j.steps.generating and not j.done
+                            and (not j.stream or len(j.steps.pending) < self._room(j))]
+        jobs, noise = [], []
         for job in may_generate:
             try:
-                self._start_attempt(job)
-                noise.append(job.run.noise())  # its own generator, in patch order: batching never changes it
-                runs.append(job)
+                noise.append(job.steps.next_noise())  # its own generator, in patch order: batching never changes it
+                jobs.append(job)
             except Exception as exc:
                 self._fail([job], exc)
-        if runs:
-            self._generate(runs, noise)
+        if jobs:
+            self._generate(jobs, noise)
         self._decode(batch)
-
-    def _start_attempt(self, job: VoxCPM2Job) -> None:
-        if job.run is not None:
-            return
-        layout, options = job.request.layout, job.retry.options
-        source = job.retry.start_attempt()
-        if job.stream and job.decoder is None:  # warmed on the prompt tail, as stream_with_retry does
-            context = decoder_context(layout, options, job.request.reference_onset, self.model.dtype)
-            job.decoder = PatchDecoder(self.vae, context)
-        job.run = PatchRun(self.model, layout, options, source)
 
     def _generate(self, jobs: list[VoxCPM2Job], noise: list[torch.Tensor]) -> None:
         try:
-            steps = step_runs(self.model, [j.run for j in jobs], noise)
+            steps = step_runs(self.model, [j.steps.run for j in jobs], noise)
         except Exception as exc:
             log.exception("VoxCPM 2 batched step failed")
             self._fail(jobs, exc)
@@ -393,28 +373,21 @@ class VoxCPM2Scheduler:
         go_on = []
         for job, step in zip(jobs, steps):
             try:
-                verdict = job.retry.feed(step)
-                job.pending.extend(verdict.release)
-                if verdict.attempt_over:
-                    job.run.close()
-                    job.run = None
-                else:
+                if job.steps.take(step) and not job.done:  # (a cancelled job need not advance)
                     go_on.append((job, step.patch))
-                job.generating = not verdict.done
             except Exception as exc:
                 self._fail([job], exc)
-        go_on = [(j, p) for j, p in go_on if not j.done]  # cancelled meanwhile: no need to advance it
         try:
-            advance_runs(self.model, [j.run for j, _ in go_on], [p for _, p in go_on])
+            advance_runs(self.model, [j.steps.run for j, _ in go_on], [p for _, p in go_on])
         except Exception as exc:
             log.exception("VoxCPM 2 batched LM step failed")
             self._fail([j for j, _ in go_on], exc)
 
     def _decode(self, batch: list[VoxCPM2Job]) -> None:
         for job in batch:
-            if not job.stream and not job.generating and not job.done:
+            if not job.stream and not job.steps.generating and not job.done:
                 try:
-                    wav = decode_result(self.vae, job.retry.outcome.result)
+                    wav = job.steps.whole()
                 except Exception as exc:
                     self._fail([job], exc)
                     continue
@@ -427,15 +400,14 @@ class VoxCPM2Scheduler:
                 for job in batch:
                     if not job.stream or job.done:
                         continue
-                    if job.pending and self._room(job) > 0:
+                    if job.steps.pending and self._room(job) > 0:
                         rows.append(job)
-                    elif not job.pending and not job.generating:
+                    elif not job.steps.pending and not job.steps.generating:
                         self._finish(job, DONE)
             if not rows:
                 return
-            patches = [j.pending.popleft() for j in rows]
             try:
-                chunks = PatchDecoder.decode_many([j.decoder for j in rows], patches)
+                chunks = decode_pending([j.steps for j in rows])
             except Exception as exc:
                 log.exception("VoxCPM 2 batched decoding failed")
                 self._fail(rows, exc)

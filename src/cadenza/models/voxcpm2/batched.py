@@ -11,6 +11,11 @@ noise source and patch index — stepped from outside. For B runs:
 * ``advance_runs``: one LocEnc call for the B patches and one decode step of both LMs over the runs' own caches
   (any lengths; ``lm.advance_many``).
 
+``RequestSteps`` holds what one request carries between steps: its retry state machine (``retry.RetryRun``), the
+running attempt, its streaming decoder and the released patches not decoded yet (``PatchDecoder.decode_many`` decodes
+one of each of many requests in one AudioVAE call). The scheduler (``engine/voxcpm2_scheduler.py``) owns one per
+request.
+
 Noise stays per request: each run draws its own ``[1, D, P]`` per patch from its own source, in patch order
 (``PatchRun.noise``, called by the caller so a failing draw fails that request alone), so batching never changes
 which noise a request sees. With one run every call is the batch-1 call of ``iter_patches`` (the same numbers bit
@@ -20,10 +25,13 @@ for bit); with more, only the matrix products see more rows, which CPU GEMM kern
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
+from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.generate import (
     GenerationOptions,
     NoiseSource,
@@ -36,6 +44,9 @@ from cadenza.models.voxcpm2.generate import (
 from cadenza.models.voxcpm2.layouts import SequenceLayout
 from cadenza.models.voxcpm2.lm import LMState, advance_many, prefill
 from cadenza.models.voxcpm2.model import VoxCPM2Model
+from cadenza.models.voxcpm2.request import VoxCPM2Request
+from cadenza.models.voxcpm2.retry import RetryRun
+from cadenza.models.voxcpm2.streaming import PatchDecoder, decode_result, decoder_context
 
 NoiseArg = torch.Generator | torch.Tensor | Sequence[torch.Tensor] | None
 
@@ -129,3 +140,59 @@ def advance_runs(model: VoxCPM2Model, runs: list[PatchRun], patches: list[torch.
     patch = _rows(patches)  # [B, P, D]
     emb = model.embed_patches(patch[:, None])[:, 0]  # [B, H]
     advance_many(model, [r.state for r in runs], patch, emb)
+
+
+class RequestSteps:
+    """One request between batched steps (``stream``: released patches are decoded one by one, else the whole
+    utterance at the end). Touched by one thread at a time; ``close`` frees the caches and the decoder state."""
+
+    def __init__(self, model: VoxCPM2Model, vae: AudioVAE, request: VoxCPM2Request, stream: bool) -> None:
+        self.model, self.vae, self.request, self.stream = model, vae, request, stream
+        self.retry = RetryRun(request.layout, request.target_len, request.options, request.retry, request.seed,
+                              request.noise, stream=stream)
+        self.run: PatchRun | None = None  # the running attempt
+        self.decoder: PatchDecoder | None = None  # streaming
+        self.pending: collections.deque[torch.Tensor] = collections.deque()  # released patches [1, P, D]
+
+    @property
+    def generating(self) -> bool:
+        return not self.retry.done
+
+    def next_noise(self) -> torch.Tensor:
+        """The next patch's noise ``[1, D, P]``, after starting an attempt if none runs (prefill; a stream's decoder
+        is warmed on the prompt tail at the first, as ``stream_with_retry`` does)."""
+        if self.run is None:
+            layout, options = self.request.layout, self.retry.options
+            source = self.retry.start_attempt()
+            if self.stream and self.decoder is None:
+                context = decoder_context(layout, options, self.request.reference_onset, self.model.dtype)
+                self.decoder = PatchDecoder(self.vae, context)
+            self.run = PatchRun(self.model, layout, options, source)
+        return self.run.noise()
+
+    def take(self, step: PatchStep) -> bool:
+        """Hand the attempt's new patch to the retry state machine; True when the attempt goes on (advance it)."""
+        verdict = self.retry.feed(step)
+        self.pending.extend(verdict.release)
+        if verdict.attempt_over:
+            self.run.close()
+            self.run = None
+        return not verdict.attempt_over
+
+    def whole(self) -> np.ndarray:
+        """The finished (non-streaming) request's waveform, as ``VoxCPM2Engine.synthesize`` returns it."""
+        return decode_result(self.vae, self.retry.outcome.result)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+        if self.decoder is not None:
+            self.decoder.close()
+            self.decoder = None
+        self.pending.clear()
+
+
+def decode_pending(requests: list[RequestSteps]) -> list[np.ndarray]:
+    """The oldest released patch of each streaming request, decoded in one AudioVAE call -> one chunk each."""
+    return PatchDecoder.decode_many([r.decoder for r in requests], [r.pending.popleft() for r in requests])
