@@ -167,10 +167,11 @@ def test_cancel_frees_slots_and_busy_error(vx2_dir):
             engine.scheduler.submit(long_request(engine, 2))
         it.close()  # dropping the iterator cancels; the queued request takes the slot
         wait_for(lambda: engine.scheduler.load == (1, 0), "queued request admitted")
-        assert next(iter(second)).size > 0
+        it = iter(second)
+        assert next(it).size > 0
         second.cancel()
         with pytest.raises(RequestCancelledError):
-            list(second)
+            list(it)
         wait_for(lambda: engine.scheduler.load == (0, 0), "cancelled request freed")
         # a stream closed through the engine frees its state before close() returns
         stream = engine.stream(long_request(engine, 3))
@@ -238,11 +239,27 @@ def test_exclusive_holds_steps_and_close_cancels(vx2_dir):
         steps = engine.scheduler.steps
         queued = engine.scheduler.submit(long_request(engine, 1))
         assert engine.scheduler.steps == steps  # nothing runs while held
-    assert next(iter(handle)).size > 0
+    it = iter(handle)
+    assert next(it).size > 0
     engine.close()
-    for h in (handle, queued):
+    for chunks in (it, queued):
         with pytest.raises(RequestCancelledError):
-            list(h)
+            list(chunks)
     assert engine.scheduler.load == (0, 0)
     with pytest.raises(CadenzaError, match="closed"):
         engine.scheduler.submit(long_request(engine, 2))
+
+
+def test_idle_engine_holds_no_thread_and_lora_changes_wait_for_the_step(vx2_dir):
+    engine = small_engine(vx2_dir)
+    try:
+        chunks = iter(engine.scheduler.submit(long_request(engine, 0)))  # (dropping an iterator cancels)
+        first = next(chunks)
+        engine.load_lora(vx2_dir / "tiny_lora")  # between two steps of the request in flight
+        engine.set_lora_enabled(False)
+        chunks = [first, *chunks]
+        assert len(chunks) == 60
+        wait_for(lambda: not engine.scheduler._threads, "the workers to leave")
+        assert engine.synthesize(long_request(engine, 1)).size > 0  # restarted on demand
+    finally:
+        engine.close()

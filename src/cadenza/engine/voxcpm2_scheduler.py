@@ -118,8 +118,10 @@ class VoxCPM2Scheduler:
         self._closed = False
         self._paused = 0  # exclusive() sections waiting or running: no new steps
         self._stepping = 0  # workers inside a step
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # the running workers
         self._workers, self._cores, self._worker_threads = 1, 1, 1
+        me = weakref.ref(self)  # at exit, let the workers end their step: killing one inside torch aborts the process
+        atexit.register(lambda: (scheduler := me()) is not None and scheduler.close())
         self.steps = 0  # steps run so far, all workers (for tests and benchmarks)
         self.max_batch = 0  # most requests generated in one batched step so far
 
@@ -211,14 +213,13 @@ class VoxCPM2Scheduler:
                 self._finish(job, RequestCancelledError("the engine was closed"))
             self._queued.clear()
             self._work.notify_all()
-        for thread in self._threads:
+            threads = list(self._threads)
+        for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=60)
         with self._cond:
-            for job in self._active:
-                if not job.claimed:
-                    job.steps.close()
-            self._active = [j for j in self._active if j.claimed]
+            for job in [j for j in self._active if not j.claimed]:
+                self._release(job)
 
     # -- bookkeeping (caller holds the lock) ---------------------------------------------------------------------
     def _admit(self) -> None:
@@ -272,19 +273,21 @@ class VoxCPM2Scheduler:
 
     # -- workers -------------------------------------------------------------------------------------------------
     def _ensure_workers(self) -> None:
-        if self._threads:
+        """Start the missing workers (they run while there are requests, so an idle engine holds no thread)."""
+        if self._threads and len(self._threads) >= self._workers:
             return
         cores = torch.get_num_threads()  # intra-op threads allowed
-        workers = self.config.vocoder_workers or (2 if _machine_cores() >= 2 else 1)
-        worker_threads = self.config.vocoder_threads or max(1, cores // workers)
-        self._workers, self._cores, self._worker_threads = workers, cores, worker_threads
-        started = threading.Barrier(workers + 1)
-        self._threads = [threading.Thread(target=self._worker, args=(started,), name=f"cadenza-vx2-{w}", daemon=True)
-                         for w in range(workers)]
-        for thread in self._threads:
+        if not self._threads:  # the layout follows torch's thread count when the workers start
+            self._workers = self.config.vocoder_workers or (2 if _machine_cores() >= 2 else 1)
+            self._cores = cores
+            self._worker_threads = self.config.vocoder_threads or max(1, cores // self._workers)
+        missing = self._workers - len(self._threads)
+        started = threading.Barrier(missing + 1)
+        new = [threading.Thread(target=self._worker, args=(started,), name="cadenza-vx2", daemon=True)
+               for _ in range(missing)]
+        self._threads += new
+        for thread in new:
             thread.start()
-        me = weakref.ref(self)  # at exit, let the workers end their step: killing one inside torch aborts the process
-        atexit.register(lambda: (scheduler := me()) is not None and scheduler.close())
         _meet(started)
         torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
 
@@ -304,6 +307,7 @@ class VoxCPM2Scheduler:
             log.exception("VoxCPM 2 scheduler worker failed; closing the engine")
             with self._cond:
                 self._closed = True
+                self._threads.remove(threading.current_thread())
                 for job in [*self._active, *self._queued]:
                     self._finish(job, exc)
                 self._work.notify_all()
@@ -313,7 +317,9 @@ class VoxCPM2Scheduler:
             with self._cond:
                 while True:
                     self._reap()
-                    if self._closed:
+                    if self._closed or not (self._active or self._queued):  # restarted by the next submit
+                        self._threads.remove(threading.current_thread())
+                        self._work.notify_all()
                         return
                     ready = [] if self._paused else [j for j in self._active if self._has_work(j)]
                     if ready:
