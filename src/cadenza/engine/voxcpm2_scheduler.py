@@ -22,9 +22,10 @@ work (``ceil(all / n)``, oldest first, counting those the others hold) and runs 
    call); a non-streaming request decodes its whole utterance when done.
 
 Two single-threaded workers beat one with two intra-op threads on two cores (docs/performance.md), but a lone request
-gains from the second core: while one request is active its worker uses all of torch's threads, otherwise each
-``torch threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's state is touched only by the worker
-holding it. ``exclusive()`` holds the steps back (LoRA changes). Nothing sleeps or polls: one lock, two conditions.
+gains from the second core: while one request is active its worker uses all of torch's threads (as set where the
+engine was built), otherwise each ``torch threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's
+state is touched only by the worker holding it. Workers run while there are requests (an idle engine holds no
+thread). ``exclusive()`` holds the steps back (LoRA changes). Nothing sleeps or polls: one lock, two conditions.
 
 **Numerics.** A request draws the same noise and takes the same decisions as alone; its numbers differ from its run
 alone by float rounding only (~1e-7 relative: CPU GEMM kernels sum in another order for another row or thread count).
@@ -119,7 +120,9 @@ class VoxCPM2Scheduler:
         self._paused = 0  # exclusive() sections waiting or running: no new steps
         self._stepping = 0  # workers inside a step
         self._threads: list[threading.Thread] = []  # the running workers
-        self._workers, self._cores, self._worker_threads = 1, 1, 1
+        # Intra-op threads as set where the engine is built (a fresh thread's count can be a worker's leftover).
+        self._cores = torch.get_num_threads()
+        self._workers, self._worker_threads = 1, 1
         me = weakref.ref(self)  # at exit, let the workers end their step: killing one inside torch aborts the process
         atexit.register(lambda: (scheduler := me()) is not None and scheduler.close())
         self.steps = 0  # steps run so far, all workers (for tests and benchmarks)
@@ -276,11 +279,9 @@ class VoxCPM2Scheduler:
         """Start the missing workers (they run while there are requests, so an idle engine holds no thread)."""
         if self._threads and len(self._threads) >= self._workers:
             return
-        cores = torch.get_num_threads()  # intra-op threads allowed
-        if not self._threads:  # the layout follows torch's thread count when the workers start
+        if not self._threads:
             self._workers = self.config.vocoder_workers or (2 if _machine_cores() >= 2 else 1)
-            self._cores = cores
-            self._worker_threads = self.config.vocoder_threads or max(1, cores // self._workers)
+            self._worker_threads = self.config.vocoder_threads or max(1, self._cores // self._workers)
         missing = self._workers - len(self._threads)
         started = threading.Barrier(missing + 1)
         new = [threading.Thread(target=self._worker, args=(started,), name="cadenza-vx2", daemon=True)
@@ -289,7 +290,7 @@ class VoxCPM2Scheduler:
         for thread in new:
             thread.start()
         _meet(started)
-        torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
+        torch.set_num_threads(self._cores)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
         torch.set_grad_enabled(False)
