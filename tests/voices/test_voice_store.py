@@ -303,4 +303,39 @@ def test_a_schema_2_store_opens_with_every_voice_made_for_cosyvoice2(tmp_path):
         new = s.add("new", (_tone(1.0), SR), None, CONSENT, family="voxcpm2", cloning="reference")
         assert [r.family for r in s.list()] == ["cosyvoice2", "voxcpm2"] and s.get("new") == new
     with sqlite3.connect(d / "voices.sqlite3") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+def test_consent_record_audit_log_and_takedown(tmp_path):
+    import sqlite3
+
+    pcm = np.round(_tone(1.0) * 32767).astype(np.int16)  # a 16-bit recording, sent as WAV and as (lossless) FLAC
+    with VoiceStore(tmp_path / "voices") as s:
+        rec = s.add("dana", _wav(pcm, SR), "Hello.", CONSENT, declared_by="Dana Smith")
+        s.record_use(rec.id)
+        s.record_use(rec.id)
+        consent = s.consent_record("dana")
+        assert consent["declaration"] == CONSENT and consent["declared_by"] == "Dana Smith" and consent["uses"] == 2
+        assert consent["audio_sha256"] == rec.audio_sha256 and len(rec.audio_sha256) == 64
+        again = s.add("dana2", _wav(pcm, SR, "FLAC"), None, CONSENT)  # the same samples in another format
+        assert again.audio_sha256 == rec.audio_sha256
+        s.delete(again.id)
+        with pytest.raises(InputError, match="reason"):
+            s.takedown("dana", " ")
+        removed = s.takedown("dana", "the speaker asked us to")
+        assert removed["id"] == rec.id and removed["uses"] == 2 and "dana" not in s
+        assert not (s.directory / "cache" / rec.id).exists()
+        with pytest.raises(InputError, match="taken down"):
+            s.add("dana3", _wav(pcm, SR), None, CONSENT)
+        s.add("tone", (0.5 * _tone(1.0), SR), None, CONSENT)  # other samples: fine
+        events = [(e.event, e.voice_id) for e in s.audit_log()]
+        assert events[:4] == [("created", rec.id), ("created", again.id), ("deleted", again.id),
+                              ("takedown", rec.id)]
+        assert events[4] == ("blocked_attempt", None) and events[5][0] == "created"
+        assert [e.event for e in s.audit_log(rec.id)] == ["created", "takedown"]
+        assert s.audit_log(rec.id)[-1].detail["reason"] == "the speaker asked us to"
+    with sqlite3.connect(tmp_path / "voices" / "voices.sqlite3") as db:  # the log cannot be rewritten
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            db.execute("DELETE FROM audit")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            db.execute("UPDATE audit SET event = 'created'")

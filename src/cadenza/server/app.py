@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.api.protocol import SpeechModel
-from cadenza.server import openai_speech, voices_api, websocket
+from cadenza.server import admin, openai_speech, voices_api, websocket
 from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
@@ -171,6 +171,7 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     app.include_router(voices_api.router, dependencies=auth)
     app.include_router(protected, dependencies=auth)
     app.include_router(public)
+    app.include_router(admin.router)  # the admin key, not the API key
     app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
     app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.add_middleware(CountRequests, metrics=state.metrics)

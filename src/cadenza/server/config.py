@@ -26,6 +26,7 @@ class ServerConfig:
     """Limits and options of the HTTP/WebSocket server.
 
     Access: ``api_key``: when set, every endpoint but ``/health`` needs ``Authorization: Bearer <key>``.
+    ``admin_key``: the operator's key for ``/v1/admin/...`` (takedown, audit log); without it those are off (403).
     ``allowed_hosts``: ``Host`` header values (without port) the server answers; ``None`` picks a default: any host
     with a key, loopback names without one (a page on another site cannot then reach an open server through DNS
     rebinding). ``"*"`` allows any. ``allowed_origins``: browser origins (``https://app.example.com``) allowed to call
@@ -52,6 +53,7 @@ class ServerConfig:
     """
 
     api_key: str | None = None
+    admin_key: str | None = None
     allowed_hosts: tuple[str, ...] | None = None
     allowed_origins: tuple[str, ...] = ()
     max_concurrency: int = 16
@@ -74,6 +76,11 @@ class ServerConfig:
         if self.api_key is not None and (not isinstance(self.api_key, str) or len(self.api_key) < 8
                                          or self.api_key != self.api_key.strip()):
             raise ValueError("api_key must be a string of at least 8 characters without surrounding spaces")
+        if self.admin_key is not None and (not isinstance(self.admin_key, str) or len(self.admin_key) < 16
+                                           or self.admin_key != self.admin_key.strip()
+                                           or self.admin_key == self.api_key):
+            raise ValueError("admin_key must be a string of at least 16 characters without surrounding spaces, "
+                             "and not the api_key")
         for name in ("max_concurrency", "max_upload_bytes", "max_input_chars", "max_normalized_chars",
                      "max_segment_tokens", "max_connections", "prompt_cache_size", "retry_after_s"):
             value = getattr(self, name)

@@ -30,13 +30,14 @@ AUDIO_FIELDS = ("audio", "audio_sample", "file")
 
 def _public(record: VoiceRecord) -> dict:
     return {"object": "audio.voice", "id": record.id, "name": record.name, "transcript": record.transcript,
-            "consent": record.consent, "consent_at": record.consent_at, "created_at": int(record.created_at),
+            "consent": record.consent, "consent_at": record.consent_at, "declared_by": record.declared_by,
+            "audio_sha256": record.audio_sha256, "created_at": int(record.created_at),
             "duration": round(record.duration, 3), "sample_rate": record.sample_rate, "family": record.family,
             "cloning": record.cloning}
 
 
 def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transcript: str | None, consent: str,
-         cloning: str | None) -> VoiceRecord:
+         cloning: str | None, declared_by: str | None) -> VoiceRecord:
     """Blocking: check the fields, decode (bounded), compute the prompt features, then save in one transaction."""
     cfg = state.config
     state.voices.check_new(name, transcript, consent)  # the cheap refusals before any decoding
@@ -49,7 +50,7 @@ def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transc
         samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
         wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
     return served.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds,
-                                 cloning=cloning)
+                                 cloning=cloning, declared_by=declared_by)
 
 
 def _param_of(exc: Exception) -> str | None:
@@ -59,7 +60,9 @@ def _param_of(exc: Exception) -> str | None:
     if isinstance(exc, TextError):  # the model's check of the transcript
         return "transcript"
     msg = str(exc)
-    return next((f for f in ("cloning", "name", "consent", "transcript") if f in msg), None)
+    if "taken down" in msg:
+        return "audio"
+    return next((f for f in ("cloning", "declared_by", "name", "consent", "transcript") if f in msg), None)
 
 
 def _text_field(form, name: str, required: bool) -> str | None:
@@ -82,7 +85,7 @@ async def create_voice(request: Request) -> JSONResponse:
         raise APIError(415, "send the voice as multipart/form-data with fields audio, name, consent and optional "
                        "transcript", code="unsupported_media_type")
     try:
-        form = await request.form(max_files=1, max_fields=8)
+        form = await request.form(max_files=1, max_fields=10)
     except APIError:
         raise
     except Exception as exc:  # malformed multipart; the body-size limit raises HTTPException, handled upstream
@@ -99,6 +102,7 @@ async def create_voice(request: Request) -> JSONResponse:
         transcript = _text_field(form, "transcript", False)
         served = state.model(_text_field(form, "model", False))
         cloning = _text_field(form, "cloning", False)
+        declared_by = _text_field(form, "declared_by", False)
         limit = state.config.max_upload_bytes
         data = await upload.read(limit + 1)
         if len(data) > limit:
@@ -108,7 +112,7 @@ async def create_voice(request: Request) -> JSONResponse:
             raise APIError(400, "the audio file is empty", param="audio", code="invalid_audio")
         try:
             record = await anyio.to_thread.run_sync(_add, state, served, name, data, transcript, consent, cloning,
-                                                    limiter=state.limiter)
+                                                    declared_by, limiter=state.limiter)
         except Exception as exc:
             raise state.error(exc, param=_param_of(exc)) from exc
     finally:
@@ -152,3 +156,12 @@ async def delete_voice(voice: str, request: Request) -> JSONResponse:
 
     voice_id = await anyio.to_thread.run_sync(delete, limiter=state.limiter)
     return JSONResponse({"object": "audio.voice.deleted", "id": voice_id, "deleted": True})
+
+
+@router.get("/v1/audio/voices/{voice}/consent")
+async def voice_consent(voice: str, request: Request) -> JSONResponse:
+    """The voice's consent record (declaration, who made it and when, the recording's hash, use count)."""
+    state: ServerState = request.app.state.cadenza
+    record = await anyio.to_thread.run_sync(_get, state, voice, limiter=state.limiter)
+    consent = await anyio.to_thread.run_sync(state.voices.consent_record, record.id, limiter=state.limiter)
+    return JSONResponse({"object": "audio.voice.consent", **consent})

@@ -121,10 +121,16 @@ class PromptLibrary:
         found = self.lookup(ref, reveal_names)
         if isinstance(found, str):
             return Voice(self.model_speaker(found), found, "speaker")
-        return Voice(self.prompt(found), found.id, self._mode(found))
+        voice = Voice(self.prompt(found), found.id, self._mode(found))
+        try:
+            self.store.record_use(found.id)  # the consent record's use count
+        except Exception as exc:  # noqa: BLE001 - a busy or read-only store must not fail the synthesis
+            log.warning("voice %s: use not counted: %s", found.id, exc)
+        return voice
 
     def create(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
-               max_seconds: float | None = None, cloning: str | None = None) -> VoiceRecord:
+               max_seconds: float | None = None, cloning: str | None = None,
+               declared_by: str | None = None) -> VoiceRecord:
         """Validate, compute the prompt features, then save the voice in one transaction (and cache the features).
 
         Nothing is written unless the model can use the voice (a transcript with nothing to speak, audio the model
@@ -136,7 +142,8 @@ class PromptLibrary:
         wav, sr = decode_prompt(audio, self.store.max_audio_bytes, max_seconds=max_seconds)
         # The features of exactly what the store will give back (16-bit), as a later recomputation would make them.
         prompt = self._compute(stored_samples(wav).numpy(), sr, transcript, cloning)
-        record = self.store.add(name, (wav.numpy(), sr), transcript, consent, family=self.family, cloning=cloning)
+        record = self.store.add(name, (wav.numpy(), sr), transcript, consent, family=self.family, cloning=cloning,
+                                declared_by=declared_by)
         try:
             self.store.cache_prompt(record.id, self.model_key, self._to_entry(prompt))
         except (OSError, UnknownSpeakerError) as exc:  # the voice is usable: its features are recomputed on use

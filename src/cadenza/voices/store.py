@@ -18,6 +18,7 @@ and re-validated (``voice_`` + 22 URL-safe characters) and from model keys of a 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -36,6 +37,7 @@ import soundfile as sf
 import torch
 
 from cadenza.errors import InputError, UnknownSpeakerError
+from cadenza.voices import audit
 from cadenza.voices.validation import (
     DEFAULT_MAX_AUDIO_BYTES,
     ID_PREFIX,
@@ -44,6 +46,7 @@ from cadenza.voices.validation import (
     decode_prompt,
     looks_like_id,
     validate_consent,
+    validate_declared_by,
     validate_model_key,
     validate_transcript,
     validate_voice_id,
@@ -55,12 +58,14 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "voices.sqlite3"
 CACHE_DIR = "cache"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # name_key (schema 2): the name case-folded, so that names differing only in case are one name in every script
 # (SQLite's NOCASE folds ASCII only: 'Élodie' and 'élodie' were two voices in schema 1).
 # family, cloning (schema 3): the model family the voice was made (and checked) for, and how that family clones it
 # (VoxCPM 2: reference / continuation / combined; NULL for CosyVoice 2, where the transcript decides). Voices of
 # schemas 1-2 were all made for CosyVoice 2.
+# declared_by, audio_sha256, uses, last_used_at (schema 4): the consent record (who declared the right to use the
+# voice; the SHA-256 of its recording's 16-bit samples) and use counts; the audit tables (audit.py).
 DEFAULT_FAMILY = "cosyvoice2"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
@@ -75,18 +80,29 @@ CREATE TABLE IF NOT EXISTS voices (
     num_samples INTEGER NOT NULL,
     audio       BLOB NOT NULL,
     family      TEXT,
-    cloning     TEXT
+    cloning     TEXT,
+    declared_by TEXT,
+    audio_sha256 TEXT,
+    uses        INTEGER NOT NULL DEFAULT 0,
+    last_used_at REAL
 )
 """
 _COLUMNS = (f"id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, "
-            f"COALESCE(family, '{DEFAULT_FAMILY}'), cloning")
-_INSERT_COLUMNS = "id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, family, cloning"
+            f"COALESCE(family, '{DEFAULT_FAMILY}'), cloning, declared_by, audio_sha256")
+_INSERT_COLUMNS = ("id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, family, cloning, "
+                   "declared_by, audio_sha256")
 _TMP_PREFIX = ".tmp-"
 
 
 def name_key(name: str) -> str:
     """What makes two voice names the same name: Unicode NFC, then full case folding (``'Straße'`` = ``'STRASSE'``)."""
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+def audio_hash(pcm16: np.ndarray) -> str:
+    """SHA-256 (hex) of a recording's 16-bit samples as stored: the same recording uploaded again (the same file, or
+    a lossless copy with the same samples) hashes the same; an edited or lossily re-encoded one does not."""
+    return hashlib.sha256(np.ascontiguousarray(pcm16, dtype="<i2").tobytes()).hexdigest()
 
 
 def stored_samples(wav: torch.Tensor) -> torch.Tensor:
@@ -109,6 +125,8 @@ class VoiceRecord:
     num_samples: int
     family: str = DEFAULT_FAMILY  # the model family it was made for (``cadenza.api.model_family`` names)
     cloning: str | None = None  # VoxCPM 2: "reference", "continuation" or "combined"
+    declared_by: str | None = None  # who declared the right to use the voice (the consent record)
+    audio_sha256: str | None = None  # SHA-256 of the recording's 16-bit samples as stored
 
     @property
     def duration(self) -> float:
@@ -154,6 +172,9 @@ class VoiceStore:
                         self._add_name_keys()
                     if 0 < version < 3:
                         self._add_family_columns()
+                    if 0 < version < 4:
+                        self._add_consent_columns()
+                    audit.create_tables(self._db)
                     self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:  # not a database, unreadable, locked past the timeout
             raise InputError(f"cannot open the voice store {self.directory / DB_NAME}: {exc}") from exc
@@ -204,6 +225,18 @@ class VoiceStore:
             if column not in columns:
                 self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} TEXT")
 
+    def _add_consent_columns(self) -> None:
+        """Schema 3 -> 4: the consent record's columns; the hash of every kept recording is computed now."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(voices)")]
+        for column, kind in (("declared_by", "TEXT"), ("audio_sha256", "TEXT"),
+                             ("uses", "INTEGER NOT NULL DEFAULT 0"), ("last_used_at", "REAL")):
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} {kind}")
+        for voice_id, blob in self._db.execute("SELECT id, audio FROM voices WHERE audio_sha256 IS NULL").fetchall():
+            if blob is not None:
+                samples, _ = sf.read(io.BytesIO(blob), dtype="int16")
+                self._db.execute("UPDATE voices SET audio_sha256 = ? WHERE id = ?", (audio_hash(samples), voice_id))
+
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
@@ -234,30 +267,44 @@ class VoiceStore:
         return InputError(f"a voice named {name!r} already exists (names are case-insensitive)")
 
     def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
-            family: str = DEFAULT_FAMILY, cloning: str | None = None) -> VoiceRecord:
+            family: str = DEFAULT_FAMILY, cloning: str | None = None, declared_by: str | None = None) -> VoiceRecord:
         """Validate and save a voice (one transaction). ``audio``: encoded file bytes (any format libsndfile reads)
         or ``(samples, sample_rate)``; ``family``/``cloning``: the model family it is for and how that family uses
-        it (checked by the family's ``PromptLibrary``). Raises ``InputError`` (bad name, name taken, no consent) or
-        ``AudioError``."""
+        it (checked by the family's ``PromptLibrary``); ``declared_by``: who declares the right to use the voice (the
+        consent record keeps it with the statement, the time and the recording's hash). Raises ``InputError`` (bad
+        name, name taken, no consent, a recording that was taken down) or ``AudioError``. The creation is logged
+        (``audit_log``)."""
         name, transcript, consent = self.check_new(name, transcript, consent)
+        declared_by = validate_declared_by(declared_by)
         if not isinstance(family, str) or not family.isidentifier() or len(family) > 32:
             raise InputError(f"bad model family name {str(family)[:40]!r}")
         wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
         blob = wav_bytes(wav, sr)
+        digest = audio_hash(np.round(np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).astype(np.int16))
         now = time.time()
         voice_id = ID_PREFIX + secrets.token_urlsafe(ID_TOKEN_BYTES)
-        record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()), family, cloning)
+        record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()), family, cloning,
+                             declared_by, digest)
         try:
             with self._write():
-                self._db.execute(
-                    f"INSERT INTO voices ({_INSERT_COLUMNS}, name_key, audio) VALUES ({', '.join('?' * 12)})",
-                    (record.id, name, transcript, consent, now, now, sr, record.num_samples, family, cloning,
-                     name_key(name), blob),
-                )
+                if audit.blocked(self._db, digest):
+                    audit.record(self._db, "blocked_attempt", None, name=name, audio_sha256=digest)
+                    blocked = True
+                else:
+                    blocked = False
+                    self._db.execute(
+                        f"INSERT INTO voices ({_INSERT_COLUMNS}, name_key, audio) VALUES ({', '.join('?' * 14)})",
+                        (record.id, name, transcript, consent, now, now, sr, record.num_samples, family, cloning,
+                         declared_by, digest, name_key(name), blob),
+                    )
+                    audit.record(self._db, "created", record.id, name=name, family=family, declared_by=declared_by,
+                                 audio_sha256=digest)
         except sqlite3.IntegrityError as exc:
             if "name" in str(exc):
                 raise self._taken(name) from exc
             raise
+        if blocked:
+            raise InputError("this recording was taken down by the operator and cannot be saved as a voice again")
         return record
 
     def list(self) -> list[VoiceRecord]:
@@ -291,12 +338,53 @@ class VoiceStore:
 
     def delete(self, voice_id: str) -> None:
         """Delete a voice and its cached features. Raises ``UnknownSpeakerError`` if there is none with that id."""
+        self._delete(voice_id, "deleted")
+
+    def _delete(self, voice_id: str, event: str, reason: str | None = None) -> dict:
         validate_voice_id(voice_id)
         with self._write():
-            deleted = self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,)).rowcount
-        if not deleted:
-            raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+            row = self._db.execute("SELECT name, audio_sha256, uses FROM voices WHERE id = ?", (voice_id,)).fetchone()
+            if row is None:
+                raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+            name, digest, uses = row
+            self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
+            detail = {"name": name, "audio_sha256": digest, "uses": uses}
+            if event == "takedown":
+                detail["reason"] = reason
+                if digest is not None:
+                    audit.block(self._db, digest, reason or "takedown")
+            audit.record(self._db, event, voice_id, **detail)
         self._remove_cache(voice_id)
+        return detail
+
+    def takedown(self, id_or_name: str, reason: str) -> dict:
+        """An operator's takedown: delete the voice and its cached features, and refuse its recording from now on
+        (``add`` raises for the same samples). ``reason`` is logged. Returns what was removed."""
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
+            raise InputError("a takedown needs a reason (1-1000 characters): it is kept in the audit log")
+        record = self.get(id_or_name)
+        return {"id": record.id, **self._delete(record.id, "takedown", reason.strip())}
+
+    def record_use(self, voice_id: str) -> None:
+        """Count one synthesis with the voice (the audit log's use counts)."""
+        with self._write():
+            self._db.execute("UPDATE voices SET uses = uses + 1, last_used_at = ? WHERE id = ?",
+                             (time.time(), voice_id))
+
+    def consent_record(self, id_or_name: str) -> dict:
+        """The voice's consent record, for export: the declaration, who made it and when, the recording's hash,
+        the family it was made for, its use count."""
+        record = self.get(id_or_name)
+        uses, last = self._query("SELECT uses, last_used_at FROM voices WHERE id = ?", (record.id,))[0]
+        return {"voice_id": record.id, "name": record.name, "declaration": record.consent,
+                "declared_by": record.declared_by, "declared_at": record.consent_at,
+                "audio_sha256": record.audio_sha256, "family": record.family, "created_at": record.created_at,
+                "uses": uses, "last_used_at": last}
+
+    def audit_log(self, voice_id: str | None = None, limit: int = 1000) -> list[audit.AuditEvent]:
+        """Events (created, deleted, takedown, blocked_attempt) of one voice or all, oldest first."""
+        with self._lock:
+            return audit.events(self._db, voice_id, limit)
 
     def audio(self, voice_id: str) -> tuple[np.ndarray, int]:
         """The stored prompt: float32 mono samples in [-1, 1] and their sample rate."""

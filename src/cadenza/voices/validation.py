@@ -90,6 +90,11 @@ def validate_consent(consent: str) -> str:
     return _check_text(consent, "consent statement", MAX_CONSENT_CHARS)
 
 
+def validate_declared_by(declared_by: str | None) -> str | None:
+    """Who declares the right to use a voice (a person or organisation, as they name themselves): optional text."""
+    return None if declared_by is None else _check_text(declared_by, "declared_by", 200)
+
+
 def _from_array(samples: np.ndarray | torch.Tensor, sr: int) -> tuple[torch.Tensor, int]:
     wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
     if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis

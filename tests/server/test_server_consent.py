@@ -1,0 +1,116 @@
+"""Consent records, the audit log and takedown over HTTP (a real uvicorn server) and from ``cadenza voices``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from cadenza import Cadenza
+from cadenza.server import ServerConfig, create_app
+from cadenza.voices import VoiceStore
+
+from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone, wav_bytes
+from toy_model import build_toy_model_dir
+
+KEY, ADMIN = "test-key-0123456789", "admin-key-0123456789abc"
+
+
+@pytest.fixture(scope="module")
+def tts(cv2_dir, tmp_path_factory) -> Cadenza:
+    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def live(tts, tmp_path_factory):
+    store = VoiceStore(tmp_path_factory.mktemp("voices"))
+    app = create_app(tts, store, ServerConfig(api_key=KEY, admin_key=ADMIN))
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=120) as client:
+        server.client, server.store = client, store
+        yield server
+
+
+def _as(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _create(c, name: str, audio: bytes, **fields) -> httpx.Response:
+    return c.post("/v1/audio/voices", headers=_as(KEY), files={"audio": ("v.wav", audio, "audio/wav")},
+                  data={"name": name, "consent": CONSENT, "transcript": "Just by listening.", **fields})
+
+
+def test_consent_record_is_kept_exported_and_counts_uses(live):
+    c = live.client
+    audio = wav_bytes(tone(2.0))
+    r = _create(c, "erin", audio, declared_by="Erin Example")
+    assert r.status_code == 201, r.text
+    voice = r.json()
+    assert voice["declared_by"] == "Erin Example" and len(voice["audio_sha256"]) == 64
+    for seed in (1, 2):
+        s = c.post("/v1/audio/speech", headers=_as(KEY),
+                   json={"model": "m", "input": "Hello there.", "voice": "erin", "seed": seed, "response_format": "pcm"})
+        assert s.status_code == 200
+    record = c.get(f"/v1/audio/voices/{voice['id']}/consent", headers=_as(KEY)).json()
+    assert record["declaration"] == CONSENT and record["declared_by"] == "Erin Example" and record["uses"] == 2
+    assert record["audio_sha256"] == voice["audio_sha256"] and record["last_used_at"] >= record["created_at"]
+    assert c.get("/v1/audio/voices/nobody/consent", headers=_as(KEY)).status_code == 404
+
+
+def test_takedown_needs_the_admin_key_and_blocks_the_recording(live):
+    c = live.client
+    audio = wav_bytes(tone(2.0, freq=180.0))
+    voice = _create(c, "fred", audio).json()
+    url = f"/v1/admin/voices/{voice['id']}/takedown"
+    assert c.post(url, headers=_as(KEY), json={"reason": "asked"}).status_code == 401  # the API key is not enough
+    assert c.get("/v1/admin/audit", headers=_as(KEY)).status_code == 401
+    r = c.post(url, headers=_as(ADMIN), json={"reason": ""})
+    assert r.status_code == 400
+    r = c.post(url, headers=_as(ADMIN), json={"reason": "the speaker withdrew consent"})
+    assert r.status_code == 200 and r.json()["id"] == voice["id"]
+    assert c.get(f"/v1/audio/voices/{voice['id']}", headers=_as(KEY)).status_code == 404
+    assert not (live.store.directory / "cache" / voice["id"]).exists()
+    again = _create(c, "fred2", audio)
+    assert again.status_code == 400 and again.json()["error"]["param"] == "audio"
+    assert "taken down" in again.json()["error"]["message"]
+    log = c.get("/v1/admin/audit", headers=_as(ADMIN), params={"voice": voice["id"]}).json()["data"]
+    assert [e["event"] for e in log] == ["created", "takedown"] and log[1]["reason"] == "the speaker withdrew consent"
+    everything = c.get("/v1/admin/audit", headers=_as(ADMIN)).json()["data"]
+    assert everything[-1]["event"] == "blocked_attempt"
+    assert all("input" not in e and "text" not in e for e in everything)  # no synthesised text is logged
+    speech = c.post("/v1/audio/speech", headers=_as(KEY), json={"model": "m", "input": "Hi.", "voice": "fred"})
+    assert speech.status_code == 400
+
+
+def test_operator_endpoints_are_off_without_an_admin_key(tts, tmp_path):
+    with VoiceStore(tmp_path / "v") as store, LiveServer(create_app(tts, store, ServerConfig())) as server:
+        r = httpx.get(f"{server.url}/v1/admin/audit")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
+    with pytest.raises(ValueError, match="admin_key"):
+        ServerConfig(api_key=KEY, admin_key=KEY)
+
+
+def test_cadenza_voices_offline(tmp_path):
+    directory = tmp_path / "voices"
+    with VoiceStore(directory) as store:
+        gina = store.add("gina", (tone(1.0), PROMPT_SR), None, CONSENT, declared_by="Gina")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "cadenza", "voices", "--voices-dir", str(directory), *args],
+                              capture_output=True, text=True, timeout=120)
+
+    listed = [json.loads(line) for line in cli("list").stdout.splitlines()]
+    assert [v["name"] for v in listed] == ["gina"] and listed[0]["declared_by"] == "Gina"
+    assert json.loads(cli("consent", "gina").stdout)["audio_sha256"] == gina.audio_sha256
+    assert cli("takedown", "gina").returncode == 2  # --reason is required
+    assert json.loads(cli("takedown", "gina", "--reason", "request by email").stdout)["id"] == gina.id
+    events = [json.loads(line)["event"] for line in cli("audit").stdout.splitlines()]
+    assert events == ["created", "takedown"]
+    missing = subprocess.run([sys.executable, "-m", "cadenza", "voices", "--voices-dir", str(tmp_path / "none"),
+                              "list"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "no voice store" in missing.stderr
+    with VoiceStore(directory) as store, pytest.raises(Exception, match="taken down"):
+        store.add("gina", (tone(1.0), PROMPT_SR), None, CONSENT)
