@@ -61,6 +61,16 @@ class ConditionalFlowMatching(nn.Module):
         self.rand_noise = fixed_noise(mel_bins, cfg.noise_frames, cfg.noise_seed)
         self._noise_copy: torch.Tensor | None = None  # rand_noise on the last device/dtype used
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The estimator's dtype (its inputs are cast to it; the ODE state and the output stay float32)."""
+        return self.estimator.time_mlp.linear_1.weight.dtype
+
+    def set_compute_dtype(self, dtype: torch.dtype) -> None:
+        """Run the estimator in ``dtype`` (weights cast in place). The Euler state, time grid and CFG mix stay in the
+        caller's dtype: only the estimator's matrix products and convolutions get cheaper."""
+        self.estimator.to(dtype)
+
     def initial_noise(self, frames: int, device: torch.device, dtype: torch.dtype, start: int = 0) -> torch.Tensor:
         """``[1, mel, frames - start]``: frames ``start .. frames-1`` of the fixed noise."""
         if frames > self.rand_noise.size(2):
@@ -126,11 +136,19 @@ class ConditionalFlowMatching(nn.Module):
         spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
         cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
         w = self.inference_cfg_rate
+        dtype = self.compute_dtype
+        cast = dtype != x.dtype  # a lower-precision estimator: inputs cast in, velocity back out (t stays as is)
+        if cast:
+            mask_in, mu_in, spks_in, cond_in = (a.to(dtype) for a in (mask_in, mu_in, spks_in, cond_in))
         for step in range(1, steps + 1):
             x_in = torch.cat([x, x], dim=0)
             t_in = t.expand(2 * b)
             cache = None if caches is None else caches[step - 1]
-            v = self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming, cache=cache)
+            if cast:
+                v = self.estimator(x_in.to(dtype), mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming,
+                                   cache=cache).to(x.dtype)
+            else:
+                v = self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in, streaming=streaming, cache=cache)
             v_cond, v_uncond = torch.split(v, [b, b], dim=0)
             v = (1.0 + w) * v_cond - w * v_uncond
             x = x + dt * v

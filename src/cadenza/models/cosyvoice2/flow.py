@@ -35,6 +35,18 @@ class TokenToMelFlow(nn.Module):
         self.encoder_proj = nn.Linear(cfg.encoder.output_size, cfg.output_size)
         self.decoder = ConditionalFlowMatching(cfg.cfm, CausalConditionalDecoder(cfg.estimator), cfg.output_size)
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the encoder and the CFM estimator compute in (float32 unless ``set_compute_dtype`` changed it).
+        Everything around them (token/speaker embeddings, projections, the ODE state, the output) stays float32."""
+        return self.encoder.embed.out[0].weight.dtype
+
+    def set_compute_dtype(self, dtype: torch.dtype) -> None:
+        """Run the encoder and the CFM estimator (nearly all of the flow's work) in ``dtype``: their weights are
+        cast in place (one way: float32 weights are not kept)."""
+        self.encoder.to(dtype)
+        self.decoder.set_compute_dtype(dtype)
+
     def speaker_projection(self, embedding: torch.Tensor) -> torch.Tensor:
         """Raw x-vector ``[B, spk_embed_dim]`` -> L2-normalised and projected ``[B, mel]``."""
         return self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
@@ -52,7 +64,13 @@ class TokenToMelFlow(nn.Module):
         (may be empty: zeros are used); cache: the tokens continue a cached stream (see the encoder)."""
         x = self.input_embedding(torch.clamp(tokens, min=0))
         ctx = self.input_embedding(torch.clamp(context, min=0)) if context.size(1) else None
-        h, _ = self.encoder(x, context=ctx, streaming=streaming, cache=cache)
+        dtype = self.compute_dtype
+        if dtype != x.dtype:  # a lower-precision encoder (CPU fast path): its input cast in, its output back out
+            h, _ = self.encoder(x.to(dtype), context=None if ctx is None else ctx.to(dtype), streaming=streaming,
+                                cache=cache)
+            h = h.to(x.dtype)
+        else:
+            h, _ = self.encoder(x, context=ctx, streaming=streaming, cache=cache)
         return self.encoder_proj(h).transpose(1, 2).contiguous()
 
     def prompt_condition(self, prompt_feat: torch.Tensor, start: int, end: int, like: torch.Tensor) -> torch.Tensor:

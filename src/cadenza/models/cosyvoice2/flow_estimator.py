@@ -147,7 +147,8 @@ class CausalConditionalDecoder(nn.Module):
         """
         if cache is not None and (chunk_sizes is not None or not (streaming and self.supports_cache)):
             raise ValueError("an incremental estimator call needs streaming=True and a single-level U-Net")
-        temb = self.time_mlp(self.time_embeddings(t).to(t.dtype))
+        # The sinusoidal table from t as given (float32 t keeps its precision), then the MLP's dtype.
+        temb = self.time_mlp(self.time_embeddings(t).to(self.time_mlp.linear_1.weight.dtype))
         parts = [x, mu]
         if spks is not None:
             parts.append(spks.unsqueeze(-1).expand(-1, -1, x.size(-1)))

@@ -119,6 +119,23 @@ class HiFTGenerator(nn.Module):
             raise CheckpointError(f"HiFT checkpoint shapes do not match the config: {bad[:5]}")
         self.load_state_dict(folded, strict=True)
 
+    # ---------------------------------------------------------------- precision
+
+    # The convolution stack that turns mel + source spectrum into the output spectrum: nearly all of HiFT's work.
+    # The f0 predictor, the harmonic source and both STFTs stay float32 (an f0 or phase error would shift the
+    # pitch and phase of the whole waveform; they cost little).
+    CONV_STACK = ("conv_pre", "ups", "source_downs", "source_resblocks", "resblocks", "conv_post")
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype of the convolution stack (float32 unless ``set_compute_dtype`` changed it)."""
+        return self.conv_pre.weight.dtype
+
+    def set_compute_dtype(self, dtype: torch.dtype) -> None:
+        """Run the convolution stack in ``dtype`` (its weights cast in place; one way)."""
+        for name in self.CONV_STACK:
+            getattr(self, name).to(dtype)
+
     # ---------------------------------------------------------------- forward
 
     def source_from_f0(self, f0: torch.Tensor, generator: torch.Generator | None = None,
@@ -148,6 +165,9 @@ class HiFTGenerator(nn.Module):
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """``mel [B, n_mels, F]``, ``source [B, 1, L]`` -> ``speech [B, L]`` in ±audio_limit (L = hop_length * F)."""
         s_stft = stft_real_imag(source.squeeze(1), self.n_fft, self.hop, self.stft_window)
+        dtype, out_dtype = self.compute_dtype, mel.dtype
+        if dtype != out_dtype:  # a lower-precision conv stack (CPU fast path): cast in here, back out before exp
+            s_stft, mel = s_stft.to(dtype), mel.to(dtype)
 
         x = self.conv_pre(mel)
         for i in range(self.num_upsamples):
@@ -163,7 +183,7 @@ class HiFTGenerator(nn.Module):
             x = xs / self.num_kernels
 
         x = F.leaky_relu(x)  # the reference uses the default slope 0.01 here, not lrelu_slope
-        x = self.conv_post(x)
+        x = self.conv_post(x).to(out_dtype)
         bins = self.n_fft // 2 + 1
         magnitude = torch.clamp(torch.exp(x[:, :bins]), max=MAX_MAGNITUDE)
         # sin() bounds the predicted phase to [-1, 1] rad; that is what the model was trained with, so keep it.
