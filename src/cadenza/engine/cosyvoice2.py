@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from cadenza.engine.precision import Precision, apply_precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
@@ -27,7 +28,14 @@ class CosyVoice2Engine:
     """Stateless between requests: all per-utterance state lives in the ``SynthesisRequest`` and local variables."""
 
     def __init__(self, model: CosyVoice2Model, frontend: CosyVoice2Frontend, speakers: SpeakerStore,
-                 schedule: StreamSchedule | None = None, scheduler_config: SchedulerConfig | None = None) -> None:
+                 schedule: StreamSchedule | None = None, scheduler_config: SchedulerConfig | None = None,
+                 precision: Precision | None = None) -> None:
+        """precision: convert ``model`` (float32, in place) to it before anything runs (``engine/precision.py``);
+        None or ``Precision()``: float32, untouched."""
+        self.precision = precision or Precision()
+        if not self.precision.is_float32:
+            apply_precision(model, self.precision)
+            log.info("CosyVoice 2 precision: %s", self.precision.describe())
         self.model = model
         self.frontend = frontend
         self.speakers = speakers
