@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import httpx
+import numpy as np
 import pytest
 
 from cadenza import Cadenza
@@ -114,3 +115,50 @@ def test_cadenza_voices_offline(tmp_path):
     assert missing.returncode != 0 and "no voice store" in missing.stderr
     with VoiceStore(directory) as store, pytest.raises(Exception, match="taken down"):
         store.add("gina", (tone(1.0), PROMPT_SR), None, CONSENT)
+
+
+def _files_hold(directory, needle: bytes) -> list[str]:
+    """The files under the store's folder whose bytes contain ``needle``."""
+    return [p.name for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_retention_keeps_only_what_synthesis_needs_and_deletion_leaves_nothing(tts, tmp_path):
+    import time
+
+    from cadenza.errors import InputError
+    from cadenza.voices.cosyvoice2_prompts import CosyVoice2Prompts
+
+    rng = np.random.default_rng(0)
+    samples = (tone(2.0) + 0.05 * rng.standard_normal(int(2.0 * PROMPT_SR))).astype(np.float32)
+    pcm = np.round(np.clip(samples, -1, 1) * 32767).astype("<i2")
+    needle = pcm[8000:8016].tobytes()  # 32 bytes of the recording: found only where the recording is stored
+    directory = tmp_path / "voices"
+    with VoiceStore(directory) as store:
+        library = CosyVoice2Prompts(tts, store)
+        lean = library.create("lean", (samples, PROMPT_SR), "Just by listening.", CONSENT)  # the default
+        assert not lean.audio_kept and _files_hold(directory, needle) == []
+        with pytest.raises(InputError, match="keeps no recording"):
+            store.audio(lean.id)
+        library.forget(lean.id)
+        voice = library.resolve("lean")  # from the pinned features, not from audio
+        handle = tts.engine.scheduler.submit(tts.plan(["Hello there."], voice, seed=1).requests[0], stream=True)
+        assert sum(len(c) for c in handle) > 0
+        primed = tts.engine.scheduler._primed
+        assert primed is None or voice.prompt in primed
+        store.delete(lean.id)
+        library.forget(lean.id)
+        assert primed is None or voice.prompt not in primed
+        kept = library.create("kept", (samples, PROMPT_SR), None, CONSENT, keep_audio=True, audio_ttl_s=0.5)
+        assert kept.audio_kept and kept.audio_expires_at is not None
+        assert _files_hold(directory, needle), "a kept recording is in the store"
+        time.sleep(0.6)
+        assert store.drop_expired_audio() == 1
+        assert not store.get("kept").audio_kept and _files_hold(directory, needle) == []
+        library.forget(kept.id)
+        assert library.resolve("kept").prompt is not None  # still usable: its features are pinned
+        assert [e.event for e in store.audit_log(kept.id)] == ["created", "audio_expired"]
+        again = library.create("again", (samples, PROMPT_SR), None, CONSENT, keep_audio=True)
+        store.delete(again.id)
+        assert _files_hold(directory, needle) == []  # deleted rows are zeroed, the log folded in
+        leftovers = store._query("SELECT count(*) FROM voice_features WHERE voice_id IN (?, ?)", (lean.id, again.id))
+        assert leftovers[0][0] == 0 and not (directory / "cache" / again.id).exists()

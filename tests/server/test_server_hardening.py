@@ -177,8 +177,8 @@ def test_a_voice_the_model_cannot_use_leaves_nothing_behind(open_server, monkeyp
     assert {p.name for p in (store.directory / "cache").glob("*")} <= {r.id for r in store.list()}  # no orphans
     created = _create(c, "crashy", transcript=TRANSCRIPT)  # the name was never taken
     assert created.status_code == 201, created.text
-    # Created = usable at once, with features cached on disk.
-    assert any((store.directory / "cache" / created.json()["id"]).glob("*.safetensors"))
+    # Created = usable at once, with its features pinned in the store.
+    assert store.cached_prompt(created.json()["id"], open_server.state.default.prompts.model_key) is not None
     assert c.post("/v1/audio/speech", json={**SPEECH, "voice": "crashy"}).status_code == 200
 
 

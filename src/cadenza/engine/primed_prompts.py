@@ -83,6 +83,18 @@ class PrimedPrompts:
             dropped.append(session)
         return dropped
 
+    def forget(self, prompt: SpeakerPrompt) -> bool:
+        """Drop ``prompt``'s primed state (its voice was deleted); whether there was one."""
+        with self._lock:
+            session = self._entries.pop(prompt_digest(prompt), None)
+        if session is not None:
+            session.close()
+        return session is not None
+
+    def __contains__(self, prompt: SpeakerPrompt) -> bool:
+        with self._lock:
+            return prompt_digest(prompt) in self._entries
+
     def clear(self) -> None:
         with self._lock:
             entries, self._entries = list(self._entries.values()), collections.OrderedDict()

@@ -109,6 +109,11 @@ class Scheduler:
         chunker = TokenChunker(self.schedule, request.voice.flow_prompt_speech.shape[1], lookahead)
         return chunker.hop + lookahead
 
+    def forget_prompt(self, prompt) -> None:
+        """Drop the primed flow state of a voice's prompt (its voice was deleted)."""
+        if self._primed is not None:
+            self._primed.forget(prompt)
+
     @property
     def load(self) -> tuple[int, int]:
         """(active, queued) request counts; a request is active until its state is freed."""

@@ -33,11 +33,11 @@ def _public(record: VoiceRecord) -> dict:
             "consent": record.consent, "consent_at": record.consent_at, "declared_by": record.declared_by,
             "audio_sha256": record.audio_sha256, "created_at": int(record.created_at),
             "duration": round(record.duration, 3), "sample_rate": record.sample_rate, "family": record.family,
-            "cloning": record.cloning}
+            "cloning": record.cloning, "audio_kept": record.audio_kept, "audio_expires_at": record.audio_expires_at}
 
 
 def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transcript: str | None, consent: str,
-         cloning: str | None, declared_by: str | None) -> VoiceRecord:
+         cloning: str | None, declared_by: str | None, keep: tuple[bool, float | None]) -> VoiceRecord:
     """Blocking: check the fields, decode (bounded), compute the prompt features, then save in one transaction."""
     cfg = state.config
     state.voices.check_new(name, transcript, consent)  # the cheap refusals before any decoding
@@ -50,7 +50,7 @@ def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transc
         samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
         wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
     return served.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds,
-                                 cloning=cloning, declared_by=declared_by)
+                                 cloning=cloning, declared_by=declared_by, keep_audio=keep[0], audio_ttl_s=keep[1])
 
 
 def _param_of(exc: Exception) -> str | None:
@@ -77,6 +77,26 @@ def _text_field(form, name: str, required: bool) -> str | None:
     return value
 
 
+def _retention(form) -> tuple[bool, float | None]:
+    """(keep the recording, for how many seconds) from ``keep_audio`` ("true"/"false", default false) and
+    ``audio_retention_days`` (only with keep_audio)."""
+    keep = _text_field(form, "keep_audio", False)
+    if keep is not None and keep.strip().lower() not in ("true", "false", "1", "0"):
+        raise APIError(400, "keep_audio is true or false", param="keep_audio", code="invalid_value")
+    kept = keep is not None and keep.strip().lower() in ("true", "1")
+    days = _text_field(form, "audio_retention_days", False)
+    if days is None:
+        return kept, None
+    try:
+        value = float(days)
+    except ValueError:
+        value = float("nan")
+    if not kept or not (0 < value <= 3650):
+        raise APIError(400, "audio_retention_days is a number of days in (0, 3650], with keep_audio=true",
+                       param="audio_retention_days", code="invalid_value")
+    return True, value * 86400.0
+
+
 @router.post("/v1/audio/voices", status_code=201)
 async def create_voice(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
@@ -85,7 +105,7 @@ async def create_voice(request: Request) -> JSONResponse:
         raise APIError(415, "send the voice as multipart/form-data with fields audio, name, consent and optional "
                        "transcript", code="unsupported_media_type")
     try:
-        form = await request.form(max_files=1, max_fields=10)
+        form = await request.form(max_files=1, max_fields=12)
     except APIError:
         raise
     except Exception as exc:  # malformed multipart; the body-size limit raises HTTPException, handled upstream
@@ -103,6 +123,7 @@ async def create_voice(request: Request) -> JSONResponse:
         served = state.model(_text_field(form, "model", False))
         cloning = _text_field(form, "cloning", False)
         declared_by = _text_field(form, "declared_by", False)
+        keep = _retention(form)
         limit = state.config.max_upload_bytes
         data = await upload.read(limit + 1)
         if len(data) > limit:
@@ -112,7 +133,7 @@ async def create_voice(request: Request) -> JSONResponse:
             raise APIError(400, "the audio file is empty", param="audio", code="invalid_audio")
         try:
             record = await anyio.to_thread.run_sync(_add, state, served, name, data, transcript, consent, cloning,
-                                                    declared_by, limiter=state.limiter)
+                                                    declared_by, keep, limiter=state.limiter)
         except Exception as exc:
             raise state.error(exc, param=_param_of(exc)) from exc
     finally:

@@ -34,7 +34,7 @@ SCHEMA = (
         reason   TEXT NOT NULL
     )""",
 )
-EVENTS = ("created", "deleted", "takedown", "blocked_attempt")
+EVENTS = ("created", "deleted", "takedown", "blocked_attempt", "audio_expired")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ class CosyVoice2Prompts(PromptLibrary):
     def _mode(self, record: VoiceRecord) -> str:
         return "zero_shot" if record.transcript is not None else "cross_lingual"
 
+    def _forget_derived(self, prompt: SpeakerPrompt) -> None:
+        self.tts.engine.scheduler.forget_prompt(prompt)  # its primed flow state
+
     def model_speaker(self, ref: str) -> SpeakerPrompt | None:
         speakers = self.tts.engine.speakers
         return speakers.get(ref) if isinstance(ref, str) and ref in speakers else None

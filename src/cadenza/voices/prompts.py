@@ -130,11 +130,15 @@ class PromptLibrary:
 
     def create(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
                max_seconds: float | None = None, cloning: str | None = None,
-               declared_by: str | None = None) -> VoiceRecord:
-        """Validate, compute the prompt features, then save the voice in one transaction (and cache the features).
+               declared_by: str | None = None, keep_audio: bool = False,
+               audio_ttl_s: float | None = None) -> VoiceRecord:
+        """Validate, compute the prompt features, then save the voice and its features in one transaction.
 
         Nothing is written unless the model can use the voice (a transcript with nothing to speak, audio the model
         refuses): a crash or an error at any point leaves no voice behind that the caller was not told about.
+        Retention: by default only what synthesis needs is kept (this model's features), not the recording;
+        ``keep_audio`` keeps it too (``audio_ttl_s``: for that long), so the voice can be recomputed for other
+        model files of the family.
         """
         max_seconds = self.store.max_seconds if max_seconds is None else max_seconds
         name, transcript, consent = self.store.check_new(name, transcript, consent)
@@ -143,11 +147,8 @@ class PromptLibrary:
         # The features of exactly what the store will give back (16-bit), as a later recomputation would make them.
         prompt = self._compute(stored_samples(wav).numpy(), sr, transcript, cloning)
         record = self.store.add(name, (wav.numpy(), sr), transcript, consent, family=self.family, cloning=cloning,
-                                declared_by=declared_by)
-        try:
-            self.store.cache_prompt(record.id, self.model_key, self._to_entry(prompt))
-        except (OSError, UnknownSpeakerError) as exc:  # the voice is usable: its features are recomputed on use
-            log.warning("voice %s saved, but its prompt features were not cached: %s", record.id, exc)
+                                declared_by=declared_by, keep_audio=keep_audio, audio_ttl_s=audio_ttl_s,
+                                features={self.model_key: self._to_entry(prompt)})
         self._remember(record.id, prompt)
         return record
 
@@ -173,6 +174,10 @@ class PromptLibrary:
         return prompt
 
     def compute(self, record: VoiceRecord):
+        if not self.store.get(record.id).audio_kept:
+            raise VoiceFamilyError(
+                f"voice {record.name[:80]!r} was saved without its recording, with the features of other model files "
+                f"of {self.title} than this model's: create the voice again for this model")
         samples, sr = self.store.audio(record.id)
         return self._compute(samples, sr, record.transcript, record.cloning)
 
@@ -184,5 +189,11 @@ class PromptLibrary:
                 self._memory.popitem(last=False)
 
     def forget(self, voice_id: str) -> None:
+        """Drop what the model keeps of a (deleted) voice: the remembered prompt and any state derived from it."""
         with self._lock:
-            self._memory.pop(voice_id, None)
+            prompt = self._memory.pop(voice_id, None)
+        if prompt is not None:
+            self._forget_derived(prompt)
+
+    def _forget_derived(self, prompt) -> None:
+        """Free state the model derived from ``prompt`` (e.g. a primed flow); nothing by default."""

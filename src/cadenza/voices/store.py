@@ -65,7 +65,9 @@ SCHEMA_VERSION = 4
 # (VoxCPM 2: reference / continuation / combined; NULL for CosyVoice 2, where the transcript decides). Voices of
 # schemas 1-2 were all made for CosyVoice 2.
 # declared_by, audio_sha256, uses, last_used_at (schema 4): the consent record (who declared the right to use the
-# voice; the SHA-256 of its recording's 16-bit samples) and use counts; the audit tables (audit.py).
+# voice; the SHA-256 of its recording's 16-bit samples) and use counts; the audit tables (audit.py); retention:
+# ``audio`` is an empty blob when the recording is not kept, ``audio_expires_at`` when a kept one is dropped, and
+# ``voice_features`` pins the prompt features of the model the voice was made with (written with the voice).
 DEFAULT_FAMILY = "cosyvoice2"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS voices (
@@ -84,19 +86,38 @@ CREATE TABLE IF NOT EXISTS voices (
     declared_by TEXT,
     audio_sha256 TEXT,
     uses        INTEGER NOT NULL DEFAULT 0,
-    last_used_at REAL
+    last_used_at REAL,
+    audio_expires_at REAL
+)
+"""
+_FEATURES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS voice_features (
+    voice_id  TEXT NOT NULL,
+    model_key TEXT NOT NULL,
+    data      BLOB NOT NULL,
+    PRIMARY KEY (voice_id, model_key)
 )
 """
 _COLUMNS = (f"id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, "
-            f"COALESCE(family, '{DEFAULT_FAMILY}'), cloning, declared_by, audio_sha256")
+            f"COALESCE(family, '{DEFAULT_FAMILY}'), cloning, declared_by, audio_sha256, length(audio) > 0, "
+            f"audio_expires_at")
 _INSERT_COLUMNS = ("id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, family, cloning, "
-                   "declared_by, audio_sha256")
+                   "declared_by, audio_sha256, audio_expires_at")
 _TMP_PREFIX = ".tmp-"
 
 
 def name_key(name: str) -> str:
     """What makes two voice names the same name: Unicode NFC, then full case folding (``'Straße'`` = ``'STRASSE'``)."""
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+def _tensor_bytes(tensors: dict[str, torch.Tensor], voice_id: str, model_key: str) -> bytes:
+    from safetensors.torch import save
+
+    if not tensors or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
+        raise InputError("features are a non-empty dict of name -> tensor")
+    return save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
+                metadata={"voice_id": voice_id, "model_key": model_key})
 
 
 def audio_hash(pcm16: np.ndarray) -> str:
@@ -127,6 +148,8 @@ class VoiceRecord:
     cloning: str | None = None  # VoxCPM 2: "reference", "continuation" or "combined"
     declared_by: str | None = None  # who declared the right to use the voice (the consent record)
     audio_sha256: str | None = None  # SHA-256 of the recording's 16-bit samples as stored
+    audio_kept: bool = True  # the recording itself is stored (else only the features synthesis needs)
+    audio_expires_at: float | None = None  # when a kept recording is dropped (None: kept until the voice is)
 
     @property
     def duration(self) -> float:
@@ -163,6 +186,8 @@ class VoiceStore:
                 self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
                 self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across app crashes
+                # Voices are biometric data: deleted rows are overwritten with zeros, not left in free pages.
+                self._db.execute("PRAGMA secure_delete = ON")
                 with self._write():
                     self._db.execute(_SCHEMA)
                     version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -175,7 +200,9 @@ class VoiceStore:
                     if 0 < version < 4:
                         self._add_consent_columns()
                     audit.create_tables(self._db)
+                    self._db.execute(_FEATURES_SCHEMA)
                     self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self.drop_expired_audio()
         except sqlite3.DatabaseError as exc:  # not a database, unreadable, locked past the timeout
             raise InputError(f"cannot open the voice store {self.directory / DB_NAME}: {exc}") from exc
         self._sweep_temporaries()
@@ -229,11 +256,12 @@ class VoiceStore:
         """Schema 3 -> 4: the consent record's columns; the hash of every kept recording is computed now."""
         columns = [row[1] for row in self._db.execute("PRAGMA table_info(voices)")]
         for column, kind in (("declared_by", "TEXT"), ("audio_sha256", "TEXT"),
-                             ("uses", "INTEGER NOT NULL DEFAULT 0"), ("last_used_at", "REAL")):
+                             ("uses", "INTEGER NOT NULL DEFAULT 0"), ("last_used_at", "REAL"),
+                             ("audio_expires_at", "REAL")):
             if column not in columns:
                 self._db.execute(f"ALTER TABLE voices ADD COLUMN {column} {kind}")
         for voice_id, blob in self._db.execute("SELECT id, audio FROM voices WHERE audio_sha256 IS NULL").fetchall():
-            if blob is not None:
+            if blob:
                 samples, _ = sf.read(io.BytesIO(blob), dtype="int16")
                 self._db.execute("UPDATE voices SET audio_sha256 = ? WHERE id = ?", (audio_hash(samples), voice_id))
 
@@ -267,24 +295,37 @@ class VoiceStore:
         return InputError(f"a voice named {name!r} already exists (names are case-insensitive)")
 
     def add(self, name: str, audio: PromptInput, transcript: str | None, consent: str,
-            family: str = DEFAULT_FAMILY, cloning: str | None = None, declared_by: str | None = None) -> VoiceRecord:
+            family: str = DEFAULT_FAMILY, cloning: str | None = None, declared_by: str | None = None,
+            keep_audio: bool = True, audio_ttl_s: float | None = None,
+            features: dict[str, dict[str, torch.Tensor]] | None = None) -> VoiceRecord:
         """Validate and save a voice (one transaction). ``audio``: encoded file bytes (any format libsndfile reads)
         or ``(samples, sample_rate)``; ``family``/``cloning``: the model family it is for and how that family uses
         it (checked by the family's ``PromptLibrary``); ``declared_by``: who declares the right to use the voice (the
         consent record keeps it with the statement, the time and the recording's hash). Raises ``InputError`` (bad
         name, name taken, no consent, a recording that was taken down) or ``AudioError``. The creation is logged
-        (``audit_log``)."""
+        (``audit_log``).
+
+        Retention: ``keep_audio=False`` stores only ``features`` (``{model key: tensors}``: what synthesis needs, pinned
+        with the voice in the same transaction), not the recording; ``audio_ttl_s`` keeps the recording that long
+        (then ``drop_expired_audio`` removes it). Without a kept recording a voice works only with models whose
+        features it holds."""
         name, transcript, consent = self.check_new(name, transcript, consent)
         declared_by = validate_declared_by(declared_by)
+        if not keep_audio and not features:
+            raise InputError("a voice saved without its recording needs the features synthesis uses (features=...)")
+        if audio_ttl_s is not None and not (isinstance(audio_ttl_s, (int, float)) and audio_ttl_s > 0):
+            raise InputError(f"audio_ttl_s must be a positive number of seconds, got {audio_ttl_s!r}")
         if not isinstance(family, str) or not family.isidentifier() or len(family) > 32:
             raise InputError(f"bad model family name {str(family)[:40]!r}")
         wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
-        blob = wav_bytes(wav, sr)
+        blob = wav_bytes(wav, sr) if keep_audio else b""
         digest = audio_hash(np.round(np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).astype(np.int16))
         now = time.time()
         voice_id = ID_PREFIX + secrets.token_urlsafe(ID_TOKEN_BYTES)
+        expires = now + audio_ttl_s if keep_audio and audio_ttl_s is not None else None
         record = VoiceRecord(voice_id, name, transcript, consent, now, now, sr, int(wav.numel()), family, cloning,
-                             declared_by, digest)
+                             declared_by, digest, keep_audio, expires)
+        pinned = [(key, _tensor_bytes(t, voice_id, key)) for key, t in (features or {}).items()]
         try:
             with self._write():
                 if audit.blocked(self._db, digest):
@@ -293,10 +334,13 @@ class VoiceStore:
                 else:
                     blocked = False
                     self._db.execute(
-                        f"INSERT INTO voices ({_INSERT_COLUMNS}, name_key, audio) VALUES ({', '.join('?' * 14)})",
+                        f"INSERT INTO voices ({_INSERT_COLUMNS}, name_key, audio) VALUES ({', '.join('?' * 15)})",
                         (record.id, name, transcript, consent, now, now, sr, record.num_samples, family, cloning,
-                         declared_by, digest, name_key(name), blob),
+                         declared_by, digest, expires, name_key(name), blob),
                     )
+                    for key, data in pinned:
+                        self._db.execute("INSERT INTO voice_features (voice_id, model_key, data) VALUES (?, ?, ?)",
+                                         (record.id, validate_model_key(key), data))
                     audit.record(self._db, "created", record.id, name=name, family=family, declared_by=declared_by,
                                  audio_sha256=digest)
         except sqlite3.IntegrityError as exc:
@@ -348,6 +392,7 @@ class VoiceStore:
                 raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
             name, digest, uses = row
             self._db.execute("DELETE FROM voices WHERE id = ?", (voice_id,))
+            self._db.execute("DELETE FROM voice_features WHERE voice_id = ?", (voice_id,))
             detail = {"name": name, "audio_sha256": digest, "uses": uses}
             if event == "takedown":
                 detail["reason"] = reason
@@ -355,7 +400,14 @@ class VoiceStore:
                     audit.block(self._db, digest, reason or "takedown")
             audit.record(self._db, event, voice_id, **detail)
         self._remove_cache(voice_id)
+        self._checkpoint()
         return detail
+
+    def _checkpoint(self) -> None:
+        """Fold the write-ahead log into the database and empty it, so a removed recording's old pages do not
+        linger there (best effort: another process reading right now keeps the log for a moment)."""
+        with self._lock, contextlib.suppress(sqlite3.DatabaseError):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def takedown(self, id_or_name: str, reason: str) -> dict:
         """An operator's takedown: delete the voice and its cached features, and refuse its recording from now on
@@ -366,10 +418,28 @@ class VoiceStore:
         return {"id": record.id, **self._delete(record.id, "takedown", reason.strip())}
 
     def record_use(self, voice_id: str) -> None:
-        """Count one synthesis with the voice (the audit log's use counts)."""
+        """Count one synthesis with the voice (the audit log's use counts); drop recordings past their time."""
         with self._write():
             self._db.execute("UPDATE voices SET uses = uses + 1, last_used_at = ? WHERE id = ?",
                              (time.time(), voice_id))
+            self._drop_expired()
+
+    def drop_expired_audio(self) -> int:
+        """Remove kept recordings whose time is up (their voices keep working from their pinned features).
+        Returns how many were dropped."""
+        with self._write():
+            dropped = self._drop_expired()
+        if dropped:
+            self._checkpoint()
+        return dropped
+
+    def _drop_expired(self) -> int:
+        expired = self._db.execute("SELECT id, name FROM voices WHERE audio_expires_at <= ? AND length(audio) > 0",
+                                   (time.time(),)).fetchall()
+        for voice_id, name in expired:
+            self._db.execute("UPDATE voices SET audio = x'', audio_expires_at = NULL WHERE id = ?", (voice_id,))
+            audit.record(self._db, "audio_expired", voice_id, name=name)
+        return len(expired)
 
     def consent_record(self, id_or_name: str) -> dict:
         """The voice's consent record, for export: the declaration, who made it and when, the recording's hash,
@@ -392,6 +462,9 @@ class VoiceStore:
         rows = self._query("SELECT audio FROM voices WHERE id = ?", (voice_id,))
         if not rows:
             raise UnknownSpeakerError(f"unknown voice {voice_id!r}")
+        if not rows[0][0]:
+            raise InputError(f"voice {voice_id!r} keeps no recording, only the features of the model it was made "
+                             "with: create it again to use it with other model files")
         samples, sr = sf.read(io.BytesIO(rows[0][0]), dtype="float32")
         return samples, int(sr)
 
@@ -406,8 +479,14 @@ class VoiceStore:
         return bool(self._query("SELECT 1 FROM voices WHERE id = ?", (voice_id,)))
 
     def cached_prompt(self, voice_id: str, model_key: str) -> dict[str, torch.Tensor] | None:
-        """Features ``cache_prompt`` saved for this voice and model, or ``None`` (not cached, voice deleted, or the
-        file is unreadable, in which case it is removed)."""
+        """Features pinned with the voice (``add(features=...)``) or saved by ``cache_prompt`` for this voice and
+        model, or ``None`` (not cached, voice deleted, or the file is unreadable, in which case it is removed)."""
+        from safetensors.torch import load as load_bytes
+
+        pinned = self._query("SELECT data FROM voice_features WHERE voice_id = ? AND model_key = ?",
+                             (validate_voice_id(voice_id), validate_model_key(model_key)))
+        if pinned:
+            return load_bytes(pinned[0][0])
         path = self._cache_path(voice_id, model_key)
         if not path.is_file():
             return None
