@@ -13,6 +13,7 @@ import numpy as np
 
 from cadenza.cli.args import MODEL_ENV, device, output_wav, report_errors, seed
 from cadenza.cli.data import add_data_parser, run_data
+from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
 from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
 from cadenza.cli.train import add_train_parser, run_train
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_data_parser(sub)
     add_eval_parser(sub)
+    add_detect_parser(sub)
 
     spk = sub.add_parser("speakers", help="list saved speakers, or save a new one with --add")
     _model_arg(spk)
@@ -251,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
-               "serve": run_serve, "train": run_train, "data": run_data, "eval": run_eval}[args.command]
+               "serve": run_serve, "train": run_train, "data": run_data, "eval": run_eval,
+               "detect": run_detect}[args.command]
     return report_errors(lambda: command(args), verbose=args.verbose)
 
 
