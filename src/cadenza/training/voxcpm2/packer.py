@@ -55,6 +55,18 @@ class TrainingSample:
             raise InputError(f"dataset_id must be >= 0, got {self.dataset_id}")
 
 
+@dataclass(frozen=True)
+class EncodedSample:
+    """A ``TrainingSample`` whose audio is already encoded: ``patches`` ``[A, P, D]``, ``ref_patches`` ``[R, P, D]``
+    or None (float32, as ``VoxCPM2Packer.encode`` returns them)."""
+
+    text_ids: Sequence[int]
+    patches: torch.Tensor
+    ref_patches: torch.Tensor | None = None
+    is_prompt: bool = False
+    dataset_id: int = 0
+
+
 @dataclass
 class PackedBatch:
     """``[B, T]`` int32 tracks (``position_ids`` int64), ``audio_feats`` ``[B, T, P, D]`` float32, and per-dataset
@@ -80,16 +92,21 @@ def _ints(values: Sequence[int]) -> torch.Tensor:
 class VoxCPM2Packer:
     """``packer(samples) -> PackedBatch``. The AudioVAE is used frozen (no gradients)."""
 
-    def __init__(self, vae: AudioVAE, patch_size: int, feat_dim: int, max_len: int = 8192, dataset_count: int = 1,
-                 special: SpecialTokens | None = None) -> None:
+    def __init__(self, vae: AudioVAE | None, patch_size: int, feat_dim: int, max_len: int = 8192,
+                 dataset_count: int = 1, special: SpecialTokens | None = None,
+                 frames_per_second: float | None = None) -> None:
+        """``vae`` None: only ``pack`` works (patches encoded beforehand); give ``frames_per_second`` (VAE sample
+        rate / hop) then, for the audio-seconds bookkeeping."""
         if patch_size < 1 or max_len < 1:
             raise InputError("patch_size and max_len must be positive")
-        if vae.latent_dim != feat_dim:
+        if vae is not None and vae.latent_dim != feat_dim:
             raise InputError(f"AudioVAE latent dim {vae.latent_dim} != feat_dim {feat_dim}")
+        if vae is None and not (frames_per_second and frames_per_second > 0):
+            raise InputError("a packer without an AudioVAE needs frames_per_second")
         self.vae, self.patch_size, self.feat_dim, self.max_len = vae, patch_size, feat_dim, max_len
         self.dataset_count = max(dataset_count, 1)
         self.special = special or SpecialTokens()
-        self.frames_per_second = vae.sample_rate / vae.hop_length
+        self.frames_per_second = frames_per_second or vae.sample_rate / vae.hop_length
 
     @staticmethod
     def from_padded(audio: torch.Tensor, text: torch.Tensor, dataset_ids: torch.Tensor, is_prompts: Sequence[bool],
@@ -114,22 +131,29 @@ class VoxCPM2Packer:
     @torch.no_grad()
     def encode(self, wav: torch.Tensor) -> torch.Tensor:
         """``[n]`` -> patches ``[k, P, D]`` (right-padded to whole patches, as the reference)."""
+        if self.vae is None:
+            raise InputError("this packer has no AudioVAE: it packs encoded samples only (pack)")
         wav = F.pad(wav.float(), (0, -wav.numel() % (self.patch_size * self.vae.hop_length)))
         return latents_to_patches(self.vae.encode(wav[None], self.vae.sample_rate).float().cpu(), self.patch_size)
 
-    def _sample(self, s: TrainingSample) -> tuple[dict[str, torch.Tensor], float, int]:
+    def encoded(self, s: TrainingSample) -> EncodedSample:
+        """``s`` with its audio encoded to patches (the fine-tuning stage caches these)."""
+        return EncodedSample(s.text_ids, self.encode(s.audio), None if s.ref_audio is None else self.encode(s.ref_audio),
+                             s.is_prompt, s.dataset_id)
+
+    def _sample(self, s: EncodedSample) -> tuple[dict[str, torch.Tensor], float, int]:
         """One sample's tracks (unpadded), its audio seconds and its text-token count."""
         sp, p, d = self.special, self.patch_size, self.feat_dim
         text = _ints(s.text_ids)
-        target = self.encode(s.audio)
+        target = s.patches
         a = target.shape[0]
         seconds = a * p / self.frames_per_second
 
         def zeros(n: int) -> torch.Tensor:
             return torch.zeros(n, p, d)
 
-        if s.ref_audio is not None:
-            ref = self.encode(s.ref_audio)
+        if s.ref_patches is not None:
+            ref = s.ref_patches
             r = ref.shape[0]
             seconds += r * p / self.frames_per_second
             ids = torch.cat([_ints([sp.ref_audio_start]), torch.zeros(r, dtype=torch.int32), _ints([sp.ref_audio_end]),
@@ -153,8 +177,17 @@ class VoxCPM2Packer:
         return tracks, seconds, len(text)
 
     def __call__(self, samples: Sequence[TrainingSample]) -> PackedBatch:
+        return self.pack([self.encoded(s) for s in samples])
+
+    def pack(self, samples: Sequence[EncodedSample]) -> PackedBatch:
+        """Already encoded samples -> the padded batch (no AudioVAE needed)."""
         if not samples:
             raise InputError("cannot pack an empty batch")
+        for s in samples:
+            for what, x in (("target", s.patches), ("reference", s.ref_patches)):
+                if x is not None and tuple(x.shape[1:]) != (self.patch_size, self.feat_dim):
+                    raise InputError(f"{what} patches must be [k, {self.patch_size}, {self.feat_dim}], "
+                                     f"got {tuple(x.shape)}")
         k = max(self.dataset_count, max(s.dataset_id for s in samples) + 1)
         seconds = torch.zeros(k, dtype=torch.float32)
         tokens = torch.zeros(k, dtype=torch.float32)
