@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
+    synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
+                       "the --out of `cadenza train voxcpm2`) applied to --model")
     synth.add_argument("-o", "--output", type=output_wav, required=True,
                        help="output WAV path (written whole or not at all)")
 
@@ -116,7 +118,8 @@ def _load(args):
     else:
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
-    return load(args.model or None, device=args.device, voices_dir=voices)
+    lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
+    return load(args.model or None, device=args.device, voices_dir=voices, **lora)
 
 
 def _save(audio, output: str) -> None:
