@@ -24,6 +24,7 @@ STAGE_MODULES: dict[str, str] = {
     "frame_tokenizer": "cadenza.training.frame_tokenizer_stage",
     "speaker": "cadenza.training.speaker_encoder_stage",
     "hift": "cadenza.training.hift_stage",
+    "voxcpm2": "cadenza.training.voxcpm2.stage",
 }
 STAGE_NAMES = tuple(STAGE_MODULES)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -76,6 +76,30 @@ class TrainingNoise:
         return self._draw("randn", shape, like, dtype)
 
 
+class ItemNoise(TrainingNoise):
+    """Draws made row block by row block: packed row ``b`` takes its first ``lengths[b]`` positions from its own
+    generator (the padding gets zeros), so an item's noise does not depend on the batch it was packed into, and N
+    processes train like one with an N times larger batch. Draw ``[B·T, ...]`` shapes only."""
+
+    def __init__(self, generators: Sequence[torch.Generator], lengths: Sequence[int], seq_len: int) -> None:
+        super().__init__(replay=[])
+        if len(generators) != len(lengths) or any(not 0 < n <= seq_len for n in lengths):
+            raise InputError("ItemNoise needs one generator per row and row lengths in [1, seq_len]")
+        self.generators, self.lengths, self.seq_len = list(generators), list(lengths), seq_len
+
+    def _draw(self, kind: str, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        t, rows = self.seq_len, len(self.lengths)
+        if shape[0] != rows * t:
+            raise InputError(f"ItemNoise draws [{rows}·{t}, ...] tensors, asked for {tuple(shape)}")
+        fn = torch.rand if kind == "rand" else torch.randn
+        out = torch.zeros(shape)
+        for b, (g, n) in enumerate(zip(self.generators, self.lengths)):
+            out[b * t : b * t + n] = fn((n, *shape[1:]), generator=g)
+        out = out.to(device=like.device, dtype=dtype or like.dtype)
+        self.drawn.append((kind, out))
+        return out
+
+
 @dataclass
 class LossOutput:
     diff: torch.Tensor  # scalar diffusion (flow-matching) loss
