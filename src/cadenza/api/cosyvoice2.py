@@ -35,6 +35,7 @@ from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import stream_segments, synthesize_segments
+from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import TokenTextStream
@@ -73,19 +74,26 @@ class Cadenza:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
-                        dtype: torch.dtype = torch.float32, voices_dir: str | os.PathLike | None = None,
+                        dtype: str | torch.dtype | Precision = torch.float32,
+                        voices_dir: str | os.PathLike | None = None,
                         scheduler: SchedulerConfig | None = None) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
         (default ``SchedulerConfig()``).
 
+        ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
+        (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
+        or the GPU supports it, else float32), or a ``cadenza.engine.precision.Precision`` (e.g. with the int8 LM).
+        Speed and accuracy of each: docs/performance.md, "CPU fast path". An unknown value is an ``InputError``.
+
         Every file of the folder is read and checked here (configs, weights, tokenizer, speech tokenizer, speaker
         encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
+        precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
         directory = resolve_model_path(path)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
-        model = load_cosyvoice2_weights(files, device=device, dtype=dtype)
+        model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``
         frontend = CosyVoice2Frontend(files, model.config)
         frontend.load_all()
         speakers = SpeakerStore(files.spk2info or directory / "spk2info.pt")
@@ -96,7 +104,8 @@ class Cadenza:
             raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
                                   f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
-        tts = cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler), directory, voices)
+        tts = cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler, precision=precision),
+                  directory, voices)
         tts._owns_voices = voices is not None
         return tts
 
