@@ -126,3 +126,40 @@ def report_errors(command: Callable[[], int | None], verbose: bool = False) -> i
         print(f"error: unexpected {type(exc).__name__}: {one_line(str(exc))} (a bug: please report it; "
               "-v prints the traceback)", file=sys.stderr)
         return 1
+
+
+# --dtype choices; equal to cadenza.engine.precision.DTYPE_CHOICES (not imported here: argparse must not wait for torch)
+DTYPES = ("auto", "float32", "bfloat16")
+DEFAULT_DTYPE = "auto"
+
+
+def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dtype`` and ``--lm-int8`` (docs/performance.md, "CPU fast path")."""
+    parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,
+                        help="CosyVoice 2 compute precision: auto (bfloat16 flow + HiFT on CPUs with AMX or AVX-512 "
+                        "BF16 and on bf16 GPUs, else float32), float32 (the parity mode) or bfloat16; VoxCPM 2 "
+                        "models take float32/bfloat16, auto leaves them their own default (default %(default)s)")
+    parser.add_argument("--lm-int8", action="store_true",
+                        help="CosyVoice 2 on CPU: run the LM's linear layers in int8 (dynamic quantization)")
+
+
+def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = False, device: str = "cpu") -> dict:
+    """The keyword arguments ``cadenza.api.load`` gets for ``--dtype`` / ``--lm-int8`` on the model folder ``model``
+    (None: the built-in one). ``auto`` means a CosyVoice 2 model's capability-based choice; other families choose
+    by device themselves, so they get no dtype for it. Raises ``CadenzaError`` for ``--lm-int8`` on another family
+    and the loader's error for a folder that is not a model."""
+    if dtype is None and not lm_int8:
+        return {}
+    from cadenza.api.loading import model_family
+    from cadenza.builtin import resolve_model_path
+    from cadenza.errors import CadenzaError
+
+    if model_family(resolve_model_path(model)) != "cosyvoice2":
+        if lm_int8:
+            raise CadenzaError("--lm-int8 applies to CosyVoice 2 models only")
+        return {} if dtype in (None, "auto") else {"dtype": dtype}
+    if lm_int8:
+        from cadenza.engine.precision import Precision
+
+        return {"dtype": Precision.choose(dtype or "auto", device, lm_int8=True)}
+    return {"dtype": dtype}

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cadenza.cli.args import MODEL_ENV, device, output_wav, report_errors, seed
+from cadenza.cli.args import (
+    MODEL_ENV,
+    add_precision_arguments,
+    device,
+    output_wav,
+    precision_arguments,
+    report_errors,
+    seed,
+)
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
@@ -63,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="speak the text as written (no number/date/unit expansion)")
     synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
                        "the --out of `cadenza train voxcpm2`) applied to --model")
+    add_precision_arguments(synth)
     synth.add_argument("-o", "--output", type=output_wav, required=True,
                        help="output WAV path (written whole or not at all)")
 
@@ -117,9 +126,12 @@ def _load(args):
                                "creates one)")
     else:
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
+    # --dtype / --lm-int8 exist on `synth` only; the other commands keep each family's default precision.
+    precision = precision_arguments(args.model or None, getattr(args, "dtype", None), getattr(args, "lm_int8", False),
+                                    args.device)
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
-    return load(args.model or None, device=args.device, voices_dir=voices, **lora)
+    return load(args.model or None, device=args.device, voices_dir=voices, **precision, **lora)
 
 
 def _save(audio, output: str) -> None:

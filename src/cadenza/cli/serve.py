@@ -8,7 +8,16 @@ import os
 import sys
 from pathlib import Path
 
-from cadenza.cli.args import MODEL_ENV, device, nonnegative_int, port, positive_float, positive_int
+from cadenza.cli.args import (
+    MODEL_ENV,
+    add_precision_arguments,
+    device,
+    nonnegative_int,
+    port,
+    positive_float,
+    positive_int,
+    precision_arguments,
+)
 from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES, SchedulerConfig
 from cadenza.errors import CadenzaError, MissingDependencyError
 
@@ -36,6 +45,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    f"(requests select it by its 'model' field; default name: the folder's). Repeat to serve several; "
                    f"the first is the default. Default ${MODEL_ENV}, else the built-in cadenza-tiny")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    add_precision_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=None,
@@ -118,7 +128,8 @@ def run_serve(args: argparse.Namespace) -> None:
     models: dict = {}
     try:
         for name, path in specs:
-            tts = load(path, device=args.device, scheduler=scheduler)  # None: the built-in cadenza-tiny
+            precision = precision_arguments(path, args.dtype, args.lm_int8, args.device)
+            tts = load(path, device=args.device, scheduler=scheduler, **precision)  # None: the built-in cadenza-tiny
             name = name or model_name_of(tts.directory)
             if name in models:
                 tts.close()
