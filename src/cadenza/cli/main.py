@@ -25,6 +25,7 @@ from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
 from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
 from cadenza.cli.train import add_train_parser, run_train
+from cadenza.cli.voices import add_voices_parser, run_voices
 from cadenza.errors import CadenzaError
 
 MAX_TEXT_FILE_CHARS = 1_000_000
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("-o", "--output", type=output_wav, required=True)
 
     add_serve_parser(sub)
+    add_voices_parser(sub)
     add_train_parser(sub)
     add_data_parser(sub)
     add_eval_parser(sub)
@@ -268,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
-               "serve": run_serve, "train": run_train, "data": run_data, "eval": run_eval,
+               "serve": run_serve, "voices": run_voices, "train": run_train, "data": run_data, "eval": run_eval,
                "detect": run_detect}[args.command]
     return report_errors(lambda: command(args), verbose=args.verbose)
 

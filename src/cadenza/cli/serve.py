@@ -24,6 +24,7 @@ from cadenza.errors import CadenzaError, MissingDependencyError
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "CADENZA_API_KEY"
+ADMIN_KEY_ENV = "CADENZA_ADMIN_KEY"
 VOICES_ENV = "CADENZA_VOICES_DIR"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
@@ -51,6 +52,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}; prefer the variable: "
                         "command lines are visible to other users)")
+    p.add_argument("--admin-key", default=None,
+                   help=f"the operator's key for /v1/admin (voice takedown, audit log; default ${ADMIN_KEY_ENV}; "
+                        "without one those endpoints are off)")
     p.add_argument("--max-concurrency", type=positive_int, default=16,
                    help="synthesis requests in flight at once; more get HTTP 429 (default 16)")
     p.add_argument("--max-active", type=positive_int, default=SchedulerConfig.max_active,
@@ -103,7 +107,8 @@ def run_serve(args: argparse.Namespace) -> None:
         hosts = list(LOOPBACK) + ([args.host] if args.host not in WILDCARD_ADDRESSES + LOOPBACK else [])
     audio_s = ServerConfig.max_audio_seconds if args.max_audio_seconds is None else args.max_audio_seconds
     try:
-        config = ServerConfig(api_key=api_key, max_concurrency=args.max_concurrency,
+        config = ServerConfig(api_key=api_key, admin_key=args.admin_key or os.environ.get(ADMIN_KEY_ENV) or None,
+                              max_concurrency=args.max_concurrency,
                               max_upload_bytes=int(args.max_upload_mb * 2**20), max_audio_seconds=audio_s,
                               max_inflight_audio_seconds=max(ServerConfig.max_inflight_audio_seconds, audio_s),
                               max_connections=args.max_connections or ServerConfig.max_connections,
