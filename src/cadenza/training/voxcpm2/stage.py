@@ -160,7 +160,8 @@ class VoxCPM2Stage(TrainingStage):
         self.vae_config = AudioVAEConfig.from_json(self.files.config)
         if self.train_cfg.batch_size % self.cfg.grad_accum_steps:
             raise InputError(f"train.batch_size {self.train_cfg.batch_size} is not a multiple of "
-                             f"voxcpm2.grad_accum_steps {self.cfg.grad_accum_steps}")
+                             f"voxcpm2.grad_accum_steps {self.cfg.grad_accum_steps} (each step is split into that "
+                             "many micro-batches; the release recipe: 16 and 8)")
         if self.cfg.eval_every and self.cfg.eval_every % self.train_cfg.log_every:
             raise InputError("voxcpm2.eval_every must be a multiple of train.log_every (held-out losses are logged "
                              "with the step's metrics)")
