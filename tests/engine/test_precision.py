@@ -3,6 +3,8 @@ capability, float32 stays bit for bit what it was, bfloat16 stays close to it, a
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -173,6 +175,37 @@ def test_bfloat16_engine_speaks_like_float32():
         assert snr_db(whole16, whole32) >= WAVE_SNR_DB - 3  # flow and HiFT errors add up
         streamed = np.concatenate(list(e16.scheduler.submit(_request(e16), stream=True)))
         assert streamed.shape == whole32.shape and np.isfinite(streamed).all()
+    finally:
+        e32.close()
+        e16.close()
+
+
+def test_bfloat16_concurrent_streams_batch_like_float32():
+    """Batched flow pushes and HiFT calls of concurrent streams (the scheduler's) in bfloat16: each stream stays as
+    close to its float32 stream as alone (measured 35.8-35.9 dB, batched against alone 44-inf dB)."""
+    from cadenza.engine.scheduler import SchedulerConfig
+
+    def engine(precision):
+        return CosyVoice2Engine(small_model(), frontend=None, speakers=SpeakerStore(None), precision=precision,
+                                scheduler_config=SchedulerConfig(max_active=4))
+
+    e32, e16 = engine(None), engine(Precision.bfloat16())
+    try:
+        handles = [e16.scheduler.submit(_request(e16, seed, 50), stream=True) for seed in range(3)]
+        outs: list = [None] * 3
+
+        def consume(i: int) -> None:
+            outs[i] = np.concatenate(list(handles[i]))
+
+        threads = [threading.Thread(target=consume, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        for seed, out in enumerate(outs):
+            reference = np.concatenate(list(e32.stream_direct(_request(e32, seed, 50))))
+            assert out is not None and out.shape == reference.shape
+            assert snr_db(out, reference) >= WAVE_SNR_DB
     finally:
         e32.close()
         e16.close()
