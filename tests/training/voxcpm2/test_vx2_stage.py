@@ -113,6 +113,17 @@ def test_train_step_reproduces_the_reference_losses(fx, monkeypatch, reference, 
     assert metrics["grad_norm"] > 0 and metrics["target_patches"] == float(reference["micro"].batch.loss_mask.sum())
 
 
+def test_a_bf16_autocast_step_stays_near_the_reference(fx, monkeypatch, reference):
+    """What ``train.mixed_precision: bf16`` (or ``auto`` on CUDA / AMX CPUs) runs: float32 weights, bf16 matmuls."""
+    stage = _stage(fx, monkeypatch, reference, mode="lora")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        metrics = stage.train_step([reference["micro"]], step=1)
+    t = reference["t"]
+    assert abs(metrics["loss_diff"] - float(t["loss_diff"][0])) < 0.05
+    assert abs(metrics["loss_stop"] - float(t["loss_stop"][0])) < 0.02
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in stage.params)
+
+
 def test_a_lora_step_changes_only_lora_parameters(fx, monkeypatch, reference):
     stage = _stage(fx, monkeypatch, reference, mode="lora", lora_r=4, lora_alpha=8.0)
     before = {n: p.detach().clone() for n, p in stage.model.named_parameters()}
