@@ -43,6 +43,8 @@ from cadenza.errors import AudioError, CheckpointError, InputError, TextError, U
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore, validate_speaker_id
+from cadenza.provenance import Watermark
+from cadenza.provenance.marking import OutputMark
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
 from cadenza.voices import VoiceStore
@@ -59,9 +61,12 @@ class Cadenza:
 
     family = "cosyvoice2"
 
-    def __init__(self, engine: CosyVoice2Engine, directory: Path, voices: VoiceStore | None = None) -> None:
+    def __init__(self, engine: CosyVoice2Engine, directory: Path, voices: VoiceStore | None = None,
+                 watermark: bool | bytes | Watermark = True) -> None:
         self.engine = engine
         self.directory = directory
+        # Every output carries the provenance mark unless the operator turns it off here (docs/provenance.md).
+        self.mark = OutputMark.for_model(self.sample_rate, directory.name, watermark)
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
         self.voice_prompts = CosyVoice2Prompts(self, voices) if voices is not None else None
         self._owns_voices = False  # opened by from_pretrained: closed by close()
@@ -76,7 +81,7 @@ class Cadenza:
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | Precision = torch.float32,
                         voices_dir: str | os.PathLike | None = None,
-                        scheduler: SchedulerConfig | None = None) -> Cadenza:
+                        scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
         (default ``SchedulerConfig()``).
@@ -105,7 +110,7 @@ class Cadenza:
                                   f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
         tts = cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler, precision=precision),
-                  directory, voices)
+                  directory, voices, watermark)
         tts._owns_voices = voices is not None
         return tts
 
@@ -303,7 +308,8 @@ class Cadenza:
         ``progress(done, total)`` is called after each segment."""
         reqs = self.requests(text, **kwargs)
         on_segment = None if progress is None else (lambda done: progress(done, len(reqs)))
-        return Audio(synthesize_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment), self.sample_rate)
+        audio = synthesize_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment)
+        return Audio(self.mark.whole(audio), self.sample_rate)
 
     def synthesize_stream(self, text: str | Iterable[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
         """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments.
@@ -318,9 +324,9 @@ class Cadenza:
         if text is None or isinstance(text, str):
             if kwargs.get("speed", 1.0) != 1.0:
                 raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
-            return stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs))
+            return self.mark.stream(stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs)))
         kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
-        return self._bistream(iter(text), **kwargs)
+        return self.mark.stream(self._bistream(iter(text), **kwargs))
 
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
                   instruct=None, speaker=None, seed=None, speed: float = 1.0,
@@ -367,7 +373,7 @@ class Cadenza:
         source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
         voice = self.voice_from_audio(prompt_wav)
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
-        return Audio(self.engine.synthesize(req), self.sample_rate)
+        return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property

@@ -48,9 +48,9 @@ class Family:
 # Checked in this order; register_family adds more.
 FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
-           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler"})),
+           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler", "watermark"})),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
-           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir"})),
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"})),
 ]
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from cadenza.api.audio import Audio
 from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.provenance.marking import OutputMark
 from cadenza.voices.prompts import PromptLibrary, Voice
 from cadenza.voices.store import VoiceStore
 
@@ -93,6 +94,7 @@ class TextStream(Protocol):
 class SpeechModel(Protocol):
     family: str
     directory: Path
+    mark: OutputMark  # the provenance watermark of every output (off only if the operator said so at load)
 
     @property
     def sample_rate(self) -> int: ...

@@ -27,6 +27,8 @@ from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError, TextError, UnknownSpeakerError
 from cadenza.models.voxcpm2.prompt import PromptAudio
 from cadenza.models.voxcpm2.request_text import is_speakable, split_description
+from cadenza.provenance import Watermark
+from cadenza.provenance.marking import OutputMark
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
 from cadenza.voices.prompts import Voice
@@ -43,9 +45,12 @@ class VoxCPM2:
 
     family = "voxcpm2"
 
-    def __init__(self, engine: VoxCPM2Engine, directory: Path, voices: VoiceStore | None = None) -> None:
+    def __init__(self, engine: VoxCPM2Engine, directory: Path, voices: VoiceStore | None = None,
+                 watermark: bool | bytes | Watermark = True) -> None:
         self.engine = engine
         self.directory = directory
+        # Every output carries the provenance mark unless the operator turns it off here (docs/provenance.md).
+        self.mark = OutputMark.for_model(self.sample_rate, directory.name, watermark)
         self.voices = voices  # saved voices (SQLite), shared with `cadenza serve`
         self.voice_prompts = VoxCPM2Prompts(self, voices) if voices is not None else None
         self._owns_voices = False  # opened by from_pretrained: closed by close()
@@ -53,14 +58,14 @@ class VoxCPM2:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype | str | None = None,
                         lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None,
-                        voices_dir: str | os.PathLike | None = None) -> VoxCPM2:
+                        voices_dir: str | os.PathLike | None = None, watermark: bool | bytes | Watermark = True) -> VoxCPM2:
         """``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder to apply.
         ``scheduler``: limits of the request scheduler that batches concurrent requests. ``voices_dir``: a saved-voice
         store (its VoxCPM 2 voices are then usable as ``speaker=``)."""
         directory = Path(path).expanduser()
         options = {} if scheduler is None else {"scheduler": scheduler}
         engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
-        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None)
+        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None, watermark)
         model._owns_voices = voices_dir is not None
         return model
 
@@ -98,13 +103,13 @@ class VoxCPM2:
         return self.voice_prompts.resolve(speaker).prompt
 
     def synthesize(self, text: str, **kwargs) -> Audio:
-        return Audio(self.engine.synthesize(self.request(text, **kwargs)), self.sample_rate)
+        return Audio(self.mark.whole(self.engine.synthesize(self.request(text, **kwargs))), self.sample_rate)
 
     def synthesize_stream(self, text: str, **kwargs) -> Iterator[np.ndarray]:
         """48 kHz float32 chunks (one per generated patch) as soon as each is made."""
         if not isinstance(text, str):
             raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
-        return self.engine.stream(self.request(text, **kwargs))
+        return self.mark.stream(self.engine.stream(self.request(text, **kwargs)))
 
     def design(self, description: str, text: str, **kwargs) -> Audio:
         """Voice design: a voice described in words (no audio)."""

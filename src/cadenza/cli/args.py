@@ -163,3 +163,27 @@ def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = Fa
 
         return {"dtype": Precision.choose(dtype or "auto", device, lm_int8=True)}
     return {"dtype": dtype}
+
+
+def add_watermark_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-watermark`` and ``--watermark-key-file`` (docs/provenance.md)."""
+    parser.add_argument("--no-watermark", action="store_true",
+                        help="do not mark the output with the provenance watermark (it is on by default)")
+    parser.add_argument("--watermark-key-file", default=None, metavar="FILE",
+                        help="mark with your own secret key (16-4096 bytes) instead of Cadenza's public one")
+
+
+def watermark_argument(args: argparse.Namespace) -> dict:
+    """The ``watermark=`` keyword ``cadenza.api.load`` gets for those flags (none when they are not given)."""
+    from cadenza.errors import CadenzaError
+
+    off, key_file = getattr(args, "no_watermark", False), getattr(args, "watermark_key_file", None)
+    if off and key_file:
+        raise CadenzaError("--no-watermark and --watermark-key-file contradict each other")
+    if off:
+        return {"watermark": False}
+    if key_file:
+        from cadenza.provenance.keys import load_key
+
+        return {"watermark": load_key(key_file)}
+    return {}

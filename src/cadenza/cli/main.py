@@ -14,11 +14,13 @@ import numpy as np
 from cadenza.cli.args import (
     MODEL_ENV,
     add_precision_arguments,
+    add_watermark_arguments,
     device,
     output_wav,
     precision_arguments,
     report_errors,
     seed,
+    watermark_argument,
 )
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.detect import add_detect_parser, run_detect
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
                        "the --out of `cadenza train voxcpm2`) applied to --model")
     add_precision_arguments(synth)
+    add_watermark_arguments(synth)
     synth.add_argument("-o", "--output", type=output_wav, required=True,
                        help="output WAV path (written whole or not at all)")
 
@@ -133,7 +136,8 @@ def _load(args):
                                     args.device)
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
-    return load(args.model or None, device=args.device, voices_dir=voices, **precision, **lora)
+    mark = watermark_argument(args)  # the flags exist on `synth` only; elsewhere the default mark
+    return load(args.model or None, device=args.device, voices_dir=voices, **precision, **lora, **mark)
 
 
 def _save(audio, output: str) -> None:

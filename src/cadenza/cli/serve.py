@@ -11,12 +11,14 @@ from pathlib import Path
 from cadenza.cli.args import (
     MODEL_ENV,
     add_precision_arguments,
+    add_watermark_arguments,
     device,
     nonnegative_int,
     port,
     positive_float,
     positive_int,
     precision_arguments,
+    watermark_argument,
 )
 from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES, SchedulerConfig
 from cadenza.errors import CadenzaError, MissingDependencyError
@@ -47,6 +49,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    f"the first is the default. Default ${MODEL_ENV}, else the built-in cadenza-tiny")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     add_precision_arguments(p)
+    add_watermark_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=None,
@@ -131,10 +134,11 @@ def run_serve(args: argparse.Namespace) -> None:
                                 vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause)
     specs = model_specs(args.model or ([os.environ[MODEL_ENV]] if os.environ.get(MODEL_ENV) else [None]))
     models: dict = {}
+    mark = watermark_argument(args)  # before any model loads: a bad key file fails fast
     try:
         for name, path in specs:
             precision = precision_arguments(path, args.dtype, args.lm_int8, args.device)
-            tts = load(path, device=args.device, scheduler=scheduler, **precision)  # None: the built-in cadenza-tiny
+            tts = load(path, device=args.device, scheduler=scheduler, **precision, **mark)  # None: the built-in one
             name = name or model_name_of(tts.directory)
             if name in models:
                 tts.close()

@@ -20,6 +20,7 @@ from cadenza.engine.long_form import SegmentStream
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.errors import RequestCancelledError
+from cadenza.provenance import StreamEmbedder
 from cadenza.server.errors import busy_error
 
 # One segment in the engine at a time: each segment's audio is then exactly what a request for it alone gives (same
@@ -88,13 +89,16 @@ class EngineStream:
     ``requests`` run through the engine's one long-form implementation (``SegmentStream``, one segment in flight). ``stream=False`` uses the engine's whole-utterance path
     (needed for ``speed != 1``). ``handle`` instead of ``requests``: a bi-streaming request already submitted.
     ``max_samples``: the stream ends there (the engine request is cancelled and ``truncated`` set): the server's
-    bound on the audio of one request, should the model run on past what its text needed.
+    bound on the audio of one request, should the model run on past what its text needed. ``mark``: the model's
+    watermark embedder for this output (every chunk goes through it, in order).
     """
 
     def __init__(self, submit: Callable[[SynthesisRequest, bool], StreamHandle], requests: list[SynthesisRequest],
                  stream: bool = True, limiter: anyio.CapacityLimiter | None = None,
-                 handle: StreamHandle | None = None, max_samples: int | None = None) -> None:
+                 handle: StreamHandle | None = None, max_samples: int | None = None,
+                 mark: StreamEmbedder | None = None) -> None:
         self._limiter = limiter
+        self._mark = mark
         self._handle = handle
         self._source: Iterator[np.ndarray] = (iter(handle) if handle is not None
                                               else SegmentStream(submit, requests, SEGMENTS_IN_FLIGHT, stream))
@@ -125,7 +129,7 @@ class EngineStream:
                     if not chunk.size:
                         return None
                 self.samples += chunk.size
-                return chunk
+                return chunk if self._mark is None else self._mark.push(chunk)
 
     async def next(self) -> np.ndarray | None:
         return await anyio.to_thread.run_sync(self.next_blocking, limiter=self._limiter, abandon_on_cancel=True)

@@ -134,7 +134,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         engine_streaming = body.stream and body.speed == 1.0
         sr = served.sample_rate
         stream = EngineStream(served.tts.submit, requests, stream=engine_streaming, limiter=state.limiter,
-                              max_samples=int(state.config.max_audio_seconds * sr))
+                              max_samples=int(state.config.max_audio_seconds * sr), mark=served.tts.mark.embedder())
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:
             try:

@@ -241,7 +241,8 @@ class _Synthesis:
             error = state.error(exc, param="voice")
             raise _Close(_close_code(error, exc), error) from exc
         self.stream = EngineStream(served.tts.submit, [], limiter=state.limiter, handle=self.handle,
-                                   max_samples=int(state.config.max_audio_seconds * served.sample_rate))
+                                   max_samples=int(state.config.max_audio_seconds * served.sample_rate),
+                                   mark=served.tts.mark.embedder())
         self.started.set()
 
     def grow(self, seconds: float) -> None:
