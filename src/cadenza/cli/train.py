@@ -61,6 +61,7 @@ def _voxcpm2_config(args: argparse.Namespace) -> dict:
     from cadenza.training.voxcpm2.stage import default_config
 
     given = load_config_file(args.config) if args.config else {}
+    given = {k: v for k, v in given.items() if v is not None}  # an empty section means "the defaults"
     section = given.get(VX2) if isinstance(given.get(VX2), dict) else {}
     mode = args.mode or section.get("mode") or "lora"
     config = _deep_merge(default_config(mode), given)
