@@ -4,11 +4,12 @@ batching; docs/performance.md, "VoxCPM 2 batching").
 The consumer interface is the CosyVoice 2 scheduler's (``engine/scheduler.py``): ``submit(request, stream)`` returns a
 ``StreamHandle`` yielding float32 chunks at 48 kHz — one per patch, or with ``stream=False`` the whole utterance as
 one chunk (``VoxCPM2Engine.synthesize``'s waveform) — ``load`` is ``(active, queued)``, ``config`` the
-``SchedulerConfig`` (``max_active``, ``max_queued``, ``max_buffered_chunks``), ``close()`` stops it. Past
-``max_active`` running and ``max_queued`` waiting, ``submit`` raises ``EngineBusyError``. A cancelled request
-(``handle.cancel()`` or a dropped iterator) ends at once and its caches are freed before its next step; a failing
-request fails alone (its consumer gets the exception). Each request has a bounded chunk buffer
-(``max_buffered_chunks``): a full one is not stepped until its consumer reads, so a slow reader holds up no one else.
+``SchedulerConfig`` (``max_active``, ``max_queued``, ``max_buffered_chunks``, the worker fields below; the others are
+CosyVoice 2's), ``close()`` stops it. Past ``max_active`` running and ``max_queued`` waiting, ``submit`` raises
+``EngineBusyError``. A cancelled request (``handle.cancel()`` or a dropped iterator) ends at once and its caches are
+freed before its next step; a failing request fails alone (its consumer gets the exception). Each request has a
+bounded chunk buffer (``max_buffered_chunks``): a full one is not stepped until its consumer reads, so a slow reader
+holds up no one else.
 
 **Workers.** ``n`` threads (``SchedulerConfig.vocoder_workers``, default two when the process may use two CPU cores:
 VoxCPM 2 has no vocoder stage, each worker generates and decodes). A worker takes an even share of the requests with
