@@ -14,10 +14,10 @@ with reference audio is the reference's "controllable cloning"; a description wi
 (as the reference CLI refuses ``--control`` with a prompt transcript).
 
 Concurrency: ``synthesize`` and ``stream`` go through ``engine.scheduler`` (``engine/voxcpm2_scheduler.py``), which
-batches every active request: one patch step for all of them at a time (one DiT sampling call, one stop-head call,
-one LM step over per-request KV caches, one AudioVAE decoder call), so concurrent requests share the weight reads
-and the cores (docs/performance.md, "VoxCPM 2 batching": ~2.5x the throughput of one request at a time at 8
-concurrent requests on 2 cores). Each request keeps its own noise generator, retry state and decoder, so its audio is
+batches every active request: one patch step for all of them at a time (one DiT sampling call per group of equal
+``inference_timesteps``, one stop-head call, one LM step over per-request KV caches, one AudioVAE decoder call), so
+concurrent requests share the weight reads and the cores (docs/performance.md, "VoxCPM 2 batching": 2.6-2.9x the throughput of one request at a time at 8
+concurrent streams on 2 cores). Each request keeps its own noise generator, retry state and decoder, so its audio is
 what it would be alone, up to float rounding. ``engine.scheduler.submit`` gives a ``StreamHandle`` as the CosyVoice 2
 engine's scheduler does; the limits are the ``SchedulerConfig`` given as ``scheduler=``. The engine may be shared by
 threads. LoRA changes wait for the running step and hold the next ones; make them while no request runs (a request
