@@ -167,6 +167,10 @@ def test_cancel_frees_slots_and_busy_error(vx2_dir):
             engine.scheduler.submit(long_request(engine, 2))
         it.close()  # dropping the iterator cancels; the queued request takes the slot
         wait_for(lambda: engine.scheduler.load == (1, 0), "queued request admitted")
+        third = engine.scheduler.submit(long_request(engine, 2))
+        assert engine.scheduler.load == (1, 1)
+        third.cancel()  # a queued request leaves the queue at once
+        assert engine.scheduler.load == (1, 0)
         it = iter(second)
         assert next(it).size > 0
         second.cancel()

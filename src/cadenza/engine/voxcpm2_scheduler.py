@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import itertools
 import logging
 import os
 import threading
@@ -70,7 +69,6 @@ class VoxCPM2Job:
 
     request: VoxCPM2Request
     steps: RequestSteps
-    seq: int
     done: bool = False  # the final item (DONE or an exception) is in ``buffer``
     cancelled: bool = False
     claimed: bool = False  # a worker is stepping it
@@ -116,7 +114,6 @@ class VoxCPM2Scheduler:
         self._work = threading.Condition(lock)  # workers and exclusive() wait here
         self._queued: collections.deque[VoxCPM2Job] = collections.deque()
         self._active: list[VoxCPM2Job] = []
-        self._seq = itertools.count()
         self._closed = False
         self._paused = 0  # exclusive() sections waiting or running: no new steps
         self._stepping = 0  # workers inside a step
@@ -135,7 +132,7 @@ class VoxCPM2Scheduler:
         audio (generation runs ahead of the reader, so the outcome tells what the reader got, as with
         ``stream_with_retry``); it stays empty for a cancelled or failed request."""
         request.outcome = RetryOutcome()
-        job = VoxCPM2Job(request, RequestSteps(self.model, self.vae, request, stream), next(self._seq))
+        job = VoxCPM2Job(request, RequestSteps(self.model, self.vae, request, stream))
         with self._cond:
             if self._closed:
                 raise CadenzaError("the engine is closed")
@@ -231,10 +228,13 @@ class VoxCPM2Scheduler:
             self._active.append(self._queued.popleft())
 
     def _finish(self, job: VoxCPM2Job, item: object) -> None:
-        """Deliver the final item (DONE or an exception); a worker frees the job's state."""
+        """Deliver the final item (DONE or an exception); a worker frees the job's state (a queued job has none)."""
         if not job.done:
             job.done = True
             job.buffer.append(item)
+            if job in self._queued:
+                self._queued.remove(job)
+                job.released = True
             self._cond.notify_all()
             self._work.notify_all()
 
@@ -283,6 +283,7 @@ class VoxCPM2Scheduler:
         if not self._threads:
             self._workers = self.config.vocoder_workers or (2 if _machine_cores() >= 2 else 1)
             self._worker_threads = self.config.vocoder_threads or max(1, self._cores // self._workers)
+        caller = torch.get_num_threads()
         missing = self._workers - len(self._threads)
         started = threading.Barrier(missing + 1)
         new = [threading.Thread(target=self._worker, args=(started,), name="cadenza-vx2", daemon=True)
@@ -291,7 +292,7 @@ class VoxCPM2Scheduler:
         for thread in new:
             thread.start()
         _meet(started)
-        torch.set_num_threads(self._cores)  # a worker's count leaks into the process-wide default: give it back
+        torch.set_num_threads(caller)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
         torch.set_grad_enabled(False)
