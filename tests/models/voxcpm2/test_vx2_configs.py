@@ -650,7 +650,9 @@ def test_two_requests_of_different_modes_together_equal_alone(tmp_path):
                 else:
                     together[k].append(chunk)
     for a, t in zip(alone, together):
-        assert_close(np.concatenate(t), a, 0.0, "interleaved")
+        # 1e-5, not 0: requests that share a scheduler step run batched GEMMs, which sum in another order than a
+        # request alone (~1e-7; docs/performance.md, "VoxCPM 2 batching"); decisions and noise are the same.
+        assert_close(np.concatenate(t), a, 1e-5, "interleaved")
     assert all(np.isfinite(a).all() for a in alone)
 
 
