@@ -102,3 +102,22 @@ def test_the_cli_marks_and_detects(tmp_path):
                            "--no-watermark", "--watermark-key-file", str(out)], capture_output=True, text=True,
                           timeout=120)
     assert both.returncode == 2 and "contradict" in both.stderr
+
+
+def test_every_speaking_command_takes_the_operator_flags(tmp_path):
+    from test_server_harness import speech_prompt
+
+    samples, sr = speech_prompt(3.0)
+    prompt = tmp_path / "prompt.wav"
+    sf.write(prompt, samples, sr)
+    out = tmp_path / "cloned.wav"
+    proc = subprocess.run([sys.executable, "-m", "cadenza", "clone", "--reference-wav", str(prompt), "--text", TEXT,
+                           "--seed", "2", "--no-watermark", "--dtype", "float32", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    audio, rate = sf.read(out, dtype="float32")
+    assert not _detect(audio, rate).found
+    for command in ("design", "vc"):
+        helptext = subprocess.run([sys.executable, "-m", "cadenza", command, "--help"], capture_output=True,
+                                  text=True, timeout=60).stdout
+        assert "--no-watermark" in helptext and "--dtype" in helptext

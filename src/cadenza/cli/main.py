@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     design.add_argument("--stream", action="store_true")
     design.add_argument("--no-normalize", dest="normalize", action="store_false")
     design.add_argument("-o", "--output", type=output_wav, required=True)
+    add_precision_arguments(design)
+    add_watermark_arguments(design)
 
     clone = sub.add_parser("clone", help="clone a voice: --reference-wav and/or --prompt-wav with --prompt-text")
     _model_arg(clone)
@@ -98,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     clone.add_argument("--stream", action="store_true")
     clone.add_argument("--no-normalize", dest="normalize", action="store_false")
     clone.add_argument("-o", "--output", type=output_wav, required=True)
+    add_precision_arguments(clone)
+    add_watermark_arguments(clone)
 
     vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
     _model_arg(vc)
@@ -105,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("--prompt-wav", required=True)
     vc.add_argument("--seed", type=seed)
     vc.add_argument("-o", "--output", type=output_wav, required=True)
+    add_precision_arguments(vc)
+    add_watermark_arguments(vc)
 
     add_serve_parser(sub)
     add_voices_parser(sub)
@@ -131,12 +137,12 @@ def _load(args):
                                "creates one)")
     else:
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
-    # --dtype / --lm-int8 exist on `synth` only; the other commands keep each family's default precision.
+    # --dtype / --lm-int8 exist on the commands that speak; `speakers` keeps each family's default precision.
     precision = precision_arguments(args.model or None, getattr(args, "dtype", None), getattr(args, "lm_int8", False),
                                     args.device)
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
-    mark = watermark_argument(args)  # the flags exist on `synth` only; elsewhere the default mark
+    mark = watermark_argument(args)  # the flags exist on the commands that speak
     return load(args.model or None, device=args.device, voices_dir=voices, **precision, **lora, **mark)
 
 
