@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ import torch
 
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
+
+log = logging.getLogger(__name__)
 
 DONE = object()  # the end of a request's audio (in its buffer) or text (in its text inbox)
 
@@ -181,24 +184,17 @@ class JobBoard:
                         for name, loop, threads in loops]
         for thread in self.threads:
             thread.start()
-        _wait(started)
+        meet(started)
         torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, loop: Callable[[], None], threads: int, started: threading.Barrier) -> None:
-        torch.set_grad_enabled(False)
-        # Under OpenMP the count is per thread, but a thread's first parallel op re-applies the process-wide value
-        # (last set by any thread): run one first, then set this thread's count for good.
-        torch.set_num_threads(threads)
-        torch.zeros(1 << 16).add_(1)
-        torch.set_num_threads(threads)
-        _wait(started)
+        start_worker_thread(threads)
+        meet(started)
         try:
             with torch.inference_mode():
                 loop()
         except Exception as exc:  # a bug in the worker itself: fail every request loudly instead of hanging
-            import logging
-
-            logging.getLogger(__name__).exception("scheduler worker failed; closing the engine")
+            log.exception("scheduler worker failed; closing the engine")
             self.fail_all(exc)
 
     def workers_alive(self) -> bool:
@@ -213,7 +209,17 @@ class JobBoard:
             thread.join(timeout=30)
 
 
-def _wait(barrier: threading.Barrier) -> None:
+def start_worker_thread(threads: int) -> None:
+    """Set up the calling worker thread: no autograd, ``threads`` intra-op threads of its own."""
+    torch.set_grad_enabled(False)
+    # Under OpenMP the count is per thread, but a thread's first parallel op re-applies the process-wide value
+    # (last set by any thread): run one first, then set this thread's count for good.
+    torch.set_num_threads(threads)
+    torch.zeros(1 << 16).add_(1)
+    torch.set_num_threads(threads)
+
+
+def meet(barrier: threading.Barrier) -> None:
     """Meet at ``barrier``; a party that never comes (nothing blocks before it) only costs the timeout."""
     try:
         barrier.wait(timeout=30)

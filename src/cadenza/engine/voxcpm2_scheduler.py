@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from cadenza.engine.scheduled_job import DONE
+from cadenza.engine.job_board import DONE, meet, start_worker_thread
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.errors import CadenzaError, EngineBusyError, InputError, RequestCancelledError
@@ -81,14 +81,6 @@ class VoxCPM2Job:
     @property
     def stream(self) -> bool:
         return self.steps.stream
-
-
-def _meet(barrier: threading.Barrier) -> None:
-    """Meet at ``barrier``; a party that never comes only costs the timeout."""
-    try:
-        barrier.wait(timeout=30)
-    except threading.BrokenBarrierError:
-        pass
 
 
 def _machine_cores() -> int:
@@ -291,18 +283,13 @@ class VoxCPM2Scheduler:
         self._threads += new
         for thread in new:
             thread.start()
-        _meet(started)
+        meet(started)
         torch.set_num_threads(caller)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
-        torch.set_grad_enabled(False)
-        # Under OpenMP the count is per thread once the thread ran a parallel op (the first one applies the
-        # process-wide value): run one, then set this thread's own.
         threads = self._worker_threads
-        torch.set_num_threads(threads)
-        torch.zeros(1 << 16).add_(1)
-        torch.set_num_threads(threads)
-        _meet(started)
+        start_worker_thread(threads)
+        meet(started)
         try:
             with torch.inference_mode():
                 self._loop(threads)
