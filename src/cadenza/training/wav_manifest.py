@@ -20,6 +20,7 @@ Stages read data only through :func:`open_utterances`; another layout is one mor
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -59,6 +60,22 @@ def _none_if_empty(value: object) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
+def manifest_rows(path: Path, needs: str, text: bool = False) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSON-lines manifest; ``InputError`` naming the line when it
+    is not JSON or lacks a string ``audio`` (and ``text``, with ``text=True``); ``needs`` says what a line needs."""
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{path}:{n}: not valid JSON ({exc})") from exc
+        if (not isinstance(row, dict) or not isinstance(row.get("audio"), str)
+                or (text and not isinstance(row.get("text"), str))):
+            raise InputError(f"{path}:{n}: {needs}")
+        yield n, row
+
+
 class ManifestSource:
     """The ``manifest.jsonl`` layout (module docstring). Has no stored f0."""
 
@@ -70,15 +87,7 @@ class ManifestSource:
                              "'text', 'speaker')")
         self._audio: list[Path] = []
         self._meta: list[UtteranceMeta] = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"{path}:{n}: not valid JSON ({exc})") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("audio"), str):
-                raise InputError(f"{path}:{n}: each line needs an 'audio' path")
+        for n, row in manifest_rows(path, "each line needs an 'audio' path"):
             audio = Path(row["audio"])
             self._audio.append(audio if audio.is_absolute() else self.data_dir / audio)
             self._meta.append(UtteranceMeta(id=str(row.get("id", n)), text=_none_if_empty(row.get("text")),

@@ -37,6 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from cadenza.data.validate import DataLimits, ItemRejected, check_speaking_rate, check_text, load_checked_audio
 from cadenza.errors import InputError
+from cadenza.training.wav_manifest import manifest_rows
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +74,7 @@ def read_manifest(path: str | Path) -> list[ManifestEntry]:
         return p if p.is_absolute() else base / p
 
     entries = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{path}:{n}: not valid JSON ({exc})") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("audio"), str) or not isinstance(row.get("text"), str):
-            raise InputError(f"{path}:{n}: each line needs 'audio' (a path) and 'text' (the transcript)")
+    for n, row in manifest_rows(path, "each line needs 'audio' (a path) and 'text' (the transcript)", text=True):
         ref, dataset_id, is_prompt = row.get("ref_audio"), row.get("dataset_id", 0), row.get("is_prompt", False)
         if ref is not None and not isinstance(ref, str):
             raise InputError(f"{path}:{n}: 'ref_audio' must be a path")
