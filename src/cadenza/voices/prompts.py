@@ -174,7 +174,7 @@ class PromptLibrary:
         return prompt
 
     def compute(self, record: VoiceRecord):
-        if not self.store.get(record.id).audio_kept:
+        if not record.audio_kept:  # (dropped since the record was read: store.audio says so)
             raise VoiceFamilyError(
                 f"voice {record.name[:80]!r} was saved without its recording, with the features of other model files "
                 f"of {self.title} than this model's: create the voice again for this model")
