@@ -21,7 +21,7 @@ from pathlib import Path
 from cadenza.cli.args import positive_int, report_errors
 from cadenza.errors import CadenzaError
 
-STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo", "voxcpm2")
+STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo", "asr_reward", "voxcpm2")
 VX2 = "voxcpm2"
 
 

@@ -2,14 +2,16 @@
 
 File format (JSONL, one pair per line, default ``DATA/preference_pairs.jsonl``)::
 
-    {"id": "utt42", "text_ids": [..] or "text": "...", "chosen": [speech ids], "rejected": [speech ids],
-     "speaker": "optional", "chosen_reward": 0.97, "rejected_reward": 0.41}
+    {"id": "utt42", "text_ids": [..] and/or "text": "...", "chosen": [speech ids], "rejected": [speech ids],
+     "speaker": "optional", "chosen_reward": 0.97, "rejected_reward": 0.41, "chosen_seed": 7, "rejected_seed": 3}
 
 ``chosen`` and ``rejected`` are speech-token sequences for the *same* text (e.g. sampled from the LM being tuned); which
 one is preferred is the data's decision — typically a reward such as ``1 - WER`` of an ASR transcript of the synthesised
 audio, or speaker similarity to the prompt (docs/design.md, "CosyVoice 2 training objectives"). ``make_pairs`` turns
 scored candidates into pairs (best vs worst of each text, if their rewards differ by at least ``min_gap``). Rewards are
-stored for reference only; training does not read them.
+stored for reference only; training does not read them. ``text`` is kept beside ``text_ids`` when both are given (the
+``asr_reward`` stage reads it as the transcript). ``cadenza data dpo-pairs`` (``preference_candidates.py``) makes
+such a file from a model and a list of texts.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ def check_pair(entry: Any) -> dict[str, Any]:
         raise ValueError("not a JSON object")
     pair = {"id": str(entry.get("id", "")), "speaker": str(entry.get("speaker") or ""),
             "chosen": _ids(entry.get("chosen"), "chosen"), "rejected": _ids(entry.get("rejected"), "rejected")}
+    has_text = isinstance(entry.get("text"), str) and bool(entry["text"].strip())
     if "text_ids" in entry:
         pair["text_ids"] = _ids(entry["text_ids"], "text_ids")
-    elif isinstance(entry.get("text"), str) and entry["text"].strip():
-        pair["text"] = entry["text"].strip()
-    else:
+    elif not has_text:
         raise ValueError("needs text_ids or a non-empty text")
+    if has_text:  # kept beside text_ids too: the asr_reward stage's CTC target
+        pair["text"] = entry["text"].strip()
     if pair["chosen"] == pair["rejected"]:
         raise ValueError("chosen and rejected are identical")
     return pair
@@ -70,7 +73,7 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
 
 def make_pairs(candidates: Iterable[dict[str, Any]], min_gap: float = 0.0) -> list[dict[str, Any]]:
     """Scored candidates -> pairs. Each candidate: ``group`` (candidates of the same text share it), ``text_ids`` or
-    ``text``, ``speech_tokens``, ``reward`` (higher is better), optional ``speaker``."""
+    ``text`` (or both), ``speech_tokens``, ``reward`` (higher is better), optional ``speaker`` and ``seed``."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in candidates:
         groups.setdefault(str(c["group"]), []).append(c)
@@ -83,7 +86,12 @@ def make_pairs(candidates: Iterable[dict[str, Any]], min_gap: float = 0.0) -> li
         pair = {"id": group, "speaker": best.get("speaker", ""), "chosen": list(best["speech_tokens"]),
                 "rejected": list(worst["speech_tokens"]), "chosen_reward": float(best["reward"]),
                 "rejected_reward": float(worst["reward"])}
-        pair.update({"text_ids": list(best["text_ids"])} if "text_ids" in best else {"text": best["text"]})
+        if "text_ids" in best:
+            pair["text_ids"] = list(best["text_ids"])
+        if best.get("text"):
+            pair["text"] = best["text"]
+        if "seed" in best:  # which draws they were (cadenza data dpo-pairs records its sampling seeds)
+            pair.update(chosen_seed=best["seed"], rejected_seed=worst["seed"])
         pairs.append(pair)
     return pairs
 

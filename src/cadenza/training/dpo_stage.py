@@ -72,7 +72,7 @@ class PairItems(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         p = self.pairs[i]
         text_ids = p["text_ids"] if "text_ids" in p else self.tokenizer.encode(p["text"])
-        return {"index": i, "id": p["id"], "speaker": p["speaker"], "text_ids": text_ids,
+        return {"index": i, "id": p["id"], "speaker": p["speaker"], "text_ids": text_ids, "text": p.get("text", ""),
                 "chosen": p["chosen"], "rejected": p["rejected"]}
 
 

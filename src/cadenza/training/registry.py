@@ -19,6 +19,7 @@ from cadenza.training.stage import STAGES, TrainingStage
 STAGE_MODULES: dict[str, str] = {
     "lm": "cadenza.training.lm_stage",
     "dpo": "cadenza.training.dpo_stage",
+    "asr_reward": "cadenza.training.asr_reward_stage",
     "flow": "cadenza.training.flow_stage",
     "tokenizer": "cadenza.training.speech_tokenizer_stage",
     "frame_tokenizer": "cadenza.training.frame_tokenizer_stage",
