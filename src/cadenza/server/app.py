@@ -2,7 +2,8 @@
 
 Endpoints: ``POST /v1/audio/speech``, ``WS /v1/audio/speech/stream``, ``POST/GET /v1/audio/voices``,
 ``GET/DELETE /v1/audio/voices/{id}``, ``GET /v1/models``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs``
-(all behind the API key when one is configured) and ``GET /health`` (open, for load balancers). ASGI middlewares
+(all behind the API key when one is configured), ``GET /health`` (open, for load balancers) and the web
+playground ``GET /`` (open: a static page, see playground/). ASGI middlewares
 wrap everything: the ``Host``/``Origin`` check (origin.py), a request-body limit (413 before a big upload lands in
 memory) and request counting for ``/metrics``.
 """
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.api.protocol import SpeechModel
-from cadenza.server import admin, openai_speech, provenance, voices_api, websocket
+from cadenza.server import admin, openai_speech, playground, provenance, voices_api, websocket
 from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
@@ -172,6 +173,7 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     app.include_router(provenance.router, dependencies=auth)
     app.include_router(protected, dependencies=auth)
     app.include_router(public)
+    app.include_router(playground.router)  # the page at / is open: it holds nothing, its requests carry the key
     app.include_router(admin.router)  # the admin key, not the API key
     app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
     app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES)

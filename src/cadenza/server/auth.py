@@ -1,8 +1,12 @@
-"""Bearer API-key check (constant-time comparison)."""
+"""Bearer API-key check (constant-time comparison), from the ``Authorization`` header or, for browser WebSockets,
+a subprotocol."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
+from collections.abc import Sequence
 
 from fastapi import Request
 
@@ -17,6 +21,32 @@ def authorized(header: str | None, api_key: str | None) -> bool:
         return False
     scheme, _, token = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
+# Browsers cannot set headers on a WebSocket, only subprotocols: a page offers ``[WS_PROTOCOL, WS_KEY_PREFIX +
+# base64url(key)]`` and the server selects ``WS_PROTOCOL``, so the key is never echoed back. Not a query parameter:
+# URLs end up in access logs and browser history.
+WS_PROTOCOL = "cadenza"
+WS_KEY_PREFIX = "cadenza.key."
+URLSAFE_B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def websocket_authorization(header: str | None, subprotocols: Sequence[str]) -> str | None:
+    """The ``Authorization`` header of a WebSocket handshake, else ``Bearer <key>`` from a ``cadenza.key.<base64url
+    of the UTF-8 key, unpadded>`` subprotocol; ``None`` when neither is there (or the subprotocol is malformed)."""
+    if header:
+        return header
+    for protocol in subprotocols:
+        if protocol.startswith(WS_KEY_PREFIX):
+            encoded = protocol[len(WS_KEY_PREFIX):]
+            if not encoded or not set(encoded) <= URLSAFE_B64:
+                return None  # urlsafe_b64decode would skip foreign characters, not refuse them
+            try:
+                key = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+            except (binascii.Error, ValueError):
+                return None
+            return f"Bearer {key}"
+    return None
 
 
 async def require_api_key(request: Request) -> None:

@@ -34,7 +34,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from cadenza.api.arguments import check_chars
 from cadenza.errors import InputError, TextError
-from cadenza.server.auth import authorized
+from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
 from cadenza.server.encoding import pcm16
 from cadenza.server.engine_stream import EngineStream, Slot
 from cadenza.server.errors import APIError
@@ -99,16 +99,18 @@ async def _receive_json(ws: WebSocket, timeout: float) -> dict:
 @router.websocket(WS_PATH)
 async def speech_stream(ws: WebSocket) -> None:
     state: ServerState = ws.app.state.cadenza
-    if not authorized(ws.headers.get("authorization"), state.config.api_key):
+    offered = ws.scope.get("subprotocols") or ()
+    if not authorized(websocket_authorization(ws.headers.get("authorization"), offered), state.config.api_key):
         state.metrics.count_request(WS_PATH, CLOSE_POLICY)
-        error = APIError(401, "missing or invalid API key (send 'Authorization: Bearer <key>')",
+        error = APIError(401, "missing or invalid API key (send 'Authorization: Bearer <key>', or from a browser the "
+                         "subprotocol 'cadenza.key.<base64url of the key>')",
                          code="invalid_api_key")
         if "websocket.http.response" in ws.scope.get("extensions", {}) and hasattr(ws, "send_denial_response"):
             await ws.send_denial_response(JSONResponse(error.body(), status_code=401))
         else:
             await ws.close(CLOSE_POLICY)
         return
-    await ws.accept()
+    await ws.accept(subprotocol=WS_PROTOCOL if WS_PROTOCOL in offered else None)  # a browser needs one selected
     code = CLOSE_OK
     try:
         await _session(ws, state)
