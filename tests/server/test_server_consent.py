@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -160,5 +162,6 @@ def test_retention_keeps_only_what_synthesis_needs_and_deletion_leaves_nothing(t
         again = library.create("again", (samples, PROMPT_SR), None, CONSENT, keep_audio=True)
         store.delete(again.id)
         assert _files_hold(directory, needle) == []  # deleted rows are zeroed, the log folded in
-        leftovers = store._query("SELECT count(*) FROM voice_features WHERE voice_id IN (?, ?)", (lean.id, again.id))
-        assert leftovers[0][0] == 0 and not (directory / "cache" / again.id).exists()
+    with contextlib.closing(sqlite3.connect(directory / "voices.sqlite3")) as db:
+        leftovers = db.execute("SELECT count(*) FROM voice_features WHERE voice_id IN (?, ?)", (lean.id, again.id))
+        assert leftovers.fetchone()[0] == 0 and not (directory / "cache" / again.id).exists()

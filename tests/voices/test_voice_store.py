@@ -1,4 +1,5 @@
-"""VoiceStore: validation, persistence, the prompt-feature cache, path safety, threads and processes."""
+"""VoiceStore: validation, persistence, the prompt-feature cache, path safety, threads and processes -- on both
+backends (``voices_location``: an SQLite folder, then a fresh PostgreSQL database; see conftest.py)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,28 @@ def _wav(x: np.ndarray, sr: int, fmt: str = "WAV", subtype: str = "PCM_16") -> b
 
 
 @pytest.fixture
-def store(tmp_path) -> VoiceStore:
-    with VoiceStore(tmp_path / "voices") as s:
+def store(voices_location) -> VoiceStore:
+    with VoiceStore(voices_location) as s:
         yield s
+
+
+def _is_postgres(location: str) -> bool:
+    return location.startswith("postgresql://")
+
+
+def _sql(url: str, statement: str) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        cursor = db.execute(statement)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _leftover_features(location: str) -> list:
+    """Cached features still stored anywhere (files beside SQLite, rows in PostgreSQL)."""
+    if _is_postgres(location):
+        return _sql(location, "SELECT voice_id FROM prompt_cache UNION ALL SELECT voice_id FROM voice_features")
+    return list((Path(location) / "cache").glob("*/*.safetensors"))
 
 
 def test_add_get_list_delete_round_trip(store):
@@ -106,17 +126,17 @@ def test_bad_audio_is_rejected(store, audio, match):
     assert store.list() == []
 
 
-def test_upload_size_limit(tmp_path):
-    small = VoiceStore(tmp_path / "v", max_audio_bytes=10_000)
+def test_upload_size_limit(voices_location):
+    small = VoiceStore(voices_location, max_audio_bytes=10_000)
     with pytest.raises(AudioError, match="MiB limit"):
         small.add("big", _wav(_tone(2.0), SR), "hi", CONSENT)
-    limited = VoiceStore(tmp_path / "w", max_seconds=2.0)
+    limited = VoiceStore(voices_location, max_seconds=2.0)
     with pytest.raises(AudioError, match="too long"):
         limited.add("long", (_tone(2.5), SR), "hi", CONSENT)
 
 
-def test_persistence_across_reopen(tmp_path):
-    d = tmp_path / "voices"
+def test_persistence_across_reopen(voices_location):
+    d = voices_location
     with VoiceStore(d) as s:
         rec = s.add("frank", (_tone(1.0), SR), "Hello.", CONSENT)
         s.cache_prompt(rec.id, "cv2-abc", {"embedding": torch.arange(6.0).reshape(1, 6)})
@@ -124,7 +144,8 @@ def test_persistence_across_reopen(tmp_path):
         assert s.get("frank") == rec
         np.testing.assert_allclose(s.audio(rec.id)[0], _tone(1.0), atol=1.0 / 32767)
         assert torch.equal(s.cached_prompt(rec.id, "cv2-abc")["embedding"], torch.arange(6.0).reshape(1, 6))
-    assert oct(d.stat().st_mode & 0o777) == oct(0o700)
+    if not _is_postgres(d):
+        assert oct(Path(d).stat().st_mode & 0o777) == oct(0o700)
 
 
 def test_prompt_cache(store):
@@ -135,13 +156,19 @@ def test_prompt_cache(store):
     got = store.cached_prompt(rec.id, "cv2-0123")
     assert set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors)
     assert store.cached_prompt(rec.id, "cv2-other") is None
-    path = store.directory / "cache" / rec.id / "cv2-0123.safetensors"
-    assert path.is_file() and not [p for p in path.parent.iterdir() if p.name.startswith(".tmp")]
-    path.write_bytes(b"garbage")  # a corrupt file is dropped, not fatal
-    assert store.cached_prompt(rec.id, "cv2-0123") is None and not path.exists()
+    if store.directory is not None:
+        path = store.directory / "cache" / rec.id / "cv2-0123.safetensors"
+        assert path.is_file() and not [p for p in path.parent.iterdir() if p.name.startswith(".tmp")]
+        path.write_bytes(b"garbage")  # a corrupt file is dropped, not fatal
+        assert store.cached_prompt(rec.id, "cv2-0123") is None and not path.exists()
+    else:
+        _sql(store.backend._url, "UPDATE prompt_cache SET data = 'garbage'")  # a corrupt row: dropped, not fatal
+        assert store.cached_prompt(rec.id, "cv2-0123") is None
+        assert _sql(store.backend._url, "SELECT count(*) FROM prompt_cache") == [(0,)]
     store.cache_prompt(rec.id, "cv2-0123", tensors)
     store.delete(rec.id)
-    assert not (store.directory / "cache" / rec.id).exists()
+    assert store.directory is None or not (store.directory / "cache" / rec.id).exists()
+    assert store.cached_prompt(rec.id, "cv2-0123") is None
     with pytest.raises(UnknownSpeakerError):
         store.cache_prompt(rec.id, "cv2-0123", tensors)
     with pytest.raises(InputError):
@@ -180,8 +207,8 @@ def test_traversal_in_model_keys_is_rejected(store, bad_key):
         store.cached_prompt(rec.id, bad_key)
 
 
-def test_concurrent_threads(tmp_path):
-    store = VoiceStore(tmp_path / "voices")
+def test_concurrent_threads(voices_location):
+    store = VoiceStore(voices_location)
     errors: list[BaseException] = []
     kept: dict[int, str] = {}
 
@@ -204,7 +231,7 @@ def test_concurrent_threads(tmp_path):
         th.join(timeout=120)
     assert not errors, errors
     assert sorted(r.id for r in store.list()) == sorted(kept.values())
-    assert not any((tmp_path / "voices" / "cache").glob("*/*.safetensors"))
+    assert _leftover_features(voices_location) == []
     # Same name from several threads at once: exactly one wins.
     results: list[str] = []
 
@@ -240,8 +267,8 @@ except InputError:
 """
 
 
-def test_concurrent_processes(tmp_path):
-    d = tmp_path / "voices"
+def test_concurrent_processes(voices_location):
+    d = voices_location
     VoiceStore(d).close()
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(d), f"p{k}"], stdout=subprocess.PIPE,
@@ -249,7 +276,7 @@ def test_concurrent_processes(tmp_path):
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert sorted(o[0].strip() for o in outs) == ["lost", "won"]
-    names = {r.name for r in VoiceStore(Path(d)).list()}
+    names = {r.name for r in VoiceStore(d).list()}
     assert names == {f"p{k}-{i}" for k in range(2) for i in range(5)} | {"shared-name"}
 
 
@@ -276,8 +303,8 @@ def test_a_store_file_that_is_not_a_database_is_a_clear_error(tmp_path):
         VoiceStore(tmp_path)
 
 
-def test_voices_keep_the_family_they_were_made_for(tmp_path):
-    d = tmp_path / "voices"
+def test_voices_keep_the_family_they_were_made_for(voices_location):
+    d = voices_location
     with VoiceStore(d) as s:
         cv2 = s.add("ann", (_tone(1.0), SR), "Hello.", CONSENT)
         vx2 = s.add("ben", (_tone(1.0), SR), None, CONSENT, family="voxcpm2", cloning="reference")
@@ -306,11 +333,11 @@ def test_a_schema_2_store_opens_with_every_voice_made_for_cosyvoice2(tmp_path):
         assert db.execute("PRAGMA user_version").fetchone()[0] == 4
 
 
-def test_consent_record_audit_log_and_takedown(tmp_path):
+def test_consent_record_audit_log_and_takedown(voices_location):
     import sqlite3
 
     pcm = np.round(_tone(1.0) * 32767).astype(np.int16)  # a 16-bit recording, sent as WAV and as (lossless) FLAC
-    with VoiceStore(tmp_path / "voices") as s:
+    with VoiceStore(voices_location) as s:
         rec = s.add("dana", _wav(pcm, SR), "Hello.", CONSENT, declared_by="Dana Smith")
         s.record_use(rec.id)
         s.record_use(rec.id)
@@ -324,7 +351,7 @@ def test_consent_record_audit_log_and_takedown(tmp_path):
             s.takedown("dana", " ")
         removed = s.takedown("dana", "the speaker asked us to")
         assert removed["id"] == rec.id and removed["uses"] == 2 and "dana" not in s
-        assert not (s.directory / "cache" / rec.id).exists()
+        assert _leftover_features(voices_location) == [] and s.cached_prompt(rec.id, "cv2-x") is None
         with pytest.raises(InputError, match="taken down"):
             s.add("dana3", _wav(pcm, SR), None, CONSENT)
         s.add("tone", (0.5 * _tone(1.0), SR), None, CONSENT)  # other samples: fine
@@ -334,7 +361,14 @@ def test_consent_record_audit_log_and_takedown(tmp_path):
         assert events[4] == ("blocked_attempt", None) and events[5][0] == "created"
         assert [e.event for e in s.audit_log(rec.id)] == ["created", "takedown"]
         assert s.audit_log(rec.id)[-1].detail["reason"] == "the speaker asked us to"
-    with sqlite3.connect(tmp_path / "voices" / "voices.sqlite3") as db:  # the log cannot be rewritten
+    if _is_postgres(voices_location):  # the log cannot be rewritten
+        import psycopg
+
+        for statement in ("DELETE FROM audit", "UPDATE audit SET event = 'created'", "TRUNCATE audit"):
+            with pytest.raises(psycopg.Error, match="append-only"):
+                _sql(voices_location, statement)
+        return
+    with sqlite3.connect(Path(voices_location) / "voices.sqlite3") as db:
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             db.execute("DELETE FROM audit")
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 API_KEY_ENV = "CADENZA_API_KEY"
 ADMIN_KEY_ENV = "CADENZA_ADMIN_KEY"
 VOICES_ENV = "CADENZA_VOICES_DIR"
+VOICES_DB_ENV = "CADENZA_VOICES_DB"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
 
@@ -73,6 +74,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
                                                       "~/.local/share/cadenza/voices)")
+    p.add_argument("--voices-db", default=None, metavar="postgresql://...",
+                   help=f"keep saved voices in PostgreSQL instead, shared by server replicas (default ${VOICES_DB_ENV}; "
+                        "prefer the variable or PGPASSWORD/~/.pgpass for the password; needs the 'postgres' extra)")
     p.add_argument("--max-upload-mb", type=positive_float, default=10.0, help="largest voice upload in MiB (default 10)")
     # Defaults of the two below live in ServerConfig (the server package needs its extra: not imported here).
     p.add_argument("--max-audio-seconds", type=positive_float, default=None,
@@ -125,7 +129,7 @@ def run_serve(args: argparse.Namespace) -> None:
         if args.allowed_host is None:
             log.warning("without an API key only the Host names %s are answered: add the names clients use with "
                         "--allowed-host", ", ".join(config.hosts))
-    voices_dir = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
+    voices_location(args)  # a bad --voices-db fails before any model loads
     if args.threads is not None:
         import torch
 
@@ -144,11 +148,11 @@ def run_serve(args: argparse.Namespace) -> None:
                 tts.close()
                 raise CadenzaError(f"two models are named {name!r}: name them with --model NAME=DIR")
             models[name] = tts
-        voices = VoiceStore(voices_dir, max_audio_bytes=config.max_upload_bytes)
+        voices = VoiceStore(voices_location(args), max_audio_bytes=config.max_upload_bytes)
         for name, tts in models.items():
             print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz)",
                   file=sys.stderr)
-        print(f"on http://{args.host}:{args.port} (voices in {voices_dir})", file=sys.stderr)
+        print(f"on http://{args.host}:{args.port} (voices in {voices.location})", file=sys.stderr)
         try:
             server = uvicorn.Server(uvicorn_config(create_app(models, voices, config), config, host=args.host,
                                                    port=args.port, log_level=args.log_level))
@@ -161,6 +165,20 @@ def run_serve(args: argparse.Namespace) -> None:
     finally:
         for tts in models.values():
             tts.close()
+
+
+def voices_location(args: argparse.Namespace) -> str | Path:
+    """Where the saved voices live: ``--voices-db`` (or ``$CADENZA_VOICES_DB``), a ``postgresql://`` URL, else the
+    ``--voices-dir`` folder (default ``default_voices_dir()``)."""
+    url = args.voices_db or os.environ.get(VOICES_DB_ENV) or None
+    if url is None:
+        return Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise CadenzaError("--voices-db takes a postgresql://user@host:port/dbname URL (an SQLite store is a folder: "
+                           "--voices-dir)")
+    if args.voices_dir:
+        raise CadenzaError("give --voices-dir (an SQLite folder) or --voices-db (PostgreSQL), not both")
+    return url
 
 
 def model_specs(values: list[str | None]) -> list[tuple[str | None, str | None]]:

@@ -1,4 +1,5 @@
-"""``cadenza voices``: the operator's view of a voice folder, offline (no server needed).
+"""``cadenza voices``: the operator's view of a voice store, offline (no server needed): a folder (``--voices-dir``)
+or the PostgreSQL database replicas share (``--voices-db``, default ``$CADENZA_VOICES_DB``).
 
 ``list``, ``consent ID`` (the consent record, JSON: for export), ``audit [--voice ID]`` (the append-only log),
 ``delete ID``, ``takedown ID --reason ...`` (delete everywhere and refuse the recording from then on).
@@ -10,12 +11,15 @@ import argparse
 import json
 from pathlib import Path
 
+from cadenza.cli.lexicon import add_lexicon_parser, run_lexicon
 from cadenza.errors import CadenzaError
 
 
 def add_voices_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("voices", help="manage a saved-voice folder: list, consent records, audit, takedown")
     p.add_argument("--voices-dir", default=None, help="the voice folder (default as `cadenza serve`)")
+    p.add_argument("--voices-db", default=None, metavar="postgresql://...",
+                   help="the PostgreSQL voice database instead (default $CADENZA_VOICES_DB)")
     ops = p.add_subparsers(dest="voices_command", required=True)
     ops.add_parser("list", help="every voice: id, name, family, created, declared by")
     consent = ops.add_parser("consent", help="a voice's consent record as JSON (for export)")
@@ -28,18 +32,19 @@ def add_voices_parser(subparsers) -> argparse.ArgumentParser:
     takedown = ops.add_parser("takedown", help="delete a voice everywhere and refuse its recording from now on")
     takedown.add_argument("voice", help="id or name")
     takedown.add_argument("--reason", required=True, help="why (kept in the audit log)")
+    add_lexicon_parser(ops)
     p.set_defaults(func=run_voices)
     return p
 
 
 def run_voices(args: argparse.Namespace) -> None:
-    from cadenza.cli.serve import default_voices_dir
+    from cadenza.cli.serve import voices_location
     from cadenza.voices import VoiceStore
 
-    directory = Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
-    if not (directory / "voices.sqlite3").is_file():  # never create a store by mistyping its folder
-        raise CadenzaError(f"no voice store in {str(directory)[:200]!r} (`cadenza serve --voices-dir` creates one)")
-    with VoiceStore(directory) as store:
+    location = voices_location(args)
+    if isinstance(location, Path) and not (location / "voices.sqlite3").is_file():  # never create one by a typo
+        raise CadenzaError(f"no voice store in {str(location)[:200]!r} (`cadenza serve --voices-dir` creates one)")
+    with VoiceStore(location) as store:
         command = args.voices_command
         if command == "list":
             for r in store.list():
@@ -58,3 +63,5 @@ def run_voices(args: argparse.Namespace) -> None:
             print(json.dumps({"deleted": record.id}))
         elif command == "takedown":
             print(json.dumps(store.takedown(args.voice, args.reason), ensure_ascii=False))
+        elif command == "lexicon":
+            run_lexicon(store, args)

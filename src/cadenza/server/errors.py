@@ -26,6 +26,7 @@ from cadenza.errors import (
     UnknownSpeakerError,
     VoiceFamilyError,
 )
+from cadenza.voices.backend import VoiceStoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,10 @@ def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None
                         type="server_error", code="model_unavailable")
     if isinstance(exc, RequestCancelledError):
         return APIError(503, f"the request was cancelled: {exc}", type="server_error", code="cancelled")
+    if isinstance(exc, VoiceStoreUnavailableError):  # the shared voice database is down: another replica, or later
+        log.error("voice store: %s", exc)
+        return APIError(503, "the voice store is unavailable right now; retry in a moment", type="server_error",
+                        code="voice_store_unavailable", headers={"Retry-After": str(retry_after_s)})
     if isinstance(exc, VoiceFamilyError):
         return APIError(400, str(exc), param=param or "voice", code="voice_model_mismatch")
     if isinstance(exc, UnknownSpeakerError):

@@ -1,7 +1,8 @@
 """Saved voices: a persistent, process-safe store of prompt recordings with their transcript and consent."""
 
 from cadenza.voices.cache_key import cosyvoice2_frontend_files, prompt_cache_key
-from cadenza.voices.store import VoiceRecord, VoiceStore
+from cadenza.voices.records import VoiceRecord
+from cadenza.voices.store import VoiceStore
 from cadenza.voices.validation import validate_voice_id, validate_voice_name
 
 __all__ = ["VoiceRecord", "VoiceStore", "cosyvoice2_frontend_files", "prompt_cache_key", "validate_voice_id",

@@ -11,7 +11,7 @@ import numpy as np
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, entry_to_prompt
 from cadenza.voices.cache_key import cosyvoice2_frontend_files, prompt_cache_key
 from cadenza.voices.prompts import PromptLibrary
-from cadenza.voices.store import VoiceRecord
+from cadenza.voices.records import VoiceRecord
 
 
 class CosyVoice2Prompts(PromptLibrary):

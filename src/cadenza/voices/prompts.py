@@ -4,8 +4,13 @@ Resolution order: a voice in the ``VoiceStore`` (by id, else by name), then a sp
 ``spk2info.pt``). A store voice is made for one model family (``VoiceRecord.family``); asking another family to
 speak with it is a ``VoiceFamilyError`` naming both, since the voice was checked (and its cloning mode chosen) for
 the family it was made for. Its prompt features are computed once per model from its stored audio + transcript and
-cached twice: in memory (LRU, by voice id) and on disk through ``VoiceStore.cache_prompt`` under a key that
+cached twice: in memory (LRU, by voice id) and in the store through ``VoiceStore.cache_prompt`` under a key that
 fingerprints the model files the features depend on (``model_key``).
+
+The memory never answers for the store: every lookup reads the voice's record from the store first, so a voice
+another process or replica deleted is unknown here at once. What memory still holds of such a voice (its prompt, a
+primed flow) is dropped by the next lookup after ``forget_check_s`` seconds, which asks the store which remembered
+voices still exist.
 
 Subclasses (``cosyvoice2_prompts.py``, ``voxcpm2_prompts.py``) say how to compute a prompt from audio, how to store
 it as tensors, and which cloning modes their voices may have.
@@ -16,12 +21,14 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from cadenza.errors import InputError, UnknownSpeakerError, VoiceFamilyError
-from cadenza.voices.store import VoiceRecord, VoiceStore, stored_samples
+from cadenza.errors import CadenzaError, InputError, UnknownSpeakerError, VoiceFamilyError
+from cadenza.voices.records import VoiceRecord, stored_samples
+from cadenza.voices.store import VoiceStore
 from cadenza.voices.validation import PromptInput, decode_prompt
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ class PromptLibrary:
 
     family = ""  # the ``VoiceRecord.family`` this library serves
     cloning_modes: tuple[str, ...] = ()  # what a voice's ``cloning`` may be for this family (empty: not used)
+    forget_check_s = 5.0  # how often lookups drop remembered voices that were deleted elsewhere
 
     def __init__(self, tts, store: VoiceStore, cache_size: int = 64) -> None:
         self.tts, self.store = tts, store
@@ -54,6 +62,7 @@ class PromptLibrary:
         self._memory: collections.OrderedDict[str, object] = collections.OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
+        self._checked = time.monotonic()
 
     # -- what a family says ----------------------------------------------------------------------------------------
     def _model_key(self) -> str:
@@ -95,6 +104,7 @@ class PromptLibrary:
         """The store's record for ``ref``, else the name of a speaker the model ships; no feature work. Raises
         ``UnknownSpeakerError`` (its message lists the saved voices only with ``reveal_names``: the Python API's user
         owns them all; a server's clients must not learn each other's voice names) or ``VoiceFamilyError``."""
+        self._forget_deleted()
         try:
             record = self.store.get(ref)
         except UnknownSpeakerError:
@@ -187,6 +197,24 @@ class PromptLibrary:
             self._memory.move_to_end(voice_id)
             while len(self._memory) > self._size:
                 self._memory.popitem(last=False)
+
+    def _forget_deleted(self) -> None:
+        """Drop what memory holds of voices deleted by another process or replica (at most every
+        ``forget_check_s``; one query for all remembered ids)."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._memory or now - self._checked < self.forget_check_s:
+                return
+            self._checked = now
+            remembered = list(self._memory)
+        try:
+            alive = self.store.existing(remembered)
+        except CadenzaError as exc:  # the store is unreachable: the lookup that follows says so; check later
+            log.debug("not checking remembered voices now: %s", exc)
+            return
+        for voice_id in remembered:
+            if voice_id not in alive:
+                self.forget(voice_id)
 
     def forget(self, voice_id: str) -> None:
         """Drop what the model keeps of a (deleted) voice: the remembered prompt and any state derived from it."""

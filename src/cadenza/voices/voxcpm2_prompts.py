@@ -17,7 +17,7 @@ from cadenza.errors import InputError
 from cadenza.models.voxcpm2.layouts import VoicePrompt
 from cadenza.voices.cache_key import prompt_cache_key
 from cadenza.voices.prompts import PromptLibrary
-from cadenza.voices.store import VoiceRecord
+from cadenza.voices.records import VoiceRecord
 
 CLONING_MODES = ("reference", "continuation", "combined")
 

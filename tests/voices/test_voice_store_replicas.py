@@ -1,0 +1,219 @@
+"""The voice store shared by several server replicas: PostgreSQL (a real server, see conftest.py) -- migrations,
+two stores and two live servers on one database, concurrent writers, a lost connection, the audit log's triggers.
+(Behaviour both backends share is tested against both in test_voice_store.py.)"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.errors import InputError, UnknownSpeakerError
+from cadenza.voices import VoiceStore
+from cadenza.voices.backend import VoiceStoreUnavailableError
+from cadenza.voices.migrations import SCHEMA_VERSION, SchemaTooNewError
+
+SR = 16000
+CONSENT = "I, the speaker, agree that this recording may be used to synthesise my voice."
+
+
+def _tone(seconds: float, freq: float = 220.0) -> np.ndarray:
+    t = np.arange(int(seconds * SR)) / SR
+    return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def _sql(url: str, statement: str, args: tuple = ()) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        cursor = db.execute(statement, args)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _together(n: int, work) -> list:
+    """Run ``work(i)`` in ``n`` threads released at once; their results (or exceptions), in order."""
+    results: list = [None] * n
+    start = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            results[i] = work(i)
+        except Exception as exc:  # noqa: BLE001 - compared by the caller
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+# -- migrations ------------------------------------------------------------------------------------------------------
+def test_an_empty_postgres_database_gets_the_schema_once_and_a_newer_one_is_refused(pg_url):
+    with VoiceStore(pg_url) as store:
+        assert store.list() == [] and store.directory is None
+        store.add("ann", (_tone(1.0), SR), "Hello.", CONSENT)
+    with VoiceStore(pg_url) as again:  # reopening applies nothing
+        assert [r.name for r in again.list()] == ["ann"]
+    assert [v for v, in _sql(pg_url, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
+    tables = {t for t, in _sql(pg_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert tables == {"schema_version", "voices", "voice_features", "prompt_cache", "audit", "blocked_audio"}
+    _sql(pg_url, "INSERT INTO schema_version VALUES (%s, 0, 'from the future')", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNewError, match=f"schema {SCHEMA_VERSION + 1}, newer than this Cadenza's "
+                                                f"{SCHEMA_VERSION}: upgrade Cadenza"):
+        VoiceStore(pg_url)
+
+
+def test_a_newer_sqlite_store_is_refused(tmp_path):
+    VoiceStore(tmp_path).close()
+    with sqlite3.connect(tmp_path / "voices.sqlite3") as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(SchemaTooNewError, match=f"voices.sqlite3 has schema {SCHEMA_VERSION + 1}, newer"):
+        VoiceStore(tmp_path)
+
+
+def test_replicas_starting_together_on_an_empty_database_migrate_it_once(pg_url):
+    stores = _together(4, lambda i: VoiceStore(pg_url))
+    assert all(isinstance(s, VoiceStore) for s in stores), stores
+    assert _sql(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    stores[0].add("bo", (_tone(1.0), SR), None, CONSENT)
+    assert [[r.name for r in s.list()] for s in stores] == [["bo"]] * 4
+    for s in stores:
+        s.close()
+
+
+def test_a_schema_3_sqlite_store_gains_the_consent_record_and_the_audit_log(tmp_path):
+    """The previous schema: no consent-record columns, no audit tables, no pinned features."""
+    with VoiceStore(tmp_path) as s:
+        old = s.add("old", (_tone(1.5), SR), "Hello.", CONSENT)
+    with sqlite3.connect(tmp_path / "voices.sqlite3") as db:  # what a Cadenza of schema 3 wrote
+        for trigger in ("audit_append_only_update", "audit_append_only_delete"):
+            db.execute(f"DROP TRIGGER {trigger}")
+        for table in ("audit", "blocked_audio", "voice_features"):
+            db.execute(f"DROP TABLE {table}")
+        for column in ("declared_by", "audio_sha256", "uses", "last_used_at", "audio_expires_at"):
+            db.execute(f"ALTER TABLE voices DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 3")
+    with VoiceStore(tmp_path) as s:
+        assert s.get("old") == old  # the recording's hash is computed from the stored samples
+        assert s.consent_record("old")["uses"] == 0
+        s.takedown("old", "migrated, then taken down")
+        with pytest.raises(InputError, match="taken down"):
+            s.add("again", (_tone(1.5), SR), None, CONSENT)
+        assert [e.event for e in s.audit_log()] == ["takedown", "blocked_attempt"]
+    with sqlite3.connect(tmp_path / "voices.sqlite3") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+# -- several stores on one database ----------------------------------------------------------------------------------
+def test_two_stores_on_one_database_see_each_others_writes_and_deletes(pg_url):
+    with VoiceStore(pg_url) as a, VoiceStore(pg_url) as b:
+        rec = a.add("cleo", (_tone(1.0), SR), "Hello.", CONSENT, declared_by="Cleo", keep_audio=True)
+        assert b.get("CLEO") == rec and [r.id for r in b.list()] == [rec.id]
+        np.testing.assert_allclose(b.audio(rec.id)[0], _tone(1.0), atol=1.0 / 32767)
+        b.cache_prompt(rec.id, "cv2-k", {"x": torch.arange(4.0)})  # computed by one replica, used by the other
+        assert torch.equal(a.cached_prompt(rec.id, "cv2-k")["x"], torch.arange(4.0))
+        b.record_use(rec.id)
+        assert a.consent_record(rec.id)["uses"] == 1
+        with pytest.raises(InputError, match="already exists"):
+            b.add("Cleo", (_tone(1.0, 330.0), SR), None, CONSENT)
+        a.delete(rec.id)
+        assert rec.id not in b and b.list() == [] and b.cached_prompt(rec.id, "cv2-k") is None
+        with pytest.raises(UnknownSpeakerError):
+            b.cache_prompt(rec.id, "cv2-k", {"x": torch.arange(4.0)})
+        assert _sql(pg_url, "SELECT count(*) FROM voices") == [(0,)]
+        assert _sql(pg_url, "SELECT count(*) FROM prompt_cache") == [(0,)]
+        dee = b.add("dee", (_tone(1.0, 440.0), SR), None, CONSENT)
+        b.takedown("dee", "asked by email")
+        with pytest.raises(InputError, match="taken down"):
+            a.add("dee2", (_tone(1.0, 440.0), SR), None, CONSENT)
+        assert [(e.event, e.voice_id) for e in a.audit_log()][-3:] == [("created", dee.id), ("takedown", dee.id),
+                                                                       ("blocked_attempt", None)]
+
+
+def test_concurrent_writers_one_name_one_winner_one_delete_one_event(pg_url):
+    stores = [VoiceStore(pg_url) for _ in range(5)]  # five replicas' connections
+    try:
+        results = _together(5, lambda i: stores[i].add("contested", (_tone(1.0, 200.0 + 50 * i), SR), None, CONSENT))
+        won = [r for r in results if not isinstance(r, Exception)]
+        lost = [r for r in results if isinstance(r, Exception)]
+        assert len(won) == 1 and len(lost) == 4, results
+        assert all(isinstance(e, InputError) and "already exists" in str(e) for e in lost)
+        assert [r.id for r in stores[3].list()] == [won[0].id]
+        deletes = _together(5, lambda i: stores[i].delete(won[0].id))
+        assert sum(d is None for d in deletes) == 1
+        assert all(isinstance(d, UnknownSpeakerError) for d in deletes if d is not None)
+        assert [e.event for e in stores[0].audit_log(won[0].id)] == ["created", "deleted"]
+        # Many writers, distinct names: every voice saved, once.
+        made = _together(5, lambda i: [stores[i].add(f"w{i}-{k}", (_tone(0.6), SR), None, CONSENT).id for k in range(3)])
+        assert sorted(r.id for r in stores[0].list()) == sorted(v for ids in made for v in ids)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_expired_recordings_are_dropped_once_across_replicas(pg_url):
+    import time
+
+    with VoiceStore(pg_url) as a, VoiceStore(pg_url) as b:
+        rec = a.add("eve", (_tone(1.0), SR), None, CONSENT, keep_audio=True, audio_ttl_s=0.3,
+                    features={"cv2-k": {"x": torch.ones(2)}})
+        time.sleep(0.4)
+        assert sorted(_together(2, lambda i: (a, b)[i].drop_expired_audio())) == [0, 1]
+        assert not b.get("eve").audio_kept and torch.equal(b.cached_prompt(rec.id, "cv2-k")["x"], torch.ones(2))
+        assert [e.event for e in a.audit_log(rec.id)] == ["created", "audio_expired"]
+        assert _sql(pg_url, "SELECT length(audio) FROM voices") == [(0,)]
+
+
+def test_a_lost_connection_is_replaced_and_an_unreachable_database_is_a_clear_error(pg_url, postgres_server):
+    dbname = pg_url.rsplit("/", 1)[1]
+    with VoiceStore(pg_url) as store:
+        rec = store.add("fay", (_tone(1.0), SR), None, CONSENT)
+        kill = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{dbname}' AND pid <> pg_backend_pid()"
+        assert _sql(postgres_server.url(), kill) == [(True,)]
+        assert store.get("fay") == rec  # a read on the dead connection is retried once on a new one
+        _sql(postgres_server.url(), f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+        _sql(postgres_server.url(), kill)
+        with pytest.raises(VoiceStoreUnavailableError, match="cannot be reached") as err:
+            store.list()
+        assert postgres_server.password not in str(err.value)
+        _sql(postgres_server.url(), f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        assert store.list() == [rec]  # back as soon as the database is
+    with pytest.raises(InputError, match=r"cannot open the voice store postgresql://127\.0\.0\.1:1/nowhere") as err:
+        VoiceStore(f"postgresql://postgres:{postgres_server.password}@127.0.0.1:1/nowhere", busy_timeout_s=2)
+    assert postgres_server.password not in str(err.value)
+    assert postgres_server.password not in VoiceStore(pg_url).location
+
+
+def test_the_audit_log_refuses_edits_on_postgres(pg_url):
+    import psycopg
+
+    with VoiceStore(pg_url) as store:
+        store.add("gil", (_tone(1.0), SR), None, CONSENT)
+    for statement in ("DELETE FROM audit", "UPDATE audit SET event = 'deleted'", "TRUNCATE audit"):
+        with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+            _sql(pg_url, statement)
+    assert _sql(pg_url, "SELECT event FROM audit") == [("created",)]
+
+
+def test_voices_cli_on_postgres(pg_url, capsys):
+    from cadenza.cli.main import main
+
+    with VoiceStore(pg_url) as store:
+        rec = store.add("hal", (_tone(1.0), SR), None, CONSENT, declared_by="Hal")
+    assert main(["voices", "--voices-db", pg_url, "list"]) == 0
+    assert f'"id": "{rec.id}"' in capsys.readouterr().out
+    assert main(["voices", "--voices-db", pg_url, "takedown", "hal", "--reason", "by letter"]) == 0
+    assert main(["voices", "--voices-db", pg_url, "audit"]) == 0
+    out = capsys.readouterr().out
+    assert '"event": "takedown"' in out and "by letter" in out
+    assert main(["voices", "--voices-db", "mysql://x", "list"]) != 0
+    assert "--voices-db takes a postgresql://" in capsys.readouterr().err
+    assert main(["voices", "--voices-db", pg_url, "--voices-dir", str(Path.cwd()), "list"]) != 0
+    assert "not both" in capsys.readouterr().err
