@@ -28,6 +28,17 @@ class UnknownSpeakerError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownLoRAError(InputError, KeyError):
+    """A LoRA adapter name that the model has not registered (the message lists the registered ones)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class LoRAInUseError(InputError):
+    """A LoRA adapter cannot be removed while requests that use it are queued or running."""
+
+
 class VoiceFamilyError(InputError):
     """A saved voice made for another model family than the one asked to speak with it."""
 

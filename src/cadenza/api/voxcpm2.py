@@ -79,7 +79,8 @@ class VoxCPM2:
         """Modes: plain text; ``(description)text`` voice design; ``reference_wav`` cloning; ``prompt_wav`` +
         ``prompt_text`` continuation; reference + continuation combined; ``speaker``: a saved VoxCPM 2 voice of the
         voice store (by name or id; cloned as it was made). ``options``: ``voice`` (a prepared ``VoicePrompt``),
-        ``cfg_value``, ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``.
+        ``cfg_value``, ``inference_timesteps``, ``retry``, ``retry_max_attempts``, ``min_len``, ``max_len``, ``lora`` (a
+        registered adapter's name: ``register_lora``).
 
         Text arguments must be strings of valid Unicode without NUL, ``seed`` an integer in [0, 2**63) (``TextError``
         / ``InputError`` naming the argument, before any work)."""
@@ -159,9 +160,10 @@ class VoxCPM2:
         return isinstance(text, str) and is_speakable(split_description(text)[1])
 
     def plan(self, segments, voice: Voice | None, *, instructions: str | None = None, seed: int | None = None,
-             speed: float = 1.0) -> Plan:
+             speed: float = 1.0, lora: str | None = None) -> Plan:
         """One request per segment. ``instructions``: a voice description (voice design; with a reference voice, it
-        steers that voice). VoxCPM 2 has no speaking-rate control: ``speed`` must be 1."""
+        steers that voice). VoxCPM 2 has no speaking-rate control: ``speed`` must be 1. ``lora``: a registered
+        adapter's name for every segment (``UnknownLoRAError`` listing them otherwise)."""
         if speed != 1.0:
             raise InputError("VoxCPM 2 models have no speaking-rate control: speed must be 1.0")
         check_seed(seed)
@@ -178,7 +180,7 @@ class VoxCPM2:
                                      "the start of the input, not both")
                 segment = f"({description}){segment}"
             request = self.engine.build(segment, voice=None if voice is None else voice.prompt,
-                                        seed=None if seed is None else (seed + i) % 2**62, normalize=False)
+                                        seed=None if seed is None else (seed + i) % 2**62, normalize=False, lora=lora)
             n_text += request.target_len
             requests.append(request)
         return Plan(requests, n_text)
@@ -187,16 +189,18 @@ class VoxCPM2:
         return self.engine.scheduler.submit(request, stream=stream)
 
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
-                         seed: int | None = None) -> SentenceTextStream:
+                         seed: int | None = None, lora: str | None = None) -> SentenceTextStream:
         """Text in piece by piece, each sentence spoken once it is complete (VoxCPM 2 reads whole texts)."""
         check_seed(seed)
+        if lora is not None:
+            self.engine.loras.get(lora)  # an unknown adapter fails now, not at the first sentence
 
         def make(text: str, index: int) -> list:
             if not is_speakable(split_description(text)[1]):
                 return []
             segments = self.segments(text)
             first = None if seed is None else seed + 1000 * index
-            return self.plan(segments, voice, instructions=instructions, seed=first).requests
+            return self.plan(segments, voice, instructions=instructions, seed=first, lora=lora).requests
 
         return SentenceTextStream(self.submit, make)
 
@@ -216,6 +220,26 @@ class VoxCPM2:
 
     def merge_lora(self) -> None:
         self.engine.merge_lora()
+
+    # Per-request adapters: registered by name, chosen with lora=name, batched together (docs/voxcpm2.md)
+    def register_lora(self, name: str, path: str | os.PathLike) -> None:
+        """Register a LoRA checkpoint folder as ``name`` (``synthesize(..., lora=name)`` uses it; the weights and
+        requests without it are not changed)."""
+        self.engine.register_lora(name, path)
+
+    def register_lora_tensors(self, name: str, config, tensors: dict[str, torch.Tensor], source: str = "LoRA weights"):
+        """``register_lora`` from a ``LoRAConfig`` and the adapter tensors in memory (an upload); returns the
+        adapter (``.n_parameters``)."""
+        return self.engine.register_lora_tensors(name, config, tensors, source)
+
+    def unregister_lora(self, name: str) -> None:
+        """Remove adapter ``name`` (``LoRAInUseError`` while requests that use it are queued or running)."""
+        self.engine.unregister_lora(name)
+
+    @property
+    def loras(self) -> list[str]:
+        """Names of the registered per-request adapters."""
+        return self.engine.loras.names
 
     def close(self) -> None:
         self.engine.close()
@@ -237,7 +261,7 @@ _OTHER_FAMILY = {
     "speed": "VoxCPM 2 has no speaking-rate control",
 }
 _OPTIONS = frozenset({"voice", "cfg_value", "inference_timesteps", "retry", "retry_max_attempts", "retry_ratio",
-                      "min_len", "max_len", "stream_holdback", "reference_stream_onset", "noise"})
+                      "min_len", "max_len", "stream_holdback", "reference_stream_onset", "noise", "lora"})
 
 
 def _check_options(options: dict) -> dict:

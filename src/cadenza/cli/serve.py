@@ -48,6 +48,11 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"a model directory to serve (CosyVoice 2 or VoxCPM 2, as released), optionally named "
                    f"(requests select it by its 'model' field; default name: the folder's). Repeat to serve several; "
                    f"the first is the default. Default ${MODEL_ENV}, else the built-in cadenza-tiny")
+    p.add_argument("--lora", action="append", default=[], metavar="[MODEL:]NAME=DIR",
+                   help="a LoRA adapter folder (lora_config.json + lora_weights.safetensors) of a served VoxCPM 2 "
+                   "model, registered as NAME: requests pick it with model 'MODEL:NAME' or the field lora=NAME, and "
+                   "are batched with requests using other adapters or none. MODEL: may be left out when one VoxCPM 2 "
+                   "model is served. Repeatable")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     add_precision_arguments(p)
     add_watermark_arguments(p)
@@ -78,6 +83,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"keep saved voices in PostgreSQL instead, shared by server replicas (default ${VOICES_DB_ENV}; "
                         "prefer the variable or PGPASSWORD/~/.pgpass for the password; needs the 'postgres' extra)")
     p.add_argument("--max-upload-mb", type=positive_float, default=10.0, help="largest voice upload in MiB (default 10)")
+    p.add_argument("--max-lora-mb", type=positive_float, default=256.0,
+                   help="largest LoRA weights upload (POST /v1/admin/loras) in MiB (default 256)")
     # Defaults of the two below live in ServerConfig (the server package needs its extra: not imported here).
     p.add_argument("--max-audio-seconds", type=positive_float, default=None,
                    help="most audio one request may make; longer inputs are refused with 400 (default 600)")
@@ -117,6 +124,7 @@ def run_serve(args: argparse.Namespace) -> None:
         config = ServerConfig(api_key=api_key, admin_key=args.admin_key or os.environ.get(ADMIN_KEY_ENV) or None,
                               max_concurrency=args.max_concurrency,
                               max_upload_bytes=int(args.max_upload_mb * 2**20), max_audio_seconds=audio_s,
+                              max_lora_bytes=int(args.max_lora_mb * 2**20),
                               max_inflight_audio_seconds=max(ServerConfig.max_inflight_audio_seconds, audio_s),
                               max_connections=args.max_connections or ServerConfig.max_connections,
                               allowed_hosts=None if hosts is None else tuple(hosts),
@@ -148,6 +156,7 @@ def run_serve(args: argparse.Namespace) -> None:
                 tts.close()
                 raise CadenzaError(f"two models are named {name!r}: name them with --model NAME=DIR")
             models[name] = tts
+        register_loras(models, args.lora, config.max_loras)
         voices = VoiceStore(voices_location(args), max_audio_bytes=config.max_upload_bytes)
         for name, tts in models.items():
             print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz)",
@@ -179,6 +188,29 @@ def voices_location(args: argparse.Namespace) -> str | Path:
     if args.voices_dir:
         raise CadenzaError("give --voices-dir (an SQLite folder) or --voices-db (PostgreSQL), not both")
     return url
+
+
+def register_loras(models: dict, values: list[str], max_loras: int) -> None:
+    """Register each ``--lora [MODEL:]NAME=DIR`` with its model (``CadenzaError`` naming the bad value)."""
+    takers = [name for name, tts in models.items() if callable(getattr(tts, "register_lora", None))]
+    for value in values:
+        target, sep, path = value.partition("=")
+        model, _, name = target.rpartition(":")
+        if not sep or not name or not path:
+            raise CadenzaError(f"--lora {value!r}: expected [MODEL:]NAME=DIR")
+        if not model:
+            if len(takers) != 1:
+                raise CadenzaError(f"--lora {value!r}: write MODEL:NAME=DIR; "
+                                   + ("no served model takes LoRA adapters (VoxCPM 2 models do)" if not takers
+                                      else f"several served models take adapters ({', '.join(takers)})"))
+            model = takers[0]
+        if model not in takers:
+            raise CadenzaError(f"--lora {value!r}: {model!r} is not a served VoxCPM 2 model (served: "
+                               f"{', '.join(models)})")
+        if len(models[model].loras) >= max_loras:
+            raise CadenzaError(f"--lora {value!r}: model {model!r} would hold more than {max_loras} adapters")
+        models[model].register_lora(name, path)
+        print(f"LoRA adapter {path} as {model}:{name}", file=sys.stderr)
 
 
 def model_specs(values: list[str | None]) -> list[tuple[str | None, str | None]]:

@@ -20,8 +20,11 @@ concurrent requests share the weight reads and the cores (docs/performance.md, "
 concurrent streams on 2 cores). Each request keeps its own noise generator, retry state and decoder, so its audio is
 what it would be alone, up to float rounding. ``engine.scheduler.submit`` gives a ``StreamHandle`` as the CosyVoice 2
 engine's scheduler does; the limits are the ``SchedulerConfig`` given as ``scheduler=``. The engine may be shared by
-threads. LoRA changes wait for the running step and hold the next ones; make them while no request runs (a request
-in flight would otherwise mix adapters).
+threads. Model-wide LoRA changes (``load_lora``, ``merge_lora``, ...) wait for the running step and hold the next ones;
+make them while no request runs (a request in flight would otherwise mix adapters). Per-request adapters
+(``register_lora`` then ``build(..., lora=name)``) leave the weights alone and are applied to each request's own rows
+of the batched steps, so requests with different adapters run together (docs/voxcpm2.md, "Serving several LoRA
+adapters").
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae
 from cadenza.models.voxcpm2.generate import GenerationOptions, GenerationResult
 from cadenza.models.voxcpm2.layouts import VoicePrompt, make_layout
 from cadenza.models.voxcpm2.loader import load_voxcpm2
+from cadenza.models.voxcpm2.lora_bank import BankedLoRA, LoRABank
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.prompt import PromptAudio, build_voice_prompt
 from cadenza.models.voxcpm2.request import VoxCPM2Request
@@ -78,6 +82,7 @@ class VoxCPM2Engine:
         self.config = model.config
         self.lock = threading.RLock()  # serialises LoRA changes (and prompt encoding) between callers
         self.scheduler = VoxCPM2Scheduler(self.model, self.vae, scheduler)  # its workers start with the 1st request
+        self.loras = LoRABank(self.model)  # named adapters chosen per request (build(lora=...))
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu",
@@ -141,6 +146,7 @@ class VoxCPM2Engine:
         stream_holdback: int = RetryPolicy.max_holdback_patches,
         reference_stream_onset: bool = False,
         noise: torch.Tensor | Sequence[torch.Tensor] | None = None,
+        lora: str | None = None,
     ) -> VoxCPM2Request:
         """Validate the arguments, encode voice audio and tokenize: a request ready for ``synthesize``/``stream``.
 
@@ -150,8 +156,10 @@ class VoxCPM2Engine:
         patches withheld to keep retry possible (see ``models/voxcpm2/retry.py``). ``reference_stream_onset``:
         start continuation streams from a cold decoder like the reference (default: warmed on the prompt tail, so
         streams equal ``synthesize``). ``noise``: replay these ``[N, 1, D, P]`` draws in the first attempt (tests).
-        Raises ``TextError`` / ``AudioError`` / ``InputError`` with the reason.
+        ``lora``: the name of a registered adapter (``register_lora``) for this request alone.
+        Raises ``TextError`` / ``AudioError`` / ``InputError`` / ``UnknownLoRAError`` with the reason.
         """
+        adapter = None if lora is None else self.loras.get(lora)
         _check_range("cfg_value", cfg_value, *CFG_RANGE)
         _check_range("inference_timesteps", inference_timesteps, *TIMESTEPS_RANGE, integer=True)
         if seed is None:
@@ -178,7 +186,8 @@ class VoxCPM2Engine:
             raise TextError(f"the text and voice prompt take {len(layout)} of the model's {capacity} positions, "
                             "leaving no room for speech: split the text or use a shorter prompt")
         return VoxCPM2Request(text=prepared, voice=voice, layout=layout, target_len=target_len, options=options,
-                              retry=policy, seed=seed, reference_onset=reference_stream_onset, noise=noise)
+                              retry=policy, seed=seed, reference_onset=reference_stream_onset, noise=noise,
+                              lora=adapter)
 
     # -- running them --------------------------------------------------------------------------------------------
     def synthesize(self, request: VoxCPM2Request) -> np.ndarray:
@@ -231,6 +240,25 @@ class VoxCPM2Engine:
         """Back to the base model (adapters unmerged and removed)."""
         with self.lock, self.scheduler.exclusive():
             lora_ops.remove_lora(self.model)
+
+    def register_lora(self, name: str, path: str | Path) -> BankedLoRA:
+        """Register a LoRA checkpoint folder as ``name``: requests built with ``lora=name`` use it, each on its own
+        rows of the batched steps (the weights are not changed; other requests are not affected)."""
+        with self.lock, self.scheduler.exclusive():
+            return self.loras.add_folder(name, path)
+
+    def register_lora_tensors(self, name: str, config: lora_ops.LoRAConfig, state: dict[str, torch.Tensor],
+                              source: str = "LoRA weights") -> BankedLoRA:
+        """``register_lora`` from a config and tensors already in memory (an upload)."""
+        with self.lock, self.scheduler.exclusive():
+            return self.loras.add(name, config, state, source)
+
+    def unregister_lora(self, name: str) -> None:
+        """Remove adapter ``name``; ``LoRAInUseError`` while queued or running requests use it."""
+        with self.lock, self.scheduler.exclusive():
+            adapter = self.loras.get(name)
+            self.scheduler.retire_lora(adapter)
+            self.loras.remove(name)
 
     def close(self) -> None:
         """Stop the scheduler: requests in flight end with ``RequestCancelledError``."""

@@ -52,9 +52,17 @@ import torch
 from cadenza.engine.job_board import DONE, meet, start_worker_thread
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
-from cadenza.errors import CadenzaError, EngineBusyError, InputError, RequestCancelledError
+from cadenza.errors import (
+    CadenzaError,
+    EngineBusyError,
+    InputError,
+    LoRAInUseError,
+    RequestCancelledError,
+    UnknownLoRAError,
+)
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.batched import RequestSteps, advance_runs, decode_pending, step_runs
+from cadenza.models.voxcpm2.lora_bank import BankedLoRA
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.request import VoxCPM2Request
 from cadenza.models.voxcpm2.retry import RetryOutcome
@@ -128,6 +136,9 @@ class VoxCPM2Scheduler:
         with self._cond:
             if self._closed:
                 raise CadenzaError("the engine is closed")
+            if request.lora is not None and not request.lora.registered:
+                raise UnknownLoRAError(f"the LoRA adapter {request.lora.name!r} was removed after this request was "
+                                       "built")
             self._admit()
             if not self._queued and len(self._active) < self.config.max_active:
                 self._active.append(job)
@@ -197,6 +208,16 @@ class VoxCPM2Scheduler:
             with self._cond:
                 self._paused -= 1
                 self._work.notify_all()
+
+    def retire_lora(self, adapter: BankedLoRA) -> None:
+        """Mark ``adapter`` removed (``submit`` refuses its requests from now on) unless a queued or running request
+        uses it: then ``LoRAInUseError``."""
+        with self._cond:
+            users = sum(j.request.lora is adapter and not j.done for j in [*self._active, *self._queued])
+            if users:
+                raise LoRAInUseError(f"the LoRA adapter {adapter.name!r} is in use by {users} request(s): remove it "
+                                     "when they have ended")
+            adapter.registered = False
 
     def close(self) -> None:
         """End every request (``RequestCancelledError``), stop the workers and free all state."""

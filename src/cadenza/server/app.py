@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.api.protocol import SpeechModel
-from cadenza.server import admin, openai_speech, playground, provenance, voices_api, websocket
+from cadenza.server import admin, lora_admin, openai_speech, playground, provenance, voices_api, websocket
 from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
@@ -35,11 +35,12 @@ FORM_OVERHEAD_BYTES = 256 * 1024  # multipart boundaries + name/transcript/conse
 class BodyLimit:
     """413 for request bodies over ``max_bytes``: at once from ``Content-Length``, else while they stream in."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, larger: Mapping[str, int] | None = None) -> None:
         self.app, self.max_bytes = app, max_bytes
+        self.larger = dict(larger or {})  # path -> its own limit (LoRA uploads)
 
-    def _error(self) -> APIError:
-        return APIError(413, f"request body larger than {self.max_bytes} bytes", code="request_too_large")
+    def _error(self, limit: int) -> APIError:
+        return APIError(413, f"request body larger than {limit} bytes", code="request_too_large")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,8 +51,9 @@ class BodyLimit:
             declared = int(length) if length is not None else None
         except ValueError:
             declared = None
-        if declared is not None and declared > self.max_bytes:
-            await self._error().response()(scope, receive, send)
+        limit = self.larger.get(scope.get("path", ""), self.max_bytes)
+        if declared is not None and declared > limit:
+            await self._error(limit).response()(scope, receive, send)
             return
         seen = 0
 
@@ -60,8 +62,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise HTTPException(413, self._error().message)  # FastAPI re-raises HTTPException as is
+                if seen > limit:
+                    raise HTTPException(413, self._error(limit).message)  # FastAPI re-raises HTTPException as is
             return message
 
         await self.app(scope, limited, send)
@@ -93,12 +95,17 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
     @protected.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         state: ServerState = request.app.state.cadenza
-        return JSONResponse({"object": "list",
-                             "data": [m.describe(int(started)) for m in state.models.values()]})
+        data = []
+        for m in state.models.values():  # each LoRA adapter after its model, as "<model>:<adapter>"
+            data += [m.describe(int(started)), *(m.describe_lora(a, int(started)) for a in m.loras)]
+        return JSONResponse({"object": "list", "data": data})
 
     @protected.get("/v1/models/{name}")
     async def model(name: str, request: Request) -> JSONResponse:
         state: ServerState = request.app.state.cadenza
+        if ":" in name:
+            served, lora = state.route(name)
+            return JSONResponse(served.describe_lora(lora, int(started)))
         if name not in state.models:
             raise APIError(404, f"model {name[:80]!r} is not served here; served: {', '.join(state.models)}",
                            param="model", code="model_not_found")
@@ -175,8 +182,11 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     app.include_router(public)
     app.include_router(playground.router)  # the page at / is open: it holds nothing, its requests carry the key
     app.include_router(admin.router)  # the admin key, not the API key
+    app.include_router(lora_admin.router)  # the admin key too
     app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
-    app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES)
+    app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES,
+                       larger={lora_admin.PATH: config.max_lora_bytes + lora_admin.MAX_CONFIG_BYTES
+                               + FORM_OVERHEAD_BYTES})
     app.add_middleware(CountRequests, metrics=state.metrics)
     app.add_middleware(HostOriginCheck, hosts=config.hosts, origins=config.allowed_origins)  # outermost: first
     return app

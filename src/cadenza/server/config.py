@@ -40,7 +40,8 @@ class ServerConfig:
     ``max_segment_tokens``: longer inputs are split at sentence boundaries and spoken segment after segment.
 
     Uploads: ``max_upload_bytes`` (one voice's audio file), ``max_prompt_seconds`` (its duration; decoding stops
-    there, whatever the file's header claims).
+    there, whatever the file's header claims). ``max_lora_bytes``: one uploaded LoRA adapter's weights file
+    (``POST /v1/admin/loras``); ``max_loras``: adapters one VoxCPM 2 model may hold (uploaded and ``--lora`` together).
 
     Connections: ``ws_idle_timeout_s``: a WebSocket session whose client sends no text for this long before
     ``input.done`` is closed (empty pieces do not count); ``ws_max_session_s``: the longest a WebSocket session may
@@ -64,6 +65,8 @@ class ServerConfig:
     max_segment_tokens: int = 80
     max_upload_bytes: int = 10 * 2**20
     max_prompt_seconds: float = 30.0
+    max_lora_bytes: int = 256 * 2**20
+    max_loras: int = 16
     ws_idle_timeout_s: float = 60.0
     ws_max_session_s: float = 900.0
     header_timeout_s: float = 10.0
@@ -81,8 +84,9 @@ class ServerConfig:
                                            or self.admin_key == self.api_key):
             raise ValueError("admin_key must be a string of at least 16 characters without surrounding spaces, "
                              "and not the api_key")
-        for name in ("max_concurrency", "max_upload_bytes", "max_input_chars", "max_normalized_chars",
-                     "max_segment_tokens", "max_connections", "prompt_cache_size", "retry_after_s"):
+        for name in ("max_concurrency", "max_upload_bytes", "max_lora_bytes", "max_loras", "max_input_chars",
+                     "max_normalized_chars", "max_segment_tokens", "max_connections", "prompt_cache_size",
+                     "retry_after_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -20,9 +20,11 @@ from cadenza.errors import (
     CadenzaError,
     CheckpointError,
     EngineBusyError,
+    LoRAInUseError,
     MissingDependencyError,
     RequestCancelledError,
     TextError,
+    UnknownLoRAError,
     UnknownSpeakerError,
     VoiceFamilyError,
 )
@@ -72,6 +74,10 @@ def from_exception(exc: BaseException, retry_after_s: int = 1, param: str | None
         log.error("voice store: %s", exc)
         return APIError(503, "the voice store is unavailable right now; retry in a moment", type="server_error",
                         code="voice_store_unavailable", headers={"Retry-After": str(retry_after_s)})
+    if isinstance(exc, UnknownLoRAError):  # removed between the check of the request and its planning
+        return APIError(404, str(exc), param=param or "lora", code="lora_not_found")
+    if isinstance(exc, LoRAInUseError):
+        return APIError(409, str(exc), param=param or "lora", code="lora_in_use")
     if isinstance(exc, VoiceFamilyError):
         return APIError(400, str(exc), param=param or "voice", code="voice_model_mismatch")
     if isinstance(exc, UnknownSpeakerError):

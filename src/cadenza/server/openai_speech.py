@@ -4,8 +4,9 @@ Fields as OpenAI's: ``model`` (a served model's name; with one model any name se
 ``max_input_chars``), ``voice`` (a saved voice's name or id, or ``{"id": ...}``; may be left out for models with a
 default voice), ``instructions`` (CosyVoice 2: a style instruction; VoxCPM 2: a voice description),
 ``response_format``, ``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI
-client's ``extra_body``): ``seed`` (same seed, same audio) and ``stream`` (``false``: synthesise the whole utterance
-first, then send it with exact sizes and a ``Content-Length``). Which fields each family honours: docs/server.md;
+client's ``extra_body``): ``seed`` (same seed, same audio), ``stream`` (``false``: synthesise the whole utterance
+first, then send it with exact sizes and a ``Content-Length``) and ``lora`` (VoxCPM 2: a registered LoRA adapter for
+this request alone; ``model: "<model>:<adapter>"`` selects one too). Which fields each family honours: docs/server.md;
 a field a model cannot honour is a 400 naming it.
 
 Speed: CosyVoice 2 changes the speaking rate itself (its flow stretches the mel in time) between 0.5 and 2.0, and
@@ -60,6 +61,7 @@ class SpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     stream: bool = True
+    lora: Text | None = Field(default=None, min_length=1, max_length=64)
 
 
 def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
@@ -78,14 +80,16 @@ def bound_text(state: ServerState, segments: list[str], param: str = "input") ->
     return seconds
 
 
-def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: int) -> tuple[list, int, float]:
+def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: int,
+          lora: str | None = None) -> tuple[list, int, float]:
     """(engine requests, text token count, estimated audio seconds). Blocking: normalises and tokenizes the text,
     resolves the voice (may compute its features) -- in this order, so text over the limits costs no voice work."""
     segments = served.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
     seconds = bound_text(state, segments)
     voice = None if body.voice is None else served.prompts.resolve(voice_ref(body.voice), reveal_names=False)
     instructions = body.instructions if body.instructions and body.instructions.strip() else None
-    plan = served.tts.plan(segments, voice, instructions=instructions, seed=seed, speed=body.speed)
+    adapter = {} if lora is None else {"lora": lora}  # only models that take adapters get the argument
+    plan = served.tts.plan(segments, voice, instructions=instructions, seed=seed, speed=body.speed, **adapter)
     return plan.requests, plan.text_tokens, seconds
 
 
@@ -116,14 +120,14 @@ def _check(body: SpeechRequest, state: ServerState, served: ServedModel) -> None
 async def create_speech(body: SpeechRequest, request: Request) -> Response:
     state: ServerState = request.app.state.cadenza
     started = time.perf_counter()
-    served = state.model(body.model)
+    served, lora = state.route(body.model, body.lora)
     _check(body, state, served)
     seed = body.seed if body.seed is not None else secrets.randbits(62)
     slot = state.admission.acquire(PLANNING_COST_S)
     stream: EngineStream | None = None
     try:
         try:
-            requests, n_text, seconds = await anyio.to_thread.run_sync(_plan, state, served, body, seed,
+            requests, n_text, seconds = await anyio.to_thread.run_sync(_plan, state, served, body, seed, lora,
                                                                        limiter=state.limiter)
         except APIError:
             raise

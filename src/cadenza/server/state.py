@@ -22,6 +22,7 @@ from cadenza.voices.prompts import PromptLibrary
 
 # Names OpenAI's clients send by default: they select the default (first) model when several are served.
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+LORA_SEPARATOR = ":"  # "model:adapter" selects a LoRA adapter of a served model (model names have no ':')
 
 
 @dataclass
@@ -40,12 +41,29 @@ class ServedModel:
     def capabilities(self):
         return self.tts.capabilities
 
+    @property
+    def takes_loras(self) -> bool:
+        """Whether requests may pick a per-request LoRA adapter of this model (VoxCPM 2)."""
+        return callable(getattr(self.tts, "register_lora", None))
+
+    @property
+    def loras(self) -> list[str]:
+        return list(self.tts.loras) if self.takes_loras else []
+
     def describe(self, created: int) -> dict:
         """The ``/v1/models`` entry: OpenAI's fields, plus what the model can do and its queue limits."""
         limits = self.tts.limits
-        return {"id": self.name, "object": "model", "created": created, "owned_by": "cadenza",
-                "capabilities": self.capabilities.to_dict(),
-                "limits": {"max_active": limits.max_active, "max_queued": limits.max_queued}}
+        entry = {"id": self.name, "object": "model", "created": created, "owned_by": "cadenza",
+                 "capabilities": self.capabilities.to_dict(),
+                 "limits": {"max_active": limits.max_active, "max_queued": limits.max_queued}}
+        if self.takes_loras:
+            entry["loras"] = self.loras
+        return entry
+
+    def describe_lora(self, lora: str, created: int) -> dict:
+        """The ``/v1/models`` entry of adapter ``lora`` (as vLLM lists adapters: a model with a ``parent``)."""
+        return {"id": f"{self.name}{LORA_SEPARATOR}{lora}", "object": "model", "created": created,
+                "owned_by": "cadenza", "parent": self.name, "lora": lora}
 
 
 @dataclass
@@ -84,6 +102,39 @@ class ServerState:
             return self.default
         raise APIError(404, f"model {name[:80]!r} is not served here; served: {', '.join(self.models)}",
                        param=param, code="model_not_found")
+
+    def route(self, name: str | None, lora: str | None = None, param: str = "model",
+              lora_param: str = "lora") -> tuple[ServedModel, str | None]:
+        """(model, adapter name or None) of a request's ``model`` and ``lora`` fields. ``model`` may be
+        ``"<model>:<adapter>"`` (``<model>`` a served name, or ``voxcpm2`` when one VoxCPM 2 model is served). A
+        model without per-request adapters given one: 400 naming the field; an unknown adapter: 404 listing the
+        registered ones."""
+        from_model = None
+        if name is not None and LORA_SEPARATOR in name:
+            prefix, _, from_model = name.partition(LORA_SEPARATOR)
+            served = self.models.get(prefix)
+            family = [m for m in self.models.values() if m.capabilities.family == prefix]
+            if served is None and len(family) == 1:
+                served = family[0]
+            if served is None:
+                raise APIError(404, f"model {prefix[:80]!r} (of {name[:120]!r}) is not served here; served: "
+                               f"{', '.join(self.models)}", param=param, code="model_not_found")
+            if lora is not None and lora != from_model:
+                raise APIError(400, f"model names the LoRA adapter {from_model[:80]!r} and lora names "
+                               f"{lora[:80]!r}: give one", param=lora_param, code="invalid_value")
+        else:
+            served = self.model(name, param)
+        adapter = lora if lora is not None else from_model
+        if adapter is None:
+            return served, None
+        which = lora_param if lora is not None else param
+        if not served.takes_loras:
+            raise APIError(400, f"{served.capabilities.title} models take no per-request LoRA adapter ({which}); "
+                           "VoxCPM 2 models do", param=which, code="unsupported_value")
+        if adapter not in served.loras:
+            raise APIError(404, f"no LoRA adapter {adapter[:80]!r} on model {served.name!r}; registered: "
+                           f"{', '.join(served.loras) or 'none'}", param=which, code="lora_not_found")
+        return served, adapter
 
     def error(self, exc: BaseException, param: str | None = None) -> APIError:
         """The client's answer for ``exc``; a failure of the model's files also turns ``/health`` to 503."""

@@ -3,7 +3,7 @@
 Protocol (JSON text messages, audio as binary messages), one utterance per connection::
 
     client: {"type": "session.config", "model"?: str, "voice"?: "alice" | {"id": ...}, "instructions"?: str,
-             "seed"?: int}
+             "seed"?: int, "lora"?: str}
     server: {"type": "audio.start", "sample_rate": 24000, "format": "pcm_s16le", "seed": ...}
     client: {"type": "input.text", "text": "Hello "}   (any number of pieces)
     client: {"type": "input.done"}
@@ -57,6 +57,7 @@ class SessionConfig(BaseModel):
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     model: Text | None = Field(default=None, max_length=256)
     response_format: Literal["pcm"] = "pcm"
+    lora: Text | None = Field(default=None, min_length=1, max_length=64)  # VoxCPM 2: a registered LoRA adapter
 
 
 class _Close(Exception):
@@ -164,7 +165,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
     seed = config.seed if config.seed is not None else secrets.randbits(62)
     instructions = config.instructions if config.instructions and config.instructions.strip() else None
     try:
-        served = state.model(config.model)
+        served, lora = state.route(config.model, config.lora)
     except APIError as exc:
         raise _Close(CLOSE_BAD_DATA, exc) from exc
     try:
@@ -180,7 +181,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         raise _Close(_close_code(error, exc), error) from exc
     await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
                               "seed": seed}))
-    synthesis = _Synthesis(state, served, ref, instructions, seed)
+    synthesis = _Synthesis(state, served, ref, instructions, seed, lora)
     try:
         await _run(ws, state, synthesis, deadlines)
     finally:
@@ -215,8 +216,9 @@ class _Synthesis:
     """
 
     def __init__(self, state: ServerState, served: ServedModel, ref: str | None, instructions: str | None,
-                 seed: int) -> None:
+                 seed: int, lora: str | None = None) -> None:
         self.state, self.served, self.ref, self.instructions, self.seed = state, served, ref, instructions, seed
+        self.lora = lora
         self.slot: Slot | None = None
         self.handle = None
         self.stream: EngineStream | None = None
@@ -235,7 +237,8 @@ class _Synthesis:
 
         def start():
             voice = None if self.ref is None else served.prompts.resolve(self.ref, reveal_names=False)
-            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed)
+            adapter = {} if self.lora is None else {"lora": self.lora}  # only models that take adapters get it
+            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed, **adapter)
 
         try:
             self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)

@@ -11,6 +11,9 @@ noise source and patch index — stepped from outside. For B runs:
 * ``advance_runs``: one LocEnc call for the B patches and one decode step of both LMs over the runs' own caches
   (any lengths; ``lm.advance_many``).
 
+Each run may carry its own LoRA adapter (``PatchRun.lora``, from ``lora_bank.LoRABank``): every batched call sets
+the rows' adapters (``lora_rows``), so runs with different adapters, and without one, share the same calls.
+
 ``RequestSteps`` holds what one request carries between steps: its retry state machine (``retry.RetryRun``), the
 running attempt, its streaming decoder and the released patches not decoded yet (``PatchDecoder.decode_many`` decodes
 one of each of many requests in one AudioVAE call). The scheduler (``engine/voxcpm2_scheduler.py``) owns one per
@@ -43,6 +46,7 @@ from cadenza.models.voxcpm2.generate import (
 )
 from cadenza.models.voxcpm2.layouts import SequenceLayout
 from cadenza.models.voxcpm2.lm import LMState, advance_many, prefill
+from cadenza.models.voxcpm2.lora_bank import BankedLoRA, lora_rows
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.request import VoxCPM2Request
 from cadenza.models.voxcpm2.retry import RetryRun
@@ -55,12 +59,13 @@ class PatchRun:
     """One attempt of one request. Prefills at construction (batch 1); ``close`` frees the KV caches."""
 
     def __init__(self, model: VoxCPM2Model, layout: SequenceLayout, options: GenerationOptions,
-                 noise: NoiseArg = None) -> None:
+                 noise: NoiseArg = None, lora: BankedLoRA | None = None) -> None:
         self.options = options
         self.max_len = patch_limit(model, layout, options)
+        self.lora = lora  # this run's rows use it in every batched call (None: the model as it is)
         self._model = model
         self._draw: NoiseSource = noise_source(noise)
-        with torch.inference_mode():
+        with torch.inference_mode(), lora_rows([lora]):
             self.state: LMState | None = prefill(
                 model, layout, capacity=min(model.config.max_length, len(layout) + self.max_len))
         self.index = 0  # of the next patch
@@ -93,7 +98,8 @@ def step_runs(model: VoxCPM2Model, runs: list[PatchRun], noise: list[torch.Tenso
     residual = _rows([s.residual_hidden for s in states])
     prev = _rows([s.prev_patch for s in states])  # [B, P, D]
     z = _rows(noise)  # [B, D, P]
-    mu = model.dit_condition(lm_hidden, residual)  # [B, 2·Hd]
+    with lora_rows([r.lora for r in runs]):
+        mu = model.dit_condition(lm_hidden, residual)  # [B, 2·Hd]
     groups: dict[tuple[int, bool], list[int]] = {}
     for i, run in enumerate(runs):
         groups.setdefault(run.group, []).append(i)
@@ -126,9 +132,10 @@ def _sample(model: VoxCPM2Model, mu: torch.Tensor, prev: torch.Tensor, z: torch.
     its own cfg value. mu ``[b, 2·Hd]``, prev ``[b, P, D]``, z ``[b, D, P]`` -> ``[b, P, D]``."""
     options = runs[rows[0]].options
     cfg = [runs[i].options.cfg_value for i in rows]
-    out = model.feat_decoder(mu, prev.transpose(1, 2), z, n_timesteps=options.inference_timesteps,
-                             cfg_value=cfg[0] if len(cfg) == 1 else cfg,
-                             use_cfg_zero_star=options.use_cfg_zero_star)
+    with lora_rows([runs[i].lora for i in rows]):
+        out = model.feat_decoder(mu, prev.transpose(1, 2), z, n_timesteps=options.inference_timesteps,
+                                 cfg_value=cfg[0] if len(cfg) == 1 else cfg,
+                                 use_cfg_zero_star=options.use_cfg_zero_star)
     return out.transpose(1, 2)
 
 
@@ -138,8 +145,9 @@ def advance_runs(model: VoxCPM2Model, runs: list[PatchRun], patches: list[torch.
     if not runs:
         return
     patch = _rows(patches)  # [B, P, D]
-    emb = model.embed_patches(patch[:, None])[:, 0]  # [B, H]
-    advance_many(model, [r.state for r in runs], patch, emb)
+    with lora_rows([r.lora for r in runs]):
+        emb = model.embed_patches(patch[:, None])[:, 0]  # [B, H]
+        advance_many(model, [r.state for r in runs], patch, emb)
 
 
 class RequestSteps:
@@ -167,7 +175,7 @@ class RequestSteps:
             if self.stream and self.decoder is None:
                 context = decoder_context(layout, options, self.request.reference_onset, self.model.dtype)
                 self.decoder = PatchDecoder(self.vae, context)
-            self.run = PatchRun(self.model, layout, options, source)
+            self.run = PatchRun(self.model, layout, options, source, self.request.lora)
         return self.run.noise()
 
     def take(self, step: PatchStep) -> bool:

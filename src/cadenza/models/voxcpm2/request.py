@@ -14,6 +14,7 @@ import torch
 
 from cadenza.models.voxcpm2.generate import GenerationOptions
 from cadenza.models.voxcpm2.layouts import SequenceLayout, VoicePrompt
+from cadenza.models.voxcpm2.lora_bank import BankedLoRA
 from cadenza.models.voxcpm2.request_text import RequestText
 from cadenza.models.voxcpm2.retry import RetryOutcome, RetryPolicy
 
@@ -52,6 +53,8 @@ class VoxCPM2Request:
     seed: int
     reference_onset: bool = False  # streaming: cold decoder start as the reference (see streaming.py)
     noise: torch.Tensor | Sequence[torch.Tensor] | None = None  # replay these draws in attempt 1 (tests/parity)
+    lora: BankedLoRA | None = None  # the adapter applied to this request's rows only (lora_bank.py)
+    speed: float = 1.0  # speaking rate, applied to the output by the API (WSOLA, docs/controls.md "Speed")
     outcome: RetryOutcome = field(default_factory=RetryOutcome)
 
     @property
