@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cadenza.errors import CheckpointError, MissingDependencyError, TextError
+from cadenza.text.lexicon import PHONEME_SPAN
 
 PHONEMES_FILE = "phonemes.json"
 # Clause punctuation kept as symbols (espeak-ng's own clause terminators): a pause the model can learn.
@@ -151,7 +152,30 @@ class PhonemeTokenizer:
         return cls(PhonemeTable.read(Path(directory) / PHONEMES_FILE))
 
     def symbols(self, text: str) -> list[str]:
-        return [s for s in phonemize(text, self.table.language) if s in self.index]
+        """Symbols of ``text`` the table has; inline phoneme spans ``<|ph:IPA|>`` (SSML ``<phoneme>``, lexicon
+        entries: ``cadenza.text.lexicon``) are taken symbol for symbol instead of being read by espeak-ng."""
+        out: list[str] = []
+        pos = 0
+        for m in PHONEME_SPAN.finditer(text):
+            self._read(out, text[pos:m.start()])
+            if out and out[-1] != " " and text[pos:m.start()][-1:].isspace():
+                out.append(" ")
+            out.extend(unicodedata.normalize("NFD", m.group(1)))
+            pos = m.end()
+        self._read(out, text[pos:])
+        return [s for s in out if s in self.index]
+
+    def _read(self, out: list[str], text: str) -> None:
+        """Append the phonemes of ``text`` (a piece next to phoneme spans) to ``out``: clause punctuation right
+        after a span stays (espeak drops a clause with no words), a word space where the text has one."""
+        lead = _CLAUSE.match(text.lstrip())
+        if lead and out:
+            out.append(lead.group()[0])
+            text = text.lstrip()[lead.end():]
+        symbols = phonemize(text, self.table.language) if text.strip() else []
+        if symbols and out and out[-1] != " " and text[:1].isspace():
+            out.append(" ")
+        out.extend(symbols)
 
     def encode(self, text: str) -> list[int]:
         return [self.index[s] for s in self.symbols(text)]
