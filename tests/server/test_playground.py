@@ -202,6 +202,9 @@ def test_voice_upload_appears_and_speaks(page, tmp_path):
     voice = Select(page.find_element(By.ID, "voice"))
     assert voice.first_selected_option.text == "Playground Alice"  # the new voice is selected to try it
 
+    text = page.find_element(By.ID, "text")
+    text.clear()
+    text.send_keys("Hello there.")
     page.find_element(By.ID, "play").click()
     stats = _wait(page, lambda s: s["state"] in ("done", "error"), "the saved voice to speak")
     assert stats["state"] == "done" and stats["frames"] > 0 and stats["seconds"] > 0.3, stats
@@ -218,3 +221,22 @@ def test_empty_text_shows_the_server_error(page):
     assert error.is_displayed() and error.text.startswith("text: nothing to speak"), error.text
     assert stats["lastError"] == error.text and stats["frames"] == 0
     assert page.find_element(By.ID, "status").get_attribute("data-error") == error.text
+
+
+def test_recorded_voice_is_saved(page):
+    """MediaRecorder (Chromium's fake microphone: a beep each second) -> WebM/Opus upload -> a saved voice."""
+    from selenium.webdriver.common.by import By
+
+    before = _stats(page)["voices"]
+    page.find_element(By.ID, "record").click()
+    page.execute_script("return new Promise((done) => setTimeout(done, 1500))")
+    page.find_element(By.ID, "record").click()  # stop
+    _wait(page, lambda s: page.find_element(By.ID, "recorded").is_displayed(), "the recording to be ready")
+    page.find_element(By.ID, "voice-name").send_keys("Recorded")
+    page.find_element(By.ID, "voice-statement").send_keys(CONSENT)
+    page.find_element(By.ID, "voice-consent").click()
+    page.find_element(By.ID, "save-voice").click()
+    stats = _wait(page, lambda s: s["voices"] == before + 1 or s["lastError"] is not None, "the recorded voice")
+    assert stats["lastError"] is None, stats
+    assert "Recorded" in [r.find_element(By.TAG_NAME, "td").text
+                          for r in page.find_elements(By.CSS_SELECTOR, "#voice-table tbody tr")]
