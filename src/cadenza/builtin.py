@@ -40,13 +40,15 @@ def builtin_model_dir() -> Path:
     return path
 
 
-def resolve_model_path(path: str | os.PathLike | None) -> Path:
-    """``None`` or ``"cadenza-tiny"`` -> the built-in model; anything else -> that directory (``~`` expanded).
+def resolve_model_path(path: str | os.PathLike | None, revision: str | None = None) -> Path:
+    """``None`` or ``"cadenza-tiny"`` -> the built-in model; an existing folder -> itself (``~`` expanded); a hub name
+    (``owner/name[@revision]``, ``modelscope:owner/name``) -> its folder in the hub's cache, downloaded when needed;
+    anything else -> that path. See ``cadenza.loading.hub.locate_model``.
 
-    A real folder named ``cadenza-tiny`` in the working directory wins over the built-in name."""
-    if path is None or (str(path) == BUILTIN_NAME and not Path(path).is_dir()):
-        return builtin_model_dir()
-    return Path(path).expanduser()
+    A real folder named ``cadenza-tiny`` (or ``owner/name``) in the working directory wins over the name."""
+    from cadenza.loading.hub import locate_model
+
+    return locate_model(path, revision)
 
 
 @dataclass(frozen=True)

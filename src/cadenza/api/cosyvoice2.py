@@ -40,6 +40,7 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import TokenTextStream
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
+from cadenza.loading.hub import folder_name
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore, validate_speaker_id
@@ -66,7 +67,7 @@ class Cadenza:
         self.engine = engine
         self.directory = directory
         # Every output carries the provenance mark unless the operator turns it off here (docs/provenance.md).
-        self.mark = OutputMark.for_model(self.sample_rate, directory.name, watermark)
+        self.mark = OutputMark.for_model(self.sample_rate, folder_name(directory), watermark)
         self.voices = voices  # saved voices (SQLite); also served by `cadenza serve`
         self.voice_prompts = CosyVoice2Prompts(self, voices) if voices is not None else None
         self._owns_voices = False  # opened by from_pretrained: closed by close()
@@ -81,8 +82,10 @@ class Cadenza:
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | Precision = torch.float32,
                         voices_dir: str | os.PathLike | None = None,
-                        scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True) -> Cadenza:
-        """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None;
+                        scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True,
+                        revision: str | None = None) -> Cadenza:
+        """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
+        hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
         (default ``SchedulerConfig()``).
 
@@ -95,7 +98,7 @@ class Cadenza:
         encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
-        directory = resolve_model_path(path)
+        directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
         model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``

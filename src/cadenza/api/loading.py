@@ -14,6 +14,7 @@ from pathlib import Path
 from cadenza.api.arguments import check_device
 from cadenza.builtin import resolve_model_path
 from cadenza.errors import CheckpointError, InputError
+from cadenza.loading.release_files import ReleaseFiles
 from cadenza.models.cosyvoice2.loader import inspect_directory
 
 
@@ -23,6 +24,8 @@ class Family:
 
     ``recognise``/``load`` are dotted ``module:function`` names, imported only when used (loading CosyVoice 2 never
     imports VoxCPM 2's code). ``accepts`` names the keyword arguments of ``load`` it takes beyond ``device``.
+    ``files``: the dotted name of its ``ReleaseFiles`` (what a folder must hold and what is read), which lets a hub
+    repository be recognised from its file list and downloaded without the files the family never reads.
     """
 
     name: str
@@ -30,6 +33,7 @@ class Family:
     recognise: str
     load: str
     accepts: frozenset[str] = frozenset()
+    files: str | None = None
 
     def _function(self, spec: str):
         module, _, attr = spec.partition(":")
@@ -37,6 +41,9 @@ class Family:
         for part in attr.split("."):
             target = getattr(target, part)
         return target
+
+    def release_files(self) -> ReleaseFiles | None:
+        return None if self.files is None else self._function(self.files)
 
     def owns(self, directory: Path) -> bool:
         return bool(self._function(self.recognise)(directory))
@@ -48,9 +55,11 @@ class Family:
 # Checked in this order; register_family adds more.
 FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
-           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler", "watermark"})),
+           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler", "watermark"}),
+           "cadenza.models.cosyvoice2.loader:RELEASE_FILES"),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
-           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"})),
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"}),
+           "cadenza.models.voxcpm2.loader:RELEASE_FILES"),
 ]
 
 
@@ -80,14 +89,17 @@ def model_family(path: str | os.PathLike) -> str:
     return _family_of(Path(path).expanduser()).name
 
 
-def load(path: str | os.PathLike | None = None, **kwargs):
-    """Load any supported model directory: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``; ``None``: the built-in
-    cadenza-tiny. An argument the family does not take is an ``InputError`` naming it."""
+def load(path: str | os.PathLike | None = None, revision: str | None = None, **kwargs):
+    """Load any supported model: a ``Cadenza`` (CosyVoice 2) or a ``VoxCPM2``. ``path``: a model directory, a hub
+    name (``"FunAudioLLM/CosyVoice2-0.5B"``, ``"owner/name@rev"``, ``"modelscope:owner/name"``; downloaded into the
+    hub's cache, a local folder of that name wins; docs/models.md) or ``None`` for the built-in cadenza-tiny.
+    ``revision``: the branch, tag or commit of a hub name. An argument the family does not take is an ``InputError``
+    naming it."""
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
     if "device" in kwargs:
         check_device(kwargs["device"])
-    directory = resolve_model_path(path)
+    directory = resolve_model_path(path, revision)
     family = _family_of(directory)
     unknown = sorted(set(kwargs) - family.accepts - {"device"})
     if unknown:

@@ -25,6 +25,7 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError, TextError, UnknownSpeakerError
+from cadenza.loading.hub import folder_name, locate_model
 from cadenza.models.voxcpm2.prompt import PromptAudio
 from cadenza.models.voxcpm2.request_text import is_speakable, split_description
 from cadenza.provenance import Watermark
@@ -50,7 +51,7 @@ class VoxCPM2:
         self.engine = engine
         self.directory = directory
         # Every output carries the provenance mark unless the operator turns it off here (docs/provenance.md).
-        self.mark = OutputMark.for_model(self.sample_rate, directory.name, watermark)
+        self.mark = OutputMark.for_model(self.sample_rate, folder_name(directory), watermark)
         self.voices = voices  # saved voices (SQLite), shared with `cadenza serve`
         self.voice_prompts = VoxCPM2Prompts(self, voices) if voices is not None else None
         self._owns_voices = False  # opened by from_pretrained: closed by close()
@@ -58,11 +59,15 @@ class VoxCPM2:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype | str | None = None,
                         lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None,
-                        voices_dir: str | os.PathLike | None = None, watermark: bool | bytes | Watermark = True) -> VoxCPM2:
-        """``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder to apply.
+                        voices_dir: str | os.PathLike | None = None, watermark: bool | bytes | Watermark = True,
+                        revision: str | None = None) -> VoxCPM2:
+        """``path``: a VoxCPM 2 folder or a hub name (``"openbmb/VoxCPM2"``, pinned by ``@rev`` or ``revision``;
+        docs/models.md). ``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder.
         ``scheduler``: limits of the request scheduler that batches concurrent requests. ``voices_dir``: a saved-voice
         store (its VoxCPM 2 voices are then usable as ``speaker=``)."""
-        directory = Path(path).expanduser()
+        if path is None:
+            raise InputError("a VoxCPM 2 model folder or hub name is needed (cadenza.load(None) is the built-in model)")
+        directory = locate_model(path, revision)
         options = {} if scheduler is None else {"scheduler": scheduler}
         engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
         model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None, watermark)

@@ -42,8 +42,10 @@ def _ids(value: str) -> list[int]:
 
 def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=os.environ.get(MODEL_ENV),
-                        help=f"model directory (CosyVoice 2 or VoxCPM 2 folder); default ${MODEL_ENV}, else the "
+                        help=f"model directory (CosyVoice 2 or VoxCPM 2 folder) or hub name (owner/name[@rev], "
+                        f"modelscope:owner/name; a local folder of that name wins); default ${MODEL_ENV}, else the "
                         "built-in cadenza-tiny")
+    parser.add_argument("--revision", help="branch, tag or commit of a hub --model (as owner/name@REV)")
     parser.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     parser.add_argument("--voices-dir", help="saved-voice store (the one `cadenza serve` uses; default "
                         "$CADENZA_VOICES_DIR or ~/.local/share/cadenza/voices when it exists)")
@@ -129,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(args):
     from cadenza.api import load
+    from cadenza.builtin import resolve_model_path
 
     if args.voices_dir:  # read here, never created: a mistyped folder must not become an empty voice store
         voices = args.voices_dir
@@ -137,13 +140,15 @@ def _load(args):
                                "creates one)")
     else:
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
+    # A hub name is resolved (downloaded) once, here; everything below reads the folder.
+    model = resolve_model_path(args.model or None, args.revision)
     # --dtype / --lm-int8 exist on the commands that speak; `speakers` keeps each family's default precision.
-    precision = precision_arguments(args.model or None, getattr(args, "dtype", None), getattr(args, "lm_int8", False),
+    precision = precision_arguments(model, getattr(args, "dtype", None), getattr(args, "lm_int8", False),
                                     args.device)
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
     mark = watermark_argument(args)  # the flags exist on the commands that speak
-    return load(args.model or None, device=args.device, voices_dir=voices, **precision, **lora, **mark)
+    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark)
 
 
 def _save(audio, output: str) -> None:

@@ -45,7 +45,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("serve", help="run the OpenAI-compatible speech server (HTTP + WebSocket)")
     p.add_argument("--model", action="append", default=None, metavar="[NAME=]DIR",
-                   help=f"a model directory to serve (CosyVoice 2 or VoxCPM 2, as released), optionally named "
+                   help=f"a model directory to serve (CosyVoice 2 or VoxCPM 2, as released) or a hub name "
+                   f"(owner/name[@rev], modelscope:owner/name; a local folder of that name wins), optionally named "
                    f"(requests select it by its 'model' field; default name: the folder's). Repeat to serve several; "
                    f"the first is the default. Default ${MODEL_ENV}, else the built-in cadenza-tiny")
     p.add_argument("--lora", action="append", default=[], metavar="[MODEL:]NAME=DIR",
@@ -112,6 +113,7 @@ def run_serve(args: argparse.Namespace) -> None:
         raise MissingDependencyError(f"the server needs the 'server' extra ({exc.name} is missing): "
                                      "pip install 'cadenza[server]'") from exc
     from cadenza.api import load
+    from cadenza.builtin import resolve_model_path
     from cadenza.server.config import model_name_of
     from cadenza.voices import VoiceStore
 
@@ -149,8 +151,9 @@ def run_serve(args: argparse.Namespace) -> None:
     mark = watermark_argument(args)  # before any model loads: a bad key file fails fast
     try:
         for name, path in specs:
-            precision = precision_arguments(path, args.dtype, args.lm_int8, args.device)
-            tts = load(path, device=args.device, scheduler=scheduler, **precision, **mark)  # None: the built-in one
+            folder = resolve_model_path(path)  # None: the built-in one; a hub name (owner/name[@rev]): downloaded
+            precision = precision_arguments(folder, args.dtype, args.lm_int8, args.device)
+            tts = load(folder, device=args.device, scheduler=scheduler, **precision, **mark)
             name = name or model_name_of(tts.directory)
             if name in models:
                 tts.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -15,8 +16,12 @@ def valid_model_name(name: object) -> bool:
 
 
 def model_name_of(directory) -> str:
-    """A served model's default name: its folder's name, made safe (``cadenza-tiny`` for the built-in model)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(getattr(directory, "name", "") or "model")).strip("-._")[:64]
+    """A served model's default name: its folder's name, made safe (``cadenza-tiny`` for the built-in model; the
+    repository's name for a hub download)."""
+    from cadenza.loading.hub import folder_name
+
+    raw = folder_name(directory) if isinstance(directory, (str, os.PathLike)) else getattr(directory, "name", "")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(raw or "model")).strip("-._")[:64]
     return name if valid_model_name(name) else "model"
 ANY = "*"
 

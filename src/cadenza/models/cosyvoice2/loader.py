@@ -26,6 +26,7 @@ from cadenza.errors import CheckpointError
 from cadenza.layers.weight_norm import fold_weight_norm
 from cadenza.loading import load_into, read_torch_state_dict
 from cadenza.loading.files import check_file
+from cadenza.loading.release_files import ReleaseFiles
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.text.phonemes import PHONEMES_FILE
@@ -40,6 +41,10 @@ BPE_FILES = ("vocab.json", "merges.txt")
 OPTIONAL_FILES = ("campplus.onnx", "speech_tokenizer_v2.onnx", "spk2info.pt", "cadenza.json",
                   f"{QWEN_DIR}/vocab.json", f"{QWEN_DIR}/merges.txt", f"{QWEN_DIR}/tokenizer_config.json",
                   f"{QWEN_DIR}/{PHONEMES_FILE}")
+# What a released folder must hold and what is read when present (the hub downloads only these: not the release's
+# CosyVoice-BlankEN/model.safetensors, which llm.pt overwrites, nor its TensorRT/JIT exports).
+RELEASE_FILES = ReleaseFiles(required=(CONFIG_NAMES, *((n,) for n in WEIGHT_FILES), (f"{QWEN_DIR}/config.json",)),
+                             optional=OPTIONAL_FILES)
 # Tied to embed_tokens and never used: CosyVoice 2 reads Qwen's last hidden state, not its text logits.
 LM_IGNORED_KEYS = ("llm.model.lm_head.weight",)
 

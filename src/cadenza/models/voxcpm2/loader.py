@@ -23,15 +23,19 @@ import torch
 
 from cadenza.errors import CheckpointError
 from cadenza.loading import load_into, read_torch_state_dict
+from cadenza.loading.release_files import ReleaseFiles
 from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.model import VoxCPM2Model
-from cadenza.models.voxcpm2.tokenizer import TOKENIZER_FILE, VoxCPM2Tokenizer
+from cadenza.models.voxcpm2.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, VoxCPM2Tokenizer
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # first one present wins
 AUDIO_VAE_FILES = ("audiovae.safetensors", "audiovae.pth")
+# What a released folder must hold (the first present of each alternative is read) and what is read when present.
+RELEASE_FILES = ReleaseFiles(required=((CONFIG_FILE,), WEIGHT_FILES, AUDIO_VAE_FILES, (TOKENIZER_FILE,)),
+                             optional=(TOKENIZER_CONFIG_FILE,))
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
