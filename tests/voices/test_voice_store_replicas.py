@@ -217,3 +217,82 @@ def test_voices_cli_on_postgres(pg_url, capsys):
     assert "--voices-db takes a postgresql://" in capsys.readouterr().err
     assert main(["voices", "--voices-db", pg_url, "--voices-dir", str(Path.cwd()), "list"]) != 0
     assert "not both" in capsys.readouterr().err
+
+
+# -- two live servers on one database --------------------------------------------------------------------------------
+def test_two_servers_on_one_database_share_voices(cv2_dir, tmp_path, pg_url, postgres_server):
+    """Two server apps on loopback (each its own voice store, connection and prompt library: two replicas behind a
+    load balancer; one model object serves both, to save loading it twice), one PostgreSQL database."""
+    import httpx
+
+    from cadenza import Cadenza
+    from cadenza.server import ServerConfig, create_app
+
+    from test_server_harness import CONSENT as SPEAKER_CONSENT
+    from test_server_harness import LiveServer, tone, wav_bytes
+    from toy_model import build_toy_model_dir
+
+    key, admin = "replica-key-0123456789", "replica-admin-0123456789"
+    auth, admin_auth = {"Authorization": f"Bearer {key}"}, {"Authorization": f"Bearer {admin}"}
+    model_dir = build_toy_model_dir(cv2_dir, tmp_path / "model")
+
+    def create(c: httpx.Client, name: str, freq: float = 220.0) -> httpx.Response:
+        return c.post("/v1/audio/voices", headers=auth, files={"audio": ("v.wav", wav_bytes(tone(1.5, freq=freq)))},
+                      data={"name": name, "consent": SPEAKER_CONSENT, "transcript": "Just by listening."})
+
+    def speak(c: httpx.Client, voice: str) -> httpx.Response:
+        return c.post("/v1/audio/speech", headers=auth, json={"model": "tts-1", "input": "Hello there.",
+                                                              "voice": voice, "seed": 3, "response_format": "pcm"})
+
+    config = ServerConfig(api_key=key, admin_key=admin)
+    with Cadenza.from_pretrained(model_dir) as tts, VoiceStore(pg_url) as store_a, VoiceStore(pg_url) as store_b:
+        app_a, app_b = create_app(tts, store_a, config), create_app(tts, store_b, config)
+        with (LiveServer(app_a) as server_a, LiveServer(app_b) as server_b,
+              httpx.Client(base_url=server_a.url, timeout=120) as a, httpx.Client(base_url=server_b.url, timeout=120) as b):
+            assert a.get("/health").json()["status"] == "ok" and b.get("/health").json()["status"] == "ok"
+            ivy = create(a, "ivy")
+            assert ivy.status_code == 201, ivy.text
+            ivy = ivy.json()
+            assert b.get("/v1/audio/voices", headers=auth).json() == [{"id": ivy["id"], "name": "ivy",
+                                                                       "family": "cosyvoice2"}]
+            assert b.get("/v1/audio/voices/IVY", headers=auth).json() == ivy
+            said_a, said_b = speak(a, "ivy"), speak(b, "ivy")  # B's library reads the features A pinned
+            assert said_a.status_code == said_b.status_code == 200 and len(said_a.content) > 4800
+            assert said_a.content == said_b.content
+            assert b.get(f"/v1/audio/voices/{ivy['id']}/consent", headers=auth).json()["uses"] == 2
+            # The same new name on both at once: one is created, the other told the name is taken.
+            both = _together(2, lambda i: create((a, b)[i], "jun", freq=300.0 + 40 * i))
+            assert sorted(r.status_code for r in both) == [201, 400], [r.text for r in both]
+            lost = next(r for r in both if r.status_code == 400).json()["error"]
+            assert "already exists" in lost["message"] and lost["param"] == "name"
+            # Deleted on B: unknown on A at once, and A's model drops what it remembered of the voice.
+            prompts_a = app_a.state.cadenza.default.prompts
+            prompts_a.forget_check_s = 0.0
+            assert ivy["id"] in prompts_a._memory
+            assert b.delete(f"/v1/audio/voices/{ivy['id']}", headers=auth).status_code == 200
+            assert a.get(f"/v1/audio/voices/{ivy['id']}", headers=auth).status_code == 404
+            gone = speak(a, "ivy")
+            assert gone.status_code == 400 and gone.json()["error"]["code"] == "voice_not_found"
+            assert ivy["id"] not in prompts_a._memory
+            # A takedown through A's admin endpoint: B refuses the same recording from then on.
+            down = a.post("/v1/admin/voices/jun/takedown", headers=admin_auth, json={"reason": "complaint"})
+            assert down.status_code == 200, down.text
+            taken = [r for r in both if r.status_code == 201][0].json()
+            freq = 300.0 + 40 * both.index(next(r for r in both if r.status_code == 201))
+            again = create(b, "jun2", freq=freq)
+            assert again.status_code == 400 and "taken down" in again.json()["error"]["message"]
+            events = [(e["event"], e["voice_id"]) for e in b.get("/v1/admin/audit", headers=admin_auth).json()["data"]]
+            assert events[-3:] == [("deleted", ivy["id"]), ("takedown", taken["id"]), ("blocked_attempt", None)]
+            # The database unreachable: voice requests answer 503 + Retry-After (try another replica), /health stays
+            # up (synthesis with the model's own voices needs no database), and it all comes back with the database.
+            dbname = pg_url.rsplit("/", 1)[1]
+            _sql(postgres_server.url(), f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+            _sql(postgres_server.url(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        f"WHERE datname = '{dbname}'")
+            down = b.get("/v1/audio/voices", headers=auth)
+            assert down.status_code == 503 and down.headers["Retry-After"]
+            assert down.json()["error"]["code"] == "voice_store_unavailable"
+            assert postgres_server.password not in down.text and b.get("/health").status_code == 200
+            _sql(postgres_server.url(), f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+            assert b.get("/v1/audio/voices", headers=auth).status_code == 200
+            assert "cadenza_requests_total" in b.get("/metrics", headers=auth).text
