@@ -296,3 +296,63 @@ def test_two_servers_on_one_database_share_voices(cv2_dir, tmp_path, pg_url, pos
             _sql(postgres_server.url(), f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
             assert b.get("/v1/audio/voices", headers=auth).status_code == 200
             assert "cadenza_requests_total" in b.get("/metrics", headers=auth).text
+
+
+# -- what docs/server.md#deployment says about roles and deleting ---------------------------------------------------
+def _documented_grants() -> str:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text()
+    section = docs[docs.index("## Deployment"):]
+    return section[section.index("```sql") + len("```sql"):section.index("```", section.index("```sql") + 6)]
+
+
+def test_replicas_run_with_the_documented_grants_and_cannot_rewrite_the_audit_log(pg_url, postgres_server):
+    import psycopg
+
+    role = f"cadenza_server_{pg_url.rsplit('_', 1)[1]}"  # roles belong to the whole cluster: one per test database
+    VoiceStore(pg_url).close()  # the owner (here the superuser) creates the tables
+    _sql(pg_url, f"CREATE ROLE {role} LOGIN PASSWORD 'replica-password'")
+    try:
+        _sql(pg_url, _documented_grants().replace("cadenza_server", role))
+        url = pg_url.replace(f"postgres:{postgres_server.password}@", f"{role}:replica-password@")
+        with VoiceStore(url) as store:  # every operation a replica makes
+            rec = store.add("ida", (_tone(1.0), SR), "Hello.", CONSENT, keep_audio=True, audio_ttl_s=3600)
+            store.cache_prompt(rec.id, "cv2-k", {"x": torch.ones(3)})
+            store.cache_prompt(rec.id, "cv2-k", {"x": torch.zeros(3)})  # an update of the cached row
+            assert torch.equal(store.cached_prompt(rec.id, "cv2-k")["x"], torch.zeros(3))
+            store.record_use(rec.id)
+            assert store.consent_record("ida")["uses"] == 1 and store.drop_expired_audio() == 0
+            other = store.add("jo", (_tone(1.0, 500.0), SR), None, CONSENT)
+            store.delete(other.id)
+            store.takedown("ida", "test")
+            assert store.list() == [] and [e.event for e in store.audit_log()][-1] == "takedown"
+        with psycopg.connect(url, autocommit=True) as db:
+            for statement in ("DELETE FROM audit", "UPDATE audit SET event = 'x'", "TRUNCATE audit",
+                              "DROP TRIGGER audit_append_only ON audit", "ALTER TABLE audit DISABLE TRIGGER ALL",
+                              "DELETE FROM blocked_audio", "DROP TABLE voices"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    db.execute(statement)
+    finally:
+        _sql(pg_url, f"DROP OWNED BY {role}")
+        _sql(pg_url, f"DROP ROLE {role}")
+
+
+def test_a_deleted_recording_leaves_the_table_files_only_with_vacuum_full(pg_url, postgres_server):
+    """What docs/server.md#deployment says: PostgreSQL has no secure_delete; VACUUM FULL rewrites the files."""
+    rng = np.random.default_rng(1)
+    samples = (_tone(2.0) + 0.05 * rng.standard_normal(2 * SR)).astype(np.float32)  # noise: stored uncompressed
+    needle = np.round(np.clip(samples, -1, 1) * 32767).astype("<i2")[8000:8016].tobytes()
+    dboid = _sql(pg_url, "SELECT oid FROM pg_database WHERE datname = current_database()")[0][0]
+    folder = postgres_server.data_dir / "base" / str(dboid)
+
+    def files_holding() -> list[str]:
+        _sql(pg_url, "CHECKPOINT")  # (as superuser) every change is in the files now
+        return [p.name for p in folder.iterdir() if p.is_file() and needle in p.read_bytes()]
+
+    with VoiceStore(pg_url) as store:
+        rec = store.add("kit", (samples, SR), None, CONSENT, keep_audio=True)
+        assert files_holding(), "the kept recording is in the table's files"
+        store.delete(rec.id)
+        assert rec.id not in store
+        assert files_holding(), "DELETE alone leaves the bytes in the files (no secure_delete)"
+        _sql(pg_url, "VACUUM FULL voices, voice_features, prompt_cache")
+        assert files_holding() == []
