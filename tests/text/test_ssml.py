@@ -86,7 +86,7 @@ def test_lexicon_applies_to_text_nodes_only():
 
 def test_phonemes_for_models_that_read_them():
     doc = speak('Hello <phoneme alphabet="ipa" ph="kədˈɛnzə">Cadenza</phoneme>.')
-    assert words(parse_ssml(doc, PHONEMES)) == f"Hello {phoneme_span('kədˈɛnzə')} ."
+    assert words(parse_ssml(doc, PHONEMES)) == f"Hello {phoneme_span('kədˈɛnzə')}."
     with pytest.raises(InputError, match=r"<phoneme> at line 1, column 14: this model reads text"):
         parse_ssml(doc, COSYVOICE2)
     with pytest.raises(InputError, match=r"<phoneme> at line 1, column 8: phoneme symbol 'ʁ'"):

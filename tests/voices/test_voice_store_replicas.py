@@ -189,6 +189,9 @@ def test_a_lost_connection_is_replaced_and_an_unreachable_database_is_a_clear_er
         VoiceStore(f"postgresql://postgres:{postgres_server.password}@127.0.0.1:1/nowhere", busy_timeout_s=2)
     assert postgres_server.password not in str(err.value)
     assert postgres_server.password not in VoiceStore(pg_url).location
+    with pytest.raises(InputError, match="bad voice database URL") as err:  # libpq quotes the URL it cannot parse
+        VoiceStore("postgresql://cadenza:hunter2-secret@[::1/voices")
+    assert "hunter2-secret" not in str(err.value) and "cadenza:***@" in str(err.value)
 
 
 def test_the_audit_log_refuses_edits_on_postgres(pg_url):

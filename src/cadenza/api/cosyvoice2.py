@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from cadenza import builtin
+from cadenza.api import markup
 from cadenza.api.arguments import (
     MAX_SPEAKER_CHARS,
     MAX_SPEAKER_ID_CHARS,
@@ -305,16 +306,21 @@ class Cadenza:
                           seed=None if seed is None else seed + k, speed=speed) for k, t in enumerate(ids)]
 
     def synthesize(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
-                   **kwargs) -> Audio:
+                   input_format: str | None = None, lexicon=None, **kwargs) -> Audio:
         """Speak ``text`` (any length: it is normalised and split into segments; ``normalize=False`` keeps it as
         is), or ``text_ids=[...]`` when the model has no tokenizer files. Voice arguments: see ``request``.
-        ``progress(done, total)`` is called after each segment."""
+        ``progress(done, total)`` is called after each segment. ``input_format="ssml"`` (or text that starts with
+        ``<speak``) reads SSML, ``lexicon=`` applies a pronunciation lexicon (docs/text.md)."""
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+            return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
+                                     **kwargs)
         reqs = self.requests(text, **kwargs)
         on_segment = None if progress is None else (lambda done: progress(done, len(reqs)))
         audio = synthesize_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment)
         return Audio(self.mark.whole(audio), self.sample_rate)
 
-    def synthesize_stream(self, text: str | Iterable[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
+    def synthesize_stream(self, text: str | Iterable[str] | None = None, *, input_format: str | None = None,
+                          lexicon=None, **kwargs) -> Iterator[np.ndarray]:
         """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments.
 
         ``text`` may also be an iterable of text pieces (e.g. tokens streamed from an upstream LLM): the LM then
@@ -325,6 +331,8 @@ class Cadenza:
                                                          or hasattr(text, "__iter__")):
             raise TextError(f"text must be a string or an iterable of strings, not {type(text).__name__}")
         if text is None or isinstance(text, str):
+            if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+                return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
             if kwargs.get("speed", 1.0) != 1.0:
                 raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
             return self.mark.stream(stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs)))

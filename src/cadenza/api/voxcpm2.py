@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cadenza.api import markup
 from cadenza.api.arguments import check_seed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
@@ -108,13 +109,20 @@ class VoxCPM2:
                                       "the model with voices_dir=... (the folder `cadenza serve --voices-dir` uses)")
         return self.voice_prompts.resolve(speaker).prompt
 
-    def synthesize(self, text: str, **kwargs) -> Audio:
+    def synthesize(self, text: str, *, input_format: str | None = None, lexicon=None, **kwargs) -> Audio:
+        """``input_format="ssml"`` (or text that starts with ``<speak``) reads SSML, ``lexicon=`` applies a
+        pronunciation lexicon (docs/text.md)."""
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+            return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         return Audio(self.mark.whole(self.engine.synthesize(self.request(text, **kwargs))), self.sample_rate)
 
-    def synthesize_stream(self, text: str, **kwargs) -> Iterator[np.ndarray]:
+    def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
+                          **kwargs) -> Iterator[np.ndarray]:
         """48 kHz float32 chunks (one per generated patch) as soon as each is made."""
         if not isinstance(text, str):
             raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+            return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         return self.mark.stream(self.engine.stream(self.request(text, **kwargs)))
 
     def design(self, description: str, text: str, **kwargs) -> Audio:

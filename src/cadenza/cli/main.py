@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
+    synth.add_argument("--ssml", action="store_true", help="the text is SSML (also recognised by a leading <speak>)")
+    synth.add_argument("--lexicon", metavar="FILE", help="pronunciation lexicon, JSON (docs/text.md)")
     synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
                        "the --out of `cadenza train voxcpm2`) applied to --model")
     add_precision_arguments(synth)
@@ -196,9 +198,15 @@ def _voice_arguments(args, names: tuple[str, ...]) -> dict:
 def _synth(args) -> None:
     text = _read_text_file(args.text_file) if args.text_file else args.text
     _check_texts(args, text)
+    markup = {"input_format": "ssml"} if args.ssml else {}
+    if args.lexicon is not None:
+        from cadenza.text.lexicon import Lexicon
+
+        markup["lexicon"] = Lexicon.from_file(args.lexicon)  # a bad file fails before the model loads
     tts = _load(args)
     kwargs = _voice_arguments(args, ("text_ids", "reference_wav", "prompt_wav", "prompt_text", "prompt_text_ids",
                                      "instruct", "speaker", "seed"))
+    kwargs.update(markup)
     if args.speed != 1.0:
         kwargs["speed"] = args.speed
     if args.text_ids is None:

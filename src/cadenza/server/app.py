@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.api.protocol import SpeechModel
-from cadenza.server import admin, lora_admin, openai_speech, playground, provenance, voices_api, websocket
+from cadenza.server import admin, lora_admin, markup_api, openai_speech, playground, provenance, voices_api, websocket
 from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
@@ -177,6 +177,7 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     protected, public = _info_router(time.time())
     app.include_router(openai_speech.router, dependencies=auth)
     app.include_router(voices_api.router, dependencies=auth)
+    app.include_router(markup_api.router, dependencies=auth)
     app.include_router(provenance.router, dependencies=auth)
     app.include_router(protected, dependencies=auth)
     app.include_router(public)

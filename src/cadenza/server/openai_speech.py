@@ -29,13 +29,16 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import TextError
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, require_json, voice_ref
+from cadenza.server.markup_api import plan_markup
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.duration import estimate_speech_seconds
+from cadenza.text.lexicon import MAX_ENTRIES
 
 log = logging.getLogger(__name__)
 ENDPOINT = "/v1/audio/speech"
@@ -61,6 +64,8 @@ class SpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     stream: bool = True
+    input_format: Literal["text", "ssml"] | None = None  # extension: SSML (docs/text.md, "SSML")
+    lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # extension: docs/text.md, "Lexicons"
     lora: Text | None = Field(default=None, min_length=1, max_length=64)
 
 
@@ -84,6 +89,9 @@ def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: in
           lora: str | None = None) -> tuple[list, int, float]:
     """(engine requests, text token count, estimated audio seconds). Blocking: normalises and tokenizes the text,
     resolves the voice (may compute its features) -- in this order, so text over the limits costs no voice work."""
+    planned = plan_markup(state, served, body, seed, lora)  # SSML, or a lexicon (the request's or the voice's)
+    if planned is not None:
+        return planned
     segments = served.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
     seconds = bound_text(state, segments)
     voice = None if body.voice is None else served.prompts.resolve(voice_ref(body.voice), reveal_names=False)
@@ -137,8 +145,9 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         slot.grow(seconds - PLANNING_COST_S)
         engine_streaming = body.stream and body.speed == 1.0
         sr = served.sample_rate
-        stream = EngineStream(served.tts.submit, requests, stream=engine_streaming, limiter=state.limiter,
-                              max_samples=int(state.config.max_audio_seconds * sr), mark=served.tts.mark.embedder())
+        stream = EngineStream(with_silences(served.tts.submit), requests, stream=engine_streaming,
+                              limiter=state.limiter, max_samples=int(state.config.max_audio_seconds * sr),
+                              mark=keep_silence(served.tts.mark.embedder()))
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:
             try:

@@ -217,12 +217,12 @@ class Lexicon:
         return {"entries": [e.to_dict() for e in self.entries]}
 
     def over(self, base: Lexicon | None) -> Lexicon:
-        """This lexicon's entries plus those of ``base`` that it does not redefine (a request's lexicon over a
-        voice's)."""
+        """This lexicon's entries plus those of ``base`` for words it has no entry for, in any case (a request's
+        lexicon over a voice's: the request decides how its words are said)."""
         if not base:
             return self
-        mine = {e.key for e in self.entries}
-        kept = [e for e in base.entries if e.key not in mine]
+        mine = {e.word.casefold() for e in self.entries}
+        kept = [e for e in base.entries if e.word.casefold() not in mine]
         return Lexicon([*self.entries, *kept][:MAX_ENTRIES])
 
     def apply(self, text: str, phonemes: Collection[str] | None = None) -> str:

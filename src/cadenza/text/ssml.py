@@ -181,7 +181,7 @@ class _Parser:
         self._take_text()
         if self.emphasis_open and self.traits.emphasis:
             self.buffer.append(self.traits.emphasis[1] * self.emphasis_open)
-        text = "".join(self.buffer)
+        text = _join_words(self.buffer)
         bare = text.replace(self.traits.emphasis[0], "").replace(self.traits.emphasis[1], "") \
             if self.traits.emphasis else text
         if bare.strip():  # a run of nothing but emphasis tags says nothing
@@ -344,18 +344,18 @@ class _Parser:
     def _expand(self, frame: _Frame, attrs: dict[str, str], content: str) -> str:
         """The words a literal element stands for (padded with spaces: they are words of their own)."""
         if frame.tag == "sub":
-            return f" {' '.join(attrs['alias'].split())} "
+            return f"{_WORD}{' '.join(attrs['alias'].split())}{_WORD}"
         if frame.tag == "phoneme":
             ipa = check_phonemes(attrs["ph"], self.traits.phonemes, f"SSML <phoneme> at line {frame.line}, "
                                  f"column {frame.column}")
-            return f" {phoneme_span(ipa)} "
+            return f"{_WORD}{phoneme_span(ipa)}{_WORD}"
         kind = attrs["interpret-as"]
         lang = frame.lang or ("zh" if re.search(r"[\u4e00-\u9fff]", content) else "en")
         try:
             words = _SAY_AS[kind](content.strip(), lang, attrs.get("format"))
         except (ValueError, IndexError) as exc:
             raise self.error("say-as", f"interpret-as={kind!r}: {exc}", frame) from None
-        return words if lang == "zh" else f" {words} "  # Chinese has no spaces between words
+        return words if lang == "zh" else f"{_WORD}{words}{_WORD}"  # Chinese has no spaces between words
 
     def parse(self, text: str) -> list[Piece]:
         try:
@@ -364,6 +364,25 @@ class _Parser:
             raise InputError(f"malformed SSML at line {exc.lineno}, column {exc.offset + 1}: "
                              f"{expat.errors.messages[exc.code]}") from None
         return self.pieces
+
+
+_WORD = "\x1f"  # marks the edges of an expansion: a word of its own (see _join_words)
+_WORD_EDGE = re.compile(r"\s*\x1f+\s*")
+_NO_SPACE_BEFORE = set(",.;:!?)]}\n")
+_NO_SPACE_AFTER = set("([{\n")
+
+
+def _join_words(parts: list[str]) -> str:
+    """The run's text: an expansion's edge becomes one space between two words, none next to punctuation, the
+    run's ends or a line break (``"Call" + "five" + "."`` -> ``"Call five."``)."""
+    text = "".join(parts)
+
+    def edge(m: re.Match) -> str:
+        left = text[m.start() - 1] if m.start() > 0 else "\n"
+        right = text[m.end()] if m.end() < len(text) else "\n"
+        return "" if left in _NO_SPACE_AFTER or right in _NO_SPACE_BEFORE else " "
+
+    return _WORD_EDGE.sub(edge, text)
 
 
 def parse_ssml(text: str, traits: FrontendTraits, lexicon: Lexicon | None = None) -> list[Piece]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Iterator
 
@@ -37,6 +38,17 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 
 def is_postgres_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(URL_SCHEMES)
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)@")
+
+
+def _scrubbed(message: str, url: str) -> str:
+    """``message`` (libpq's, which may quote the URL) without the URL's password."""
+    found = _URL_PASSWORD.search(url)
+    if found:
+        message = message.replace(found.group(2), "***")
+    return _URL_PASSWORD.sub(r"\1***@", message)
 
 
 def _sql(statement: str) -> str:
@@ -57,7 +69,7 @@ class PostgresBackend(SQLBackend):
         try:
             info = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
-            raise InputError(f"bad voice database URL: {exc}") from None  # (the URL may hold a password)
+            raise InputError(f"bad voice database URL: {_scrubbed(str(exc), url)}") from None
         # For messages: never the password.
         self.location = (f"postgresql://{info.get('host') or 'localhost'}:{info.get('port') or 5432}/"
                          f"{info.get('dbname') or info.get('user') or ''}")
@@ -67,7 +79,7 @@ class PostgresBackend(SQLBackend):
             try:
                 self._connect()
             except psycopg.Error as exc:
-                raise InputError(f"cannot open the voice store {self.location}: {exc}") from None
+                raise InputError(f"cannot open the voice store {self.location}: {self._message(exc)}") from None
             if migrate:
                 migrate_postgres(self._db, self.location)
 
@@ -90,11 +102,14 @@ class PostgresBackend(SQLBackend):
                 self._connect()
             except self._psycopg.OperationalError as exc:
                 raise VoiceStoreUnavailableError(f"the voice database {self.location} cannot be reached: "
-                                                 f"{str(exc).strip()[:300]}") from None
+                                                 f"{self._message(exc)}") from None
         return self._db
 
+    def _message(self, exc: Exception) -> str:
+        return _scrubbed(str(exc).strip(), self._url)[:300]
+
     def _unavailable(self, exc: Exception) -> VoiceStoreUnavailableError:
-        return VoiceStoreUnavailableError(f"the voice database {self.location} failed: {str(exc).strip()[:300]}")
+        return VoiceStoreUnavailableError(f"the voice database {self.location} failed: {self._message(exc)}")
 
     def _run_on(self, conn, sql: str, args: tuple) -> list[tuple]:
         cursor = conn.execute(_sql(sql), args)

@@ -1,0 +1,257 @@
+"""SSML and pronunciation lexicons for every model family: text -> a ``Script`` of runs and pauses -> requests.
+
+::
+
+    script = make_script(tts, '<speak>Hi <break time="250ms"/> there</speak>', lexicon=Lexicon.from_file("lex.json"))
+    # [Run(segments=['Hi'], speed=1.0), Pause(250.0), Run(segments=['there'], speed=1.0)]
+
+A ``Run`` is text spoken with one rate and language, already normalised and split into the model's segments
+(``SpeechModel.segments``); a ``Pause`` becomes a ``Silence`` of ``round(ms * sample_rate / 1000)`` zero samples
+among the engine requests (``cadenza.engine.silence``), so streamed and whole outputs hold the same exact silence.
+The Python API (``synthesize(..., input_format=, lexicon=)``) and the server (``input_format``, ``lexicon``) both
+come through here; plain text without a lexicon keeps its usual path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cadenza.api.arguments import check_seed, check_speed, check_text_arg
+from cadenza.api.audio import Audio
+from cadenza.engine.long_form import SegmentStream
+from cadenza.engine.silence import Silence, marked_chunks, with_silences
+from cadenza.errors import InputError, TextError
+from cadenza.text.lexicon import Lexicon
+from cadenza.text.normalize import normalize as normalize_text
+from cadenza.text.ssml import FrontendTraits, Pause, Spoken, looks_like_ssml, parse_ssml
+
+INPUT_FORMATS = ("text", "ssml")
+LexiconLike = Lexicon | dict | list | str | os.PathLike | None
+
+
+@dataclass(frozen=True)
+class Run:
+    """Normalised segments spoken at ``speed``."""
+
+    segments: list[str]
+    speed: float = 1.0
+
+
+Script = list[Run | Pause]
+
+
+def check_input_format(value: object) -> str | None:
+    if value is None or value in INPUT_FORMATS:
+        return value
+    raise InputError(f"input_format must be 'text' or 'ssml' (or left out: SSML is recognised by a leading "
+                     f"<speak>), not {str(value)[:40]!r}")
+
+
+def as_lexicon(value: LexiconLike) -> Lexicon | None:
+    """A ``Lexicon``, its JSON form (a list of entries or ``{"entries": [...]}``) or the path of a JSON file."""
+    if value is None or isinstance(value, Lexicon):
+        return value
+    if isinstance(value, (dict, list)):
+        return Lexicon.from_json(value)
+    if isinstance(value, (str, os.PathLike)):
+        return Lexicon.from_file(Path(value))
+    raise InputError(f"lexicon must be a cadenza.text.lexicon.Lexicon, a list of entries, {{'entries': [...]}} "
+                     f"or a JSON file's path, not {type(value).__name__}")
+
+
+def is_ssml(text: object, input_format: str | None) -> bool:
+    fmt = check_input_format(input_format)
+    return fmt == "ssml" or (fmt is None and looks_like_ssml(text))
+
+
+def traits_of(tts) -> FrontendTraits:
+    """What ``tts``'s text frontend does with markup (emphasis tags, phonemes, languages, speaking rates)."""
+    rate = tts.capabilities.speed
+    if tts.family == "cosyvoice2":
+        tokenizer = tts.engine.frontend.tokenizer
+        table = getattr(tokenizer, "table", None)
+        if table is not None:  # reads espeak-ng phonemes (cadenza-tiny): no emphasis tags, its one language
+            language = "zh" if table.language.startswith(("zh", "cmn")) else "en"
+            return FrontendTraits(phonemes=frozenset(table.symbols), languages=(language,), rate=rate)
+        return FrontendTraits(emphasis=("<strong>", "</strong>"), rate=rate)
+    return FrontendTraits(rate=rate)  # VoxCPM 2: no emphasis tags, no phoneme input
+
+
+def _split_description(tts, text: str) -> tuple[str, str]:
+    """VoxCPM 2's leading ``(description)`` (kept for every run) and the rest."""
+    if tts.family != "voxcpm2":
+        return "", text
+    from cadenza.models.voxcpm2.request_text import split_description
+
+    description, spoken = split_description(text)
+    return ("" if description is None else f"({description})"), spoken
+
+
+def make_script(tts, text: str, *, input_format: str | None = None, lexicon: Lexicon | None = None,
+                normalize: bool = True, max_tokens: int | None = None, speed: float = 1.0) -> Script:
+    """``text`` (SSML or plain) -> runs of normalised segments and pauses. ``InputError`` naming the tag and its
+    position for SSML the model cannot take; ``TextError`` when nothing is left to speak."""
+    check_text_arg(text, "text")
+    traits = traits_of(tts)
+    if is_ssml(text, input_format):
+        pieces = parse_ssml(text, traits, lexicon)
+    else:
+        pieces = [Spoken(lexicon.apply(text, traits.phonemes) if lexicon else text)]
+    head = ""
+    first = next(i for i, p in enumerate(pieces) if isinstance(p, Spoken))
+    head, rest = _split_description(tts, pieces[first].text)
+    if head:
+        pieces[first] = Spoken(rest, pieces[first].rate, pieces[first].lang)
+    script: Script = []
+    for piece in pieces:
+        if isinstance(piece, Pause):
+            script.append(piece)
+            continue
+        spoken = normalize_text(piece.text, lang=piece.lang) if normalize else piece.text
+        if not tts.speakable(head + spoken):
+            continue  # e.g. the full stop after a break
+        script.append(Run(tts.segments(head + spoken, normalize=False, max_tokens=max_tokens), piece.rate * speed))
+    if not any(isinstance(item, Run) for item in script):
+        raise TextError("text has nothing to speak after normalisation")
+    return script
+
+
+def script_text(script: Script) -> list[str]:
+    """Every segment of the script, in order (for length bounds and accounting)."""
+    return [s for item in script if isinstance(item, Run) for s in item.segments]
+
+
+def pause_seconds(script: Script) -> float:
+    return sum(item.ms for item in script if isinstance(item, Pause)) / 1000.0
+
+
+def plan_script(tts, script: Script, voice, *, instructions: str | None = None, seed: int | None = None,
+                **options) -> tuple[list, int]:
+    """(engine requests and ``Silence`` items in order, text tokens) through ``SpeechModel.plan`` (the server's
+    path; ``options`` go to it as they are); segment k of the whole script uses ``seed + k`` as a plain request
+    would."""
+    items: list = []
+    n_text = k = 0
+    for item in script:
+        if isinstance(item, Pause):
+            items.append(Silence(item.samples(tts.sample_rate)))
+            continue
+        plan = tts.plan(item.segments, voice, instructions=instructions, seed=None if seed is None else seed + k,
+                        speed=item.speed, **options)
+        items += plan.requests
+        n_text += plan.text_tokens
+        k += len(item.segments)
+    return items, n_text
+
+
+def voice_lexicon(store, speaker: object) -> Lexicon | None:
+    """The lexicon saved with the store's voice ``speaker`` (by id or name), or None."""
+    if store is None or not isinstance(speaker, str):
+        return None
+    from cadenza.voices.lexicons import lexicons_of
+
+    return lexicons_of(store).lexicon_of(speaker)
+
+
+def wanted(tts, text: object, input_format: str | None, lexicon: LexiconLike, speaker: object) -> bool:
+    """Whether a call goes through SSML / lexicon handling: SSML, a lexicon, or a saved voice that has one."""
+    return is_ssml(text, input_format) or lexicon is not None or voice_lexicon(tts.voices, speaker) is not None
+
+
+# -- the Python API ------------------------------------------------------------------------------------------------
+def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, prompt_text=None,
+                         prompt_text_ids=None, instruct=None, speaker=None, reference_wav=None,
+                         normalize: bool = True) -> list:
+    from cadenza.api.cosyvoice2 import _reference_as_prompt
+
+    prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+    check_seed(seed)
+    check_text_arg(prompt_text, "prompt_text", optional=True)
+    if normalize and prompt_text is not None and prompt_text.strip():
+        prompt_text = normalize_text(prompt_text)
+    # The voice once for all runs, exactly as ``Cadenza.requests`` resolves it.
+    voice, mode, lm_text, lm_speech = tts._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
+    eng, items, k = tts.engine, [], 0
+    for item in script:
+        if isinstance(item, Pause):
+            items.append(Silence(item.samples(tts.sample_rate)))
+            continue
+        for segment in item.segments:
+            items.append(eng.build(text_ids=eng.frontend.text_ids(segment), voice=voice, mode=mode,
+                                   lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
+                                   seed=None if seed is None else seed + k, speed=item.speed))
+            k += 1
+    return items
+
+
+def _voxcpm2_requests(tts, script: Script, *, seed=None, speaker=None, reference_wav=None, prompt_wav=None,
+                      prompt_text=None, normalize: bool = True, **options) -> list:
+    check_seed(seed)
+    check_text_arg(prompt_text, "prompt_text", optional=True)
+    voice = options.pop("voice", None)
+    if speaker is not None:
+        if any(a is not None for a in (reference_wav, prompt_wav, prompt_text, voice)):
+            raise InputError("give either speaker (a saved voice) or voice audio, not both")
+        voice = tts._saved_voice(speaker)
+    elif reference_wav is not None or prompt_wav is not None:  # the prompt once for all runs
+        voice = tts.engine.voice(reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text)
+    items, k = [], 0
+    for item in script:
+        if isinstance(item, Pause):
+            items.append(Silence(item.samples(tts.sample_rate)))
+            continue
+        for segment in item.segments:
+            rate = {} if item.speed == 1.0 else {"speed": item.speed}
+            items.append(tts.request(segment, seed=None if seed is None else (seed + k) % 2**62, normalize=False,
+                                     voice=voice, **rate, **options))
+            k += 1
+    return items
+
+
+def _items(tts, text, input_format, lexicon, kwargs: dict) -> list:
+    if kwargs.get("text_ids") is not None:
+        raise InputError("text_ids cannot be combined with SSML or a lexicon: give the text")
+    kwargs.pop("text_ids", None)
+    lexicon = as_lexicon(lexicon)
+    saved = voice_lexicon(tts.voices, kwargs.get("speaker"))
+    lexicon = saved if lexicon is None else lexicon.over(saved)
+    normalize = kwargs.get("normalize", True)
+    speed = check_speed(kwargs.pop("speed", 1.0))  # times each run's <prosody rate>
+    script = make_script(tts, text, input_format=input_format, lexicon=lexicon, normalize=normalize, speed=speed)
+    if tts.family == "cosyvoice2":
+        return _cosyvoice2_requests(tts, script, **kwargs)
+    return _voxcpm2_requests(tts, script, **kwargs)
+
+
+def synthesize(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
+               progress: Callable[[int, int], None] | None = None, **kwargs) -> Audio:
+    """``tts.synthesize`` of SSML or with a lexicon: the whole audio, breaks as exact zeros."""
+    items = _items(tts, text, input_format, lexicon, kwargs)
+    on_segment = None if progress is None else (lambda done: progress(done, len(items)))
+    segments = SegmentStream(with_silences(tts.submit), items, window=4, stream=False, on_segment=on_segment)
+    try:
+        chunks = list(marked_chunks(segments, tts.mark.embedder()))
+    finally:
+        segments.cancel()
+    return Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
+
+
+def synthesize_stream(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
+                      **kwargs) -> Iterator[np.ndarray]:
+    """``tts.synthesize_stream`` of SSML or with a lexicon: chunks as they are made, each break one chunk of
+    zeros. A run at another speaking rate comes whole (the engine changes the rate on whole utterances)."""
+    items = _items(tts, text, input_format, lexicon, kwargs)
+    return marked_chunks(_stream(with_silences(tts.submit), items), tts.mark.embedder())
+
+
+def _stream(submit, items: Sequence) -> Iterator[np.ndarray]:
+    segments = SegmentStream(submit, items, window=2, stream=True)
+    try:
+        yield from segments
+    finally:
+        segments.cancel()
