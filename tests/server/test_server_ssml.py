@@ -206,3 +206,19 @@ def test_voice_lexicon_is_stored_with_the_voice(live, tmp_path, capsys):
     assert client.delete(f"/v1/audio/voices/{dora}").status_code == 200
     lexicons = lexicons_of(live.store)
     assert lexicons._backend._read("SELECT voice_id FROM voice_lexicons") == [(live.carl,)]
+
+
+def test_phonemes_reach_a_model_that_reads_them():
+    """cadenza-tiny reads espeak-ng phonemes: <phoneme> and phoneme lexicon entries become its input symbols."""
+    from cadenza.api import markup
+
+    with cadenza.load() as tiny:
+        doc = '<speak>Hello <phoneme ph="kədˈɛnzə">Cadenza</phoneme>.<break time="100ms"/>Yes <emphasis>A</emphasis>.</speak>'
+        script = markup.make_script(tiny, doc, lexicon=markup.as_lexicon([{"word": "yes", "phonemes": "jˈɛs"}]))
+        assert [type(item).__name__ for item in script] == ["Run", "Pause", "Run"]
+        frontend, symbols = tiny.engine.frontend, tiny.engine.frontend.tokenizer.table.symbols
+        said = ["".join(symbols[i] for i in frontend.text_ids(s)[0].tolist()) for item in script
+                if isinstance(item, markup.Run) for s in item.segments]
+        assert said == ["həlˈoʊ kədˈɛnzə.", "jˈɛs ˈeɪ."]  # no emphasis tags for a model that never saw them
+        with pytest.raises(InputError, match=r"<lang> at line 1, column 8: xml:lang 'zh'"):
+            tiny.synthesize('<speak><lang xml:lang="zh">你好</lang></speak>')
