@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,8 +27,9 @@ from huggingface_hub import constants as hf_constants  # noqa: E402
 
 import cadenza  # noqa: E402
 from cadenza import Cadenza  # noqa: E402
+from cadenza.api import VoxCPM2  # noqa: E402
 from cadenza.errors import CheckpointError, InputError, MissingDependencyError  # noqa: E402
-from cadenza.loading.hub import folder_name, parse_hub_name  # noqa: E402
+from cadenza.loading.hub import folder_name, locate_model, parse_hub_name  # noqa: E402
 
 CV2_FILES = {"config.yaml", "llm.pt", "flow.pt", "hift.pt", "CosyVoice-BlankEN/config.json"}
 VX2_FILES = {"config.json", "model.safetensors", "audiovae.pth", "tokenizer.json", "tokenizer_config.json"}
@@ -225,20 +227,17 @@ def test_cosyvoice2_by_name_downloads_only_its_files_and_speaks_as_the_folder(hu
     np.testing.assert_array_equal(by_name.samples, local.samples)
 
 
-def test_voxcpm2_by_name_through_load_and_from_pretrained(hub, vx2_model_dir):
+def test_voxcpm2_by_name_speaks_and_comes_from_the_cache_next_time(hub, vx2_model_dir):
     decoys = {"pytorch_model.bin": vx2_model_dir / "model.safetensors", "README.md": vx2_model_dir / "config.json"}
     hub.add("openbmb/tiny_model", {**_folder(vx2_model_dir), **decoys})
-    with cadenza.load("openbmb/tiny_model") as tts:
+    with VoxCPM2.from_pretrained("openbmb/tiny_model") as tts:
         assert tts.family == "voxcpm2" and _snapshot_files(tts.directory) == VX2_FILES
         audio = tts.synthesize("Hello there.", seed=1)
         assert audio.sample_rate == 48000 and len(audio.samples) > 4800 and np.isfinite(audio.samples).all()
         assert float(np.abs(audio.samples).max()) > 1e-3
     assert hub.gets("pytorch_model.bin") == [] and hub.gets("special_tokens_map.json") == []
     before = len(hub.requests)
-    from cadenza.api import VoxCPM2
-
-    with VoxCPM2.from_pretrained("openbmb/tiny_model") as again:  # cached: no file is fetched again
-        assert again.directory == tts.directory
+    assert locate_model("openbmb/tiny_model") == tts.directory  # cached: no file is fetched again
     assert [p for m, p, _ in hub.requests[before:] if m == "GET" and "/resolve/" in p] == []
 
 
@@ -249,8 +248,9 @@ def test_second_load_offline_from_the_cache_with_the_cli(hub, cv2_dir, tmp_path)
     # A new process with the variables a user sets: offline, an endpoint nobody answers.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
     out = tmp_path / "offline.wav"
-    proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--model", "hubtest/cosyvoice2", "--text-ids",
-                           ",".join(map(str, TEXT_IDS)), "--seed", "2", "--dtype", "float32", "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--model", "hubtest/cosyvoice2", "--revision",
+                           "main", "--text-ids", ",".join(map(str, TEXT_IDS)), "--seed", "2", "--dtype", "float32",
+                           "-o", str(out)],
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     import soundfile as sf
@@ -260,11 +260,44 @@ def test_second_load_offline_from_the_cache_with_the_cli(hub, cv2_dir, tmp_path)
     np.testing.assert_allclose(samples, expected, atol=1 / 32767)  # the WAV is 16-bit
     requests = len(hub.requests)
     _set_hub_env({"HF_HUB_OFFLINE": "1"})
-    assert cadenza.load("hubtest/cosyvoice2").directory == online.directory
+    assert locate_model("hubtest/cosyvoice2") == online.directory
     with pytest.raises(CheckpointError, match=r"model hubtest/other is not in the cache \(.*\) and the hub cannot "
                                               r"be reached \(OfflineModeIsEnabled"):
         cadenza.load("hubtest/other")
     assert len(hub.requests) == requests
+
+
+def test_cadenza_serve_serves_a_pinned_name_under_the_repository_name(hub, cv2_dir, tmp_path):
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn", reason="cadenza serve needs the 'server' extra")
+    v1 = hub.add("hubtest/cosyvoice2", _cv2_repo(cv2_dir), refs=("v1",))
+    hub.add("hubtest/cosyvoice2", {**_cv2_repo(cv2_dir), "hift.pt": cv2_dir / "hift_legacy_weightnorm_names.pt"})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "CADENZA_API_KEY": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "cadenza", "serve", "--model", "hubtest/cosyvoice2@v1",
+                             "--port", str(port), "--voices-dir", str(tmp_path / "voices"), "--log-level", "warning",
+                             "--vocoder-workers", "1", "--threads", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        from test_server_harness import wait_until
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        assert wait_until(up, timeout=90) and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]
+        assert [m["id"] for m in models] == ["cosyvoice2"]  # the repository's name, not the snapshot's commit
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"snapshots/{v1}" in err and "as 'cosyvoice2'" in err  # the pinned revision's files
+    assert hub.gets("hift.pt") == [None]
 
 
 def test_unknown_repository_and_revision_are_clear_errors(hub, cv2_dir):
@@ -282,13 +315,13 @@ def test_interrupted_download_resumes_where_it_stopped(hub, cv2_dir, monkeypatch
     monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 1 << 16)
     hub.add("hubtest/cosyvoice2", _cv2_repo(cv2_dir))
     hub.drop_once["flow.pt"] = 0.5
-    tts = Cadenza.from_pretrained("hubtest/cosyvoice2")
+    folder = locate_model("hubtest/cosyvoice2")
     ranges = hub.gets("flow.pt")
     size = (cv2_dir / "flow.pt").stat().st_size
     assert ranges[0] is None and len(ranges) == 2  # the whole file, then the rest of it
     start = int(ranges[1].removeprefix("bytes=").rstrip("-"))
     assert size // 4 < start < size  # resumed from where the transfer broke, not from the start
-    assert (tts.directory / "flow.pt").read_bytes() == (cv2_dir / "flow.pt").read_bytes()
+    assert (folder / "flow.pt").read_bytes() == (cv2_dir / "flow.pt").read_bytes()
 
 
 def test_a_run_that_stops_keeps_finished_files_for_the_next(hub, cv2_dir, monkeypatch):
@@ -300,12 +333,12 @@ def test_a_run_that_stops_keeps_finished_files_for_the_next(hub, cv2_dir, monkey
                                               "again to resume"):
         cadenza.load("hubtest/cosyvoice2")
     hub.fail_ranges.clear()
-    tts = cadenza.load("hubtest/cosyvoice2")
+    folder = locate_model("hubtest/cosyvoice2")
     assert all(len(hub.gets(n)) == 1 for n in CV2_FILES - {"hift.pt"})  # finished files were not fetched again
     first, resume, again = hub.gets("hift.pt")  # broken off; its resume refused (the run stops); then again
     # (huggingface_hub >= 1.x drops a partial file when its run stops, so the next run fetches it whole)
     assert first is None and resume.startswith("bytes=") and (again is None or again.startswith("bytes="))
-    assert (tts.directory / "hift.pt").read_bytes() == (cv2_dir / "hift.pt").read_bytes()
+    assert (folder / "hift.pt").read_bytes() == (cv2_dir / "hift.pt").read_bytes()
 
 
 def test_repository_missing_a_required_file_is_refused_naming_it(hub, cv2_dir):
@@ -322,14 +355,12 @@ def test_revision_pinning_picks_that_revisions_files(hub, cv2_dir):
     v1 = hub.add("hubtest/cosyvoice2", files, refs=("v1",))
     main = hub.add("hubtest/cosyvoice2", {**files, "hift.pt": cv2_dir / "hift_legacy_weightnorm_names.pt"},
                    refs=("main",))
-    latest = cadenza.load("hubtest/cosyvoice2")
-    pinned = cadenza.load("hubtest/cosyvoice2@v1")
-    by_argument = Cadenza.from_pretrained("hubtest/cosyvoice2", revision="v1")
-    by_commit = cadenza.load(f"hubtest/cosyvoice2@{v1}")
-    assert (latest.directory.name, pinned.directory.name, by_argument.directory, by_commit.directory) == \
-        (main, v1, pinned.directory, pinned.directory)
-    assert (pinned.directory / "hift.pt").read_bytes() == (cv2_dir / "hift.pt").read_bytes()
-    assert (latest.directory / "hift.pt").read_bytes() == (cv2_dir / "hift_legacy_weightnorm_names.pt").read_bytes()
+    latest = cadenza.load("hubtest/cosyvoice2").directory
+    pinned = Cadenza.from_pretrained("hubtest/cosyvoice2", revision="v1").directory
+    assert (latest.name, pinned.name) == (main, v1)
+    assert locate_model("hubtest/cosyvoice2@v1") == locate_model(f"hubtest/cosyvoice2@{v1}") == pinned
+    assert (pinned / "hift.pt").read_bytes() == (cv2_dir / "hift.pt").read_bytes()
+    assert (latest / "hift.pt").read_bytes() == (cv2_dir / "hift_legacy_weightnorm_names.pt").read_bytes()
     with pytest.raises(InputError, match="names revision 'v1' but revision='main'"):
         cadenza.load("hubtest/cosyvoice2@v1", revision="main")
 
