@@ -23,12 +23,12 @@ def test_both_families_implement_the_protocol(vx2, cv2_dir):
         assert isinstance(cv2, SpeechModel)
         assert cv2.capabilities.family == "cosyvoice2" and cv2.capabilities.text_streaming == "tokens"
     caps = vx2.capabilities
-    assert (caps.family, caps.sample_rate, caps.speed, caps.output_frame_samples) == ("voxcpm2", 48000, None, 7680)
+    assert (caps.family, caps.sample_rate, caps.speed, caps.output_frame_samples) == ("voxcpm2", 48000, (0.5, 2.0), 7680)
 
 
 def test_arguments_of_the_other_family_are_named(vx2):
     for name, value, hint in (("instruct", "cheerful", "(description)text"),
-                              ("text_ids", [1, 2], "text itself"), ("speed", 1.5, "speaking-rate")):
+                              ("text_ids", [1, 2], "text itself")):
         with pytest.raises(InputError, match=f"do not take {name}") as info:
             vx2.synthesize("Hello there.", **{name: value})
         assert hint in str(info.value)
@@ -54,8 +54,9 @@ def test_plan_makes_one_request_per_segment_and_refuses_two_descriptions(vx2):
     assert plan.text_tokens == sum(r.target_len for r in plan.requests)
     with pytest.raises(InputError, match="not both"):
         vx2.plan(["(calm)Hello there."], None, instructions="A bright voice")
-    with pytest.raises(InputError, match="speed"):
-        vx2.plan(["Hello."], None, speed=0.8)
+    assert {r.speed for r in vx2.plan(["Hello."], None, speed=0.8).requests} == {0.8}
+    with pytest.raises(InputError, match="speed must be between 0.5 and 2.0, got 2.5"):
+        vx2.plan(["Hello."], None, speed=2.5)
 
 
 def test_saved_voices_of_a_store_are_speakers(vx2_model_dir, tmp_path):

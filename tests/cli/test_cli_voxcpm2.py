@@ -32,8 +32,8 @@ def test_family_specific_errors(vx2_model_dir, cv2_dir, tmp_path):
     proc = _cadenza("synth", "--model", str(vx2_model_dir), "--text", "Hi there.", "--instruct", "cheerful", "-o", out)
     assert proc.returncode == 2 and "VoxCPM 2 models do not take instruct" in proc.stderr
     assert "(description)text" in proc.stderr
-    proc = _cadenza("synth", "--model", str(vx2_model_dir), "--text", "Hi there.", "--speed", "1.5", "-o", out)
-    assert proc.returncode == 2 and "speaking-rate" in proc.stderr
+    proc = _cadenza("synth", "--model", str(vx2_model_dir), "--text", "Hi there.", "--speed", "2.5", "-o", out)
+    assert proc.returncode == 2 and "speed must be between 0.5 and 2.0" in proc.stderr
     proc = _cadenza("design", "--model", str(cv2_dir), "--text", "(calm)Hi.", "-o", out)
     assert proc.returncode == 2 and "(VoxCPM 2)" in proc.stderr and "--instruct" in proc.stderr
     proc = _cadenza("design", "--model", str(vx2_model_dir), "--text", "Hi there.", "-o", out)

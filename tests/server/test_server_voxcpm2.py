@@ -95,7 +95,7 @@ def test_models_lists_both_families_with_what_they_can_do(live, vx2, cv2):
     data = {m["id"]: m for m in live.client.get("/v1/models").json()["data"]}
     assert list(data) == ["vx2", "cv2"]
     vx, cv = data["vx2"]["capabilities"], data["cv2"]["capabilities"]
-    assert (vx["family"], vx["sample_rate"], vx["speed"], vx["instructions"]) == ("voxcpm2", 48000, None,
+    assert (vx["family"], vx["sample_rate"], vx["speed"], vx["instructions"]) == ("voxcpm2", 48000, [0.5, 2.0],
                                                                                   "voice_design")
     assert (cv["family"], cv["sample_rate"], cv["instructions"]) == ("cosyvoice2", cv2.sample_rate, "instruct")
     assert vx["cloning_modes"] == ["reference", "continuation", "combined"] and vx["text_streaming"] == "sentences"
@@ -157,7 +157,7 @@ def test_a_voice_is_refused_by_the_other_family(live):
 
 
 def test_fields_a_model_cannot_honour_are_named(live):
-    _error(_speech(live, speed=1.5), 400, "speed")
+    _error(_speech(live, speed=2.5), 400, "speed")
     samples, sr = speech_prompt(2.0)
     files = {"audio": ("v.wav", wav_bytes(samples, sr), "audio/wav")}
     r = live.client.post("/v1/audio/voices", files=files, data={"name": "x1", "consent": CONSENT, "model": "cv2",

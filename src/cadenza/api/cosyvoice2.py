@@ -333,8 +333,6 @@ class Cadenza:
         if text is None or isinstance(text, str):
             if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
                 return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
-            if kwargs.get("speed", 1.0) != 1.0:
-                raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
             return self.mark.stream(stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs)))
         kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
         return self.mark.stream(self._bistream(iter(text), **kwargs))
@@ -343,12 +341,11 @@ class Cadenza:
                   instruct=None, speaker=None, seed=None, speed: float = 1.0,
                   reference_wav=None) -> Iterator[np.ndarray]:
         prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
-        if speed != 1.0:
-            raise InputError("speed other than 1.0 is only supported without streaming")
         check_seed(seed)
+        speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         request = self.engine.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text,
-                                             lm_prompt_speech=lm_speech, seed=seed)
+                                             lm_prompt_speech=lm_speech, seed=seed, speed=speed)
         handle = self.engine.stream_bistream(request)
         encoder = self.engine.frontend.text_stream_encoder()
 

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from cadenza.api import markup
-from cadenza.api.arguments import check_seed, check_text_arg
+from cadenza.api.arguments import check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.audio.wsola import MAX_SPEED, MIN_SPEED, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
@@ -81,7 +82,7 @@ class VoxCPM2:
 
     def request(self, text: str, *, reference_wav: PromptAudio | None = None, prompt_wav: PromptAudio | None = None,
                 prompt_text: str | None = None, speaker: str | None = None, seed: int | None = None,
-                normalize: bool = True, **options):
+                normalize: bool = True, speed: float = 1.0, **options):
         """Modes: plain text; ``(description)text`` voice design; ``reference_wav`` cloning; ``prompt_wav`` +
         ``prompt_text`` continuation; reference + continuation combined; ``speaker``: a saved VoxCPM 2 voice of the
         voice store (by name or id; cloned as it was made). ``options``: ``voice`` (a prepared ``VoicePrompt``),
@@ -89,17 +90,21 @@ class VoxCPM2:
         registered adapter's name: ``register_lora``).
 
         Text arguments must be strings of valid Unicode without NUL, ``seed`` an integer in [0, 2**63) (``TextError``
-        / ``InputError`` naming the argument, before any work)."""
+        / ``InputError`` naming the argument, before any work). ``speed`` (0.5-2.0): speaking rate, applied to the
+        output by a pitch-preserving time-scale (WSOLA; VoxCPM 2's latent rate is fixed, docs/controls.md)."""
         check_text_arg(text, "text")
         check_text_arg(prompt_text, "prompt_text", optional=True)
         check_seed(seed)
+        speed = _check_speed(speed)
         options = _check_options(options)
         if speaker is not None:
             if any(a is not None for a in (reference_wav, prompt_wav, prompt_text, options.get("voice"))):
                 raise InputError("give either speaker (a saved voice) or voice audio, not both")
             options["voice"] = self._saved_voice(speaker)
-        return self.engine.build(text, reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text,
-                                 seed=seed, normalize=normalize, **options)
+        request = self.engine.build(text, reference_wav=reference_wav, prompt_wav=prompt_wav,
+                                    prompt_text=prompt_text, seed=seed, normalize=normalize, **options)
+        request.speed = speed
+        return request
 
     def _saved_voice(self, speaker: object):
         if not isinstance(speaker, str) or not speaker.strip():
@@ -114,7 +119,11 @@ class VoxCPM2:
         pronunciation lexicon (docs/text.md)."""
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
-        return Audio(self.mark.whole(self.engine.synthesize(self.request(text, **kwargs))), self.sample_rate)
+        request = self.request(text, **kwargs)
+        audio = self.engine.synthesize(request)
+        if request.speed != 1.0:
+            audio = time_scale(audio, request.speed, self.sample_rate)
+        return Audio(self.mark.whole(audio), self.sample_rate)
 
     def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
                           **kwargs) -> Iterator[np.ndarray]:
@@ -123,7 +132,11 @@ class VoxCPM2:
             raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
-        return self.mark.stream(self.engine.stream(self.request(text, **kwargs)))
+        request = self.request(text, **kwargs)
+        chunks = self.engine.stream(request)
+        if request.speed != 1.0:
+            chunks = iter(TimeScaledChunks(chunks, request.speed, self.sample_rate))
+        return self.mark.stream(chunks)
 
     def design(self, description: str, text: str, **kwargs) -> Audio:
         """Voice design: a voice described in words (no audio)."""
@@ -143,7 +156,7 @@ class VoxCPM2:
         return Capabilities(
             family=self.family, title="VoxCPM 2", sample_rate=self.sample_rate,
             modes=("plain", "voice_design", "reference", "continuation", "combined"), instructions="voice_design",
-            speed=None, text_streaming="sentences", cloning_modes=CLONING_MODES, default_voice=True,
+            speed=(MIN_SPEED, MAX_SPEED), text_streaming="sentences", cloning_modes=CLONING_MODES, default_voice=True,
             output_frame_samples=self.engine.config.patch_size * vae.decode_hop_length)
 
     def prompt_library(self, store: VoiceStore, cache_size: int = 64) -> VoxCPM2Prompts:
@@ -175,10 +188,9 @@ class VoxCPM2:
     def plan(self, segments, voice: Voice | None, *, instructions: str | None = None, seed: int | None = None,
              speed: float = 1.0, lora: str | None = None) -> Plan:
         """One request per segment. ``instructions``: a voice description (voice design; with a reference voice, it
-        steers that voice). VoxCPM 2 has no speaking-rate control: ``speed`` must be 1. ``lora``: a registered
-        adapter's name for every segment (``UnknownLoRAError`` listing them otherwise)."""
-        if speed != 1.0:
-            raise InputError("VoxCPM 2 models have no speaking-rate control: speed must be 1.0")
+        steers that voice). ``speed``: applied to each request's output (WSOLA, see ``request``). ``lora``: a
+        registered adapter's name for every segment (``UnknownLoRAError`` listing them otherwise)."""
+        speed = _check_speed(speed)
         check_seed(seed)
         if instructions is not None:
             check_text_arg(instructions, "instructions")
@@ -194,12 +206,14 @@ class VoxCPM2:
                 segment = f"({description}){segment}"
             request = self.engine.build(segment, voice=None if voice is None else voice.prompt,
                                         seed=None if seed is None else (seed + i) % 2**62, normalize=False, lora=lora)
+            request.speed = speed
             n_text += request.target_len
             requests.append(request)
         return Plan(requests, n_text)
 
     def submit(self, request, stream: bool = True):
-        return self.engine.scheduler.submit(request, stream=stream)
+        chunks = self.engine.scheduler.submit(request, stream=stream)
+        return chunks if request.speed == 1.0 else TimeScaledChunks(chunks, request.speed, self.sample_rate)
 
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
                          seed: int | None = None, lora: str | None = None) -> SentenceTextStream:
@@ -271,19 +285,23 @@ _OTHER_FAMILY = {
     "instruct": "describe the voice as '(description)text' (or VoxCPM2.design)",
     "text_ids": "pass the text itself",
     "prompt_text_ids": "pass the transcript as prompt_text",
-    "speed": "VoxCPM 2 has no speaking-rate control",
 }
 _OPTIONS = frozenset({"voice", "cfg_value", "inference_timesteps", "retry", "retry_max_attempts", "retry_ratio",
                       "min_len", "max_len", "stream_holdback", "reference_stream_onset", "noise", "lora"})
 
 
+def _check_speed(speed: object) -> float:
+    speed = check_speed(speed)
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InputError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed:g}")
+    return speed
+
+
 def _check_options(options: dict) -> dict:
-    """``options`` without the no-op ``speed=1.0``; an ``InputError`` naming any argument VoxCPM 2 does not take
-    (instead of a TypeError deep in the engine)."""
+    """``options``, or an ``InputError`` naming any argument VoxCPM 2 does not take (instead of a TypeError deep
+    in the engine)."""
     kept = {}
     for name, value in options.items():
-        if name == "speed" and value == 1.0:
-            continue
         if name in _OTHER_FAMILY:
             raise InputError(f"VoxCPM 2 models do not take {name}: {_OTHER_FAMILY[name]}")
         if name not in _OPTIONS:

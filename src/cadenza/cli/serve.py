@@ -139,7 +139,6 @@ def run_serve(args: argparse.Namespace) -> None:
         if args.allowed_host is None:
             log.warning("without an API key only the Host names %s are answered: add the names clients use with "
                         "--allowed-host", ", ".join(config.hosts))
-    voices_location(args)  # a bad --voices-db fails before any model loads
     if args.threads is not None:
         import torch
 
@@ -149,6 +148,8 @@ def run_serve(args: argparse.Namespace) -> None:
     specs = model_specs(args.model or ([os.environ[MODEL_ENV]] if os.environ.get(MODEL_ENV) else [None]))
     models: dict = {}
     mark = watermark_argument(args)  # before any model loads: a bad key file fails fast
+    # So does the voice store: an unreachable database is an error in seconds, not after the models loaded.
+    voices = VoiceStore(voices_location(args), max_audio_bytes=config.max_upload_bytes)
     try:
         for name, path in specs:
             folder = resolve_model_path(path)  # None: the built-in one; a hub name (owner/name[@rev]): downloaded
@@ -160,23 +161,20 @@ def run_serve(args: argparse.Namespace) -> None:
                 raise CadenzaError(f"two models are named {name!r}: name them with --model NAME=DIR")
             models[name] = tts
         register_loras(models, args.lora, config.max_loras)
-        voices = VoiceStore(voices_location(args), max_audio_bytes=config.max_upload_bytes)
         for name, tts in models.items():
             print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz)",
                   file=sys.stderr)
         print(f"on http://{args.host}:{args.port} (voices in {voices.location})", file=sys.stderr)
+        server = uvicorn.Server(uvicorn_config(create_app(models, voices, config), config, host=args.host,
+                                               port=args.port, log_level=args.log_level))
         try:
-            server = uvicorn.Server(uvicorn_config(create_app(models, voices, config), config, host=args.host,
-                                                   port=args.port, log_level=args.log_level))
-            try:
-                server.run()
-            except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
-                pass
-        finally:
-            voices.close()
+            server.run()
+        except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
+            pass
     finally:
         for tts in models.values():
             tts.close()
+        voices.close()
 
 
 def voices_location(args: argparse.Namespace) -> str | Path:

@@ -96,8 +96,11 @@ class CosyVoice2Engine:
         )
 
     def build_bistream(self, *, voice: SpeakerPrompt | None, mode: str, lm_prompt_text: torch.Tensor | None = None,
-                       lm_prompt_speech: torch.Tensor | None = None, seed: int | None = None) -> SynthesisRequest:
+                       lm_prompt_speech: torch.Tensor | None = None, seed: int | None = None,
+                       speed: float = 1.0) -> SynthesisRequest:
         """A request whose text arrives later (its length limits are applied as the text comes in)."""
+        if not 0.5 <= speed <= 2.0:
+            raise InputError(f"speed must be between 0.5 and 2.0, got {speed}")
         voice = voice or self.empty_voice()
         cfg = self.config
         capacity = cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]
@@ -106,7 +109,7 @@ class CosyVoice2Engine:
             mode=mode, voice=voice, text_ids=None,
             lm_prompt_text=empty if lm_prompt_text is None else lm_prompt_text,
             lm_prompt_speech=empty if lm_prompt_speech is None else lm_prompt_speech,
-            seed=seed, max_tokens=capacity,
+            seed=seed, max_tokens=capacity, speed=speed,
         )
 
     # -- running them --------------------------------------------------------------------------------------------
@@ -135,8 +138,6 @@ class CosyVoice2Engine:
 
     def stream(self, request: SynthesisRequest) -> Iterator[np.ndarray]:
         """Audio chunks as soon as each is ready."""
-        if request.speed != 1.0:
-            raise InputError("speed other than 1.0 is only supported without streaming (as in the reference)")
         return iter(self.scheduler.submit(request, stream=True))
 
     def stream_bistream(self, request: SynthesisRequest) -> StreamHandle:
@@ -153,4 +154,4 @@ class CosyVoice2Engine:
 
     def stream_direct(self, request: SynthesisRequest) -> Iterator[np.ndarray]:
         gen = request.vocoder_generator
-        yield from self.token2wav.stream(self.speech_tokens(request), request.voice, lambda k: gen)
+        yield from self.token2wav.stream(self.speech_tokens(request), request.voice, lambda k: gen, request.speed)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cadenza.audio.frame_stretch import FrameStretch
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
@@ -124,13 +125,15 @@ class Token2Wav:
 
     @torch.inference_mode()
     def stream(
-        self, tokens: Iterable[int], prompt: SpeakerPrompt, generator_for_call: GeneratorForCall = lambda k: None
+        self, tokens: Iterable[int], prompt: SpeakerPrompt, generator_for_call: GeneratorForCall = lambda k: None,
+        speed: float = 1.0,
     ) -> Iterator[np.ndarray]:
         """Consume token ids as they are produced; yield float32 audio chunks as soon as each is ready.
 
         ``generator_for_call(k)`` gives the RNG of the k-th HiFT call (tests replay the reference's per-call seeds).
+        ``speed``: speaking rate (each chunk's mel stretched by ``1 / speed`` before HiFT, see ``StreamSynthesis``).
         """
-        synth = StreamSynthesis(self.model, prompt, self.schedule, generator_for_call)
+        synth = StreamSynthesis(self.model, prompt, self.schedule, generator_for_call, speed=speed)
         try:
             ids: list[int] = []
             for token in tokens:
@@ -224,12 +227,19 @@ class StreamSynthesis:
     ``ready(n)`` says whether ``n`` tokens are enough for the next chunk; ``next_chunk(ids)`` returns its audio;
     ``finish(ids)`` returns the rest (always call it: it also releases the held-back overlap); ``close()`` frees
     every buffer.
+
+    ``speed != 1``: each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
+    the whole-utterance ``F.interpolate`` of ``Token2Wav.full``) between the flow and HiFT, which rebuilds the pitch
+    from the frames; the chunk schedule (in tokens) is unchanged, so the first chunk comes as early as at speed 1
+    and holds back at most one mel frame (docs/controls.md, "Speed").
     """
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
-                 generator_for_call: GeneratorForCall = lambda k: None, flow_session=None) -> None:
+                 generator_for_call: GeneratorForCall = lambda k: None, flow_session=None,
+                 speed: float = 1.0) -> None:
         """flow_session: the ``IncrementalFlow`` of ``prompt`` to start from (a primed copy; taken over: ``close``
-        frees it); only with an incremental schedule."""
+        frees it); only with an incremental schedule. speed: speaking rate in [0.5, 2]."""
+        self.stretch = FrameStretch(speed) if speed != 1.0 else None
         self.lookahead = model.config.flow.pre_lookahead_len
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
         if flow_session is not None and not schedule.incremental:
@@ -344,7 +354,14 @@ class StreamSynthesis:
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:
         """Audio of the chunk whose mel ``flow_mel`` (or ``flow_mels``) returned; advances the schedule."""
-        return self.vocoder(mel, final=final, generator=self._next_vocoder_call(final))
+        return self.vocoder(self.stretched(mel, final), final=final, generator=self._next_vocoder_call(final))
+
+    def stretched(self, mel: torch.Tensor, final: bool) -> torch.Tensor:
+        """The chunk's mel at the request's speaking rate (itself at speed 1)."""
+        if self.stretch is None:
+            return mel
+        out = self.stretch.push(mel)
+        return torch.cat([out, self.stretch.finish()], dim=2) if final else out
 
     def _next_vocoder_call(self, final: bool) -> torch.Generator | None:
         """Advance the schedule past the chunk being vocoded; the RNG of its HiFT call."""
@@ -407,6 +424,7 @@ def vocode_many(synths: list[StreamSynthesis], mels: list[torch.Tensor], finals:
     generator, drawn as a call of its own would draw it, and each row keeps its own caches, so the audio equals
     separate ``vocode`` calls (up to float32 round-off of the batched convolutions). On an error every request given
     may be unusable."""
+    mels = [synth.stretched(mel, final) for synth, mel, final in zip(synths, mels, finals)]
     generators = [synth._next_vocoder_call(final) for synth, final in zip(synths, finals)]
     inputs = [synth.vocoder.prepare(mel) for synth, mel in zip(synths, mels)]
     groups: dict[tuple[int, int], list[int]] = {}

@@ -112,7 +112,8 @@ class VocoderWorker:
         try:
             session, job.flow_session = job.flow_session, None
             job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
-                                        lambda k, g=job.request.vocoder_generator: g, flow_session=session)
+                                        lambda k, g=job.request.vocoder_generator: g, flow_session=session,
+                                        speed=job.request.speed)
             return True
         except Exception as exc:
             self.board.finish(job, exc)

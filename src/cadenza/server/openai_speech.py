@@ -9,9 +9,9 @@ first, then send it with exact sizes and a ``Content-Length``) and ``lora`` (Vox
 this request alone; ``model: "<model>:<adapter>"`` selects one too). Which fields each family honours: docs/server.md;
 a field a model cannot honour is a 400 naming it.
 
-Speed: CosyVoice 2 changes the speaking rate itself (its flow stretches the mel in time) between 0.5 and 2.0, and
-only on whole utterances; so ``speed != 1`` synthesises each segment whole before sending it, and values OpenAI
-allows outside the model's range are refused with 400 rather than faked by resampling (which would shift the pitch).
+Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): CosyVoice 2 stretches each chunk's mel in
+time before its vocoder, VoxCPM 2's output goes through a pitch-preserving time-scale (WSOLA). Values OpenAI allows
+outside that range are refused with 400 rather than faked by resampling (which would shift the pitch).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             param = "instructions" if "instruct" in str(exc) else ("input" if isinstance(exc, TextError) else None)
             raise state.error(exc, param=param) from exc
         slot.grow(seconds - PLANNING_COST_S)
-        engine_streaming = body.stream and body.speed == 1.0
+        engine_streaming = body.stream
         sr = served.sample_rate
         stream = EngineStream(with_silences(served.tts.submit), requests, stream=engine_streaming,
                               limiter=state.limiter, max_samples=int(state.config.max_audio_seconds * sr),
