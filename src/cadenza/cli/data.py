@@ -1,16 +1,29 @@
-"""``cadenza data prepare`` (corpus -> shards) and ``cadenza data extract`` (more features for prepared shards)."""
+"""``cadenza data prepare`` (corpus -> shards), ``cadenza data extract`` (more features for prepared shards) and
+``cadenza data dpo-pairs`` (preference pairs sampled from a model and scored by ASR + speaker similarity)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import math
 import sys
 
-from cadenza.cli.args import nonnegative_int, positive_float, positive_int, report_errors
+from cadenza.cli.args import nonnegative_int, positive_float, positive_int, report_errors, seed
 from cadenza.errors import CadenzaError
 
 LAYOUTS = ("ljspeech", "libritts", "jsonl")
+
+
+def nonnegative_float(value: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        x = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value[:80]!r}") from exc
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value[:80]!r}")
+    return x
 
 
 def add_data_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,12 +58,63 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     ext.add_argument("--extractor", action="append", default=[], metavar="MODULE:FACTORY[=ARG]")
     ext.add_argument("--no-progress", action="store_true")
 
+    dpo = sub.add_parser("dpo-pairs", help="sample N candidates per text from a model, score them with offline ASR "
+                                           "(+ speaker similarity) and write preference_pairs.jsonl (resumable)")
+    dpo.add_argument("--manifest", required=True, help="JSON lines {id, text, prompt_wav?, prompt_text?, speaker?} "
+                                                       "or a .txt file with one text per line")
+    dpo.add_argument("--out", required=True, help="output folder (re-run with the same --out to resume)")
+    dpo.add_argument("--model", help="the CosyVoice 2 model folder being tuned (default: the built-in cadenza-tiny)")
+    dpo.add_argument("--candidates", type=positive_int, default=4, help="candidates sampled per text (>= 2)")
+    dpo.add_argument("--seed", type=seed, default=0, help="base seed (each candidate's seed is recorded)")
+    dpo.add_argument("--min-gap", type=nonnegative_float, default=0.05,
+                     help="smallest reward difference between chosen and rejected")
+    dpo.add_argument("--metric", choices=("wer", "cer"), default="wer", help="error rate of the ASR transcript")
+    dpo.add_argument("--similarity-weight", type=nonnegative_float, default=0.5,
+                     help="weight of the speaker similarity to the line's prompt_wav in the reward")
+    dpo.add_argument("--asr", metavar="MODULE:FACTORY[=ARG]", help="another ASR scorer (default: faster-whisper base)")
+    dpo.add_argument("--language", default="en", help="language of the default ASR")
+    dpo.add_argument("--similarity", metavar="MODULE:FACTORY[=ARG]",
+                     help="another speaker-similarity scorer (default: Resemblyzer)")
+    dpo.add_argument("--no-similarity", action="store_true", help="score by the ASR alone")
+    dpo.add_argument("--no-progress", action="store_true")
+
+
+def _run_dpo_pairs(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from cadenza.training import preference_candidates as pc
+
+    if args.candidates < 2:
+        raise CadenzaError(f"--candidates {args.candidates}: a pair needs at least 2 candidates")
+    if args.no_similarity and args.similarity:
+        raise CadenzaError("give --similarity or --no-similarity, not both")
+    for _ in pc.read_manifest(args.manifest):  # fail on an empty or malformed manifest before loading anything
+        break
+    transcriber = (pc.load_plugin(args.asr, "ASR", pc.Transcriber) if args.asr
+                   else pc.WhisperTranscriber(args.language))
+    similarity = None
+    if not args.no_similarity:
+        similarity = (pc.load_plugin(args.similarity, "similarity", pc.SpeakerSimilarity) if args.similarity
+                      else pc.ResemblyzerSimilarity())
+    settings = pc.PairSettings(candidates=args.candidates, seed=args.seed, min_gap=args.min_gap, metric=args.metric,
+                               similarity_weight=args.similarity_weight if similarity is not None else 0.0,
+                               asr=transcriber.name, similarity=similarity.name if similarity is not None else "")
+    import cadenza
+
+    tts = cadenza.load(args.model)
+    summary = pc.generate_pairs(tts, args.manifest, args.out, settings, transcriber, similarity,
+                                progress=not args.no_progress)
+    print(json.dumps({k: v for k, v in asdict(summary).items() if k != "problems"}), file=sys.stderr)
+    return 0
+
 
 def run_data(args: argparse.Namespace) -> int:
     from cadenza.data.extractors import load_extractor, model_dir_extractors
     from cadenza.data.prepare import add_features, prepare
     from cadenza.data.validate import DataLimits
 
+    if args.data_command == "dpo-pairs":
+        return _run_dpo_pairs(args)
     extractors = [load_extractor(spec) for spec in args.extractor]
     if args.data_command == "prepare":
         if args.part >= args.num_parts:

@@ -46,6 +46,10 @@ def check_pair(entry: Any) -> dict[str, Any]:
         raise ValueError("needs text_ids or a non-empty text")
     if has_text:  # kept beside text_ids too: the asr_reward stage's CTC target
         pair["text"] = entry["text"].strip()
+    for key in ("chosen_reward", "rejected_reward", "chosen_seed", "rejected_seed"):  # kept for the record
+        value = entry.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            pair[key] = value
     if pair["chosen"] == pair["rejected"]:
         raise ValueError("chosen and rejected are identical")
     return pair
