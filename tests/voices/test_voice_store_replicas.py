@@ -205,13 +205,17 @@ def test_the_audit_log_refuses_edits_on_postgres(pg_url):
     assert _sql(pg_url, "SELECT event FROM audit") == [("created",)]
 
 
-def test_voices_cli_on_postgres(pg_url, capsys):
+def test_voices_cli_on_postgres(pg_url, capsys, monkeypatch, tmp_path):
     from cadenza.cli.main import main
 
     with VoiceStore(pg_url) as store:
         rec = store.add("hal", (_tone(1.0), SR), None, CONSENT, declared_by="Hal")
     assert main(["voices", "--voices-db", pg_url, "list"]) == 0
     assert f'"id": "{rec.id}"' in capsys.readouterr().out
+    monkeypatch.setenv("CADENZA_VOICES_DB", pg_url)  # the variable, as `cadenza serve` reads it
+    assert main(["voices", "list"]) == 0 and f'"id": "{rec.id}"' in capsys.readouterr().out
+    assert main(["voices", "--voices-dir", str(tmp_path), "list"]) != 0  # a flag wins over the variable
+    assert "no voice store in" in capsys.readouterr().err
     assert main(["voices", "--voices-db", pg_url, "takedown", "hal", "--reason", "by letter"]) == 0
     assert main(["voices", "--voices-db", pg_url, "audit"]) == 0
     out = capsys.readouterr().out

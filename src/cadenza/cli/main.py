@@ -25,7 +25,7 @@ from cadenza.cli.args import (
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
-from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve
+from cadenza.cli.serve import add_serve_parser, default_voices_dir, run_serve, voices_location
 from cadenza.cli.train import add_train_parser, run_train
 from cadenza.cli.voices import add_voices_parser, run_voices
 from cadenza.errors import CadenzaError
@@ -49,6 +49,8 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     parser.add_argument("--voices-dir", help="saved-voice store (the one `cadenza serve` uses; default "
                         "$CADENZA_VOICES_DIR or ~/.local/share/cadenza/voices when it exists)")
+    parser.add_argument("--voices-db", metavar="postgresql://...",
+                        help="the PostgreSQL voice store `cadenza serve --voices-db` uses (default $CADENZA_VOICES_DB)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,7 +137,10 @@ def _load(args):
     from cadenza.api import load
     from cadenza.builtin import resolve_model_path
 
-    if args.voices_dir:  # read here, never created: a mistyped folder must not become an empty voice store
+    location = voices_location(args)
+    if isinstance(location, str):  # --voices-db or $CADENZA_VOICES_DB: a postgresql:// URL
+        voices = location
+    elif args.voices_dir:  # read here, never created: a mistyped folder must not become an empty voice store
         voices = args.voices_dir
         if not Path(voices).expanduser().is_dir():
             raise CadenzaError(f"--voices-dir {voices[:200]!r} is not a folder (`cadenza serve --voices-dir` "

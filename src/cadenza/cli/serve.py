@@ -178,16 +178,18 @@ def run_serve(args: argparse.Namespace) -> None:
 
 
 def voices_location(args: argparse.Namespace) -> str | Path:
-    """Where the saved voices live: ``--voices-db`` (or ``$CADENZA_VOICES_DB``), a ``postgresql://`` URL, else the
-    ``--voices-dir`` folder (default ``default_voices_dir()``)."""
+    """Where the saved voices live: ``--voices-db``, a ``postgresql://`` URL; else ``--voices-dir``; else
+    ``$CADENZA_VOICES_DB``; else the default folder (``default_voices_dir()``). A flag wins over the variables."""
+    if args.voices_db and args.voices_dir:
+        raise CadenzaError("give --voices-dir (an SQLite folder) or --voices-db (PostgreSQL), not both")
+    if args.voices_dir:
+        return Path(args.voices_dir).expanduser()
     url = args.voices_db or os.environ.get(VOICES_DB_ENV) or None
     if url is None:
-        return Path(args.voices_dir).expanduser() if args.voices_dir else default_voices_dir()
+        return default_voices_dir()
     if not url.startswith(("postgresql://", "postgres://")):
         raise CadenzaError("--voices-db takes a postgresql://user@host:port/dbname URL (an SQLite store is a folder: "
                            "--voices-dir)")
-    if args.voices_dir:
-        raise CadenzaError("give --voices-dir (an SQLite folder) or --voices-db (PostgreSQL), not both")
     return url
 
 
