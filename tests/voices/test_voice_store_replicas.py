@@ -316,11 +316,13 @@ def test_replicas_run_with_the_documented_grants_and_cannot_rewrite_the_audit_lo
     import psycopg
 
     role = f"cadenza_server_{pg_url.rsplit('_', 1)[1]}"  # roles belong to the whole cluster: one per test database
-    VoiceStore(pg_url).close()  # the owner (here the superuser) creates the tables
     _sql(pg_url, f"CREATE ROLE {role} LOGIN PASSWORD 'replica-password'")
     try:
-        _sql(pg_url, _documented_grants().replace("cadenza_server", role))
         url = pg_url.replace(f"postgres:{postgres_server.password}@", f"{role}:replica-password@")
+        with pytest.raises(InputError, match="cannot set up the voice database .*permission denied"):
+            VoiceStore(url)  # it may not create the tables
+        VoiceStore(pg_url).close()  # the owner (here the superuser) does
+        _sql(pg_url, _documented_grants().replace("cadenza_server", role))
         with VoiceStore(url) as store:  # every operation a replica makes
             rec = store.add("ida", (_tone(1.0), SR), "Hello.", CONSENT, keep_audio=True, audio_ttl_s=3600)
             store.cache_prompt(rec.id, "cv2-k", {"x": torch.ones(3)})

@@ -81,7 +81,14 @@ class PostgresBackend(SQLBackend):
             except psycopg.Error as exc:
                 raise InputError(f"cannot open the voice store {self.location}: {self._message(exc)}") from None
             if migrate:
-                migrate_postgres(self._db, self.location)
+                try:
+                    migrate_postgres(self._db, self.location)
+                except BaseException as exc:
+                    self._db.close()
+                    if isinstance(exc, psycopg.Error):  # e.g. a role that may not create the tables
+                        raise InputError(f"cannot set up the voice database {self.location}: "
+                                         f"{self._message(exc)}") from None
+                    raise
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     def _connect(self):
