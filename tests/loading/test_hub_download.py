@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import numpy as np
 import pytest
@@ -109,9 +109,12 @@ def _handler(hub: FakeHub):
             self.do_GET()
 
         def do_GET(self):
-            path = unquote(urlsplit(self.path).path)
+            url = urlsplit(self.path)
+            path = unquote(url.path)
             hub.requests.append((self.command, path, self.headers.get("Range")))
             parts = path.strip("/").split("/")
+            if parts[:3] == ["api", "v1", "models"] and len(parts) >= 6:
+                return self._modelscope("/".join(parts[3:5]), "/".join(parts[5:]), parse_qs(url.query))
             if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] in ("revision", "tree"):
                 repo_id, rev = "/".join(parts[2:4]), "/".join(parts[5:])
                 if repo_id not in hub.repos:
@@ -135,6 +138,23 @@ def _handler(hub: FakeHub):
                     return self._error(404, "EntryNotFound", commit.sha)
                 return self._file(commit, name)
             self._error(404, "NotFound")
+
+        def _modelscope(self, repo_id: str, route: str, query: dict) -> None:
+            """ModelScope's two routes its client downloads through: the file list and one file."""
+            commit = hub.commit(repo_id, query.get("Revision", ["master"])[0])
+            if commit is None:
+                return self._send(404, json.dumps({"Code": 404, "Message": "model not found"}).encode(),
+                                  {"Content-Type": "application/json"})
+            if route == "repo/files":
+                entries = [{"Path": n, "Name": n.rsplit("/", 1)[-1], "Type": "blob", "Size": p.stat().st_size,
+                            "Sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "Revision": commit.sha}
+                           for n, p in sorted(commit.files.items())]
+                return self._json({"Code": 200, "Success": True, "Data": {"Files": entries}})
+            name = query.get("FilePath", [""])[0]
+            if route == "repo" and name in commit.files:
+                hub.requests.append(("GET", f"/modelscope/{repo_id}/{name}", None))
+                return self._send(200, commit.files[name].read_bytes(), {"Content-Type": "application/octet-stream"})
+            self._send(404, b'{"Code": 404}', {"Content-Type": "application/json"})
 
         def _file(self, commit: Commit, name: str) -> None:
             data = commit.files[name].read_bytes()
@@ -378,12 +398,36 @@ def test_local_folder_wins_and_revision_needs_a_hub_name(hub, cv2_dir, tmp_path,
         cadenza.load("hf:hubtest/../x")
 
 
+def test_modelscope_name_through_its_client(hub, vx2_model_dir, cv2_dir, tmp_path, monkeypatch):
+    pytest.importorskip("modelscope", reason="the 'modelscope' extra is not installed")
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", hub.url)
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "modelscope"))
+    hub.add("openbmb/tiny_model", {**_folder(vx2_model_dir), "pytorch_model.bin": vx2_model_dir / "model.safetensors"},
+            refs=("master",))
+    hub.add("iic/incomplete", _folder(cv2_dir, skip=("flow.pt",)), refs=("master",))
+    folder = locate_model("modelscope:openbmb/tiny_model")
+    assert folder.is_relative_to(tmp_path / "modelscope") and folder_name(folder) == "tiny_model"
+    assert _snapshot_files(folder) == VX2_FILES
+    assert {p.rsplit("/", 1)[1] for m, p, _ in hub.requests if p.startswith("/modelscope/")} == VX2_FILES
+    for name in VX2_FILES:
+        assert (folder / name).read_bytes() == (vx2_model_dir / name).read_bytes()
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", "http://127.0.0.1:9")  # unreachable: the cached copy is used
+    assert locate_model("modelscope:openbmb/tiny_model") == folder
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", hub.url)
+    with pytest.raises(CheckpointError, match=r"ModelScope repository iic/incomplete is not a model folder Cadenza "
+                                              r"can load: CosyVoice 2 needs flow\.pt"):
+        cadenza.load("modelscope:iic/incomplete")
+    with pytest.raises(CheckpointError, match=r"ModelScope model iic/nothing: .*not found.*not in ModelScope's cache"):
+        cadenza.load("modelscope:iic/nothing")
+
+
 def test_names_and_missing_extras(monkeypatch, tmp_path):
     assert parse_hub_name("FunAudioLLM/CosyVoice2-0.5B@v2.0").revision == "v2.0"
     assert parse_hub_name("modelscope:iic/CosyVoice2-0.5B").hub == "modelscope"
     for path in ("/abs/dir", "./a/b", "a/b/c", "~/a/b", "cadenza-tiny", "a--b/c", "a/b@.."):
         assert parse_hub_name(path) is None, path
     assert folder_name(tmp_path / "models--openbmb--VoxCPM2" / "snapshots" / ("0" * 40)) == "VoxCPM2"
+    assert folder_name(tmp_path / "models" / "iic--CosyVoice2-0.5B" / "snapshots" / "master") == "CosyVoice2-0.5B"
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if the extra were not installed
     with pytest.raises(MissingDependencyError, match=r"needs the 'hub' extra .*pip install 'cadenza\[hub\]'"):
         cadenza.load("hubtest/not-here")

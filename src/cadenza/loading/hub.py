@@ -152,12 +152,16 @@ def _family_files(name: HubName, listing: set[str], families):
 
 def folder_name(directory: str | os.PathLike) -> str:
     """A model folder's name: the repository's name for a hub cache snapshot (``CosyVoice2-0.5B`` for
-    ``.../models--FunAudioLLM--CosyVoice2-0.5B/snapshots/<commit>``), else the folder's own name."""
+    Hugging Face's ``.../models--FunAudioLLM--CosyVoice2-0.5B/snapshots/<commit>`` and ModelScope's
+    ``.../models/iic--CosyVoice2-0.5B/snapshots/<revision>``), else the folder's own name."""
     directory = Path(directory)
     if directory.parent.name == "snapshots":
-        match = _SNAPSHOT.fullmatch(directory.parent.parent.name)
+        repo = directory.parent.parent
+        match = _SNAPSHOT.fullmatch(repo.name)
         if match:
             return match["name"]
+        if repo.parent.name == "models" and "--" in repo.name:
+            return repo.name.split("--", 1)[1]
     return directory.name
 
 

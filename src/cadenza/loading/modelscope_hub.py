@@ -1,8 +1,8 @@
 """ModelScope repositories (``modelscope:owner/name[@revision]``) through ModelScope's own client (the
 ``modelscope`` extra), behind the same two calls as ``cadenza.loading.hub.HuggingFaceHub``: the file list, then a
-download of the files the family reads into ModelScope's cache (``MODELSCOPE_CACHE``, default
-``~/.cache/modelscope/hub``). Tested only up to the client's calls (docs/models.md): no ModelScope-compatible server
-runs in our tests."""
+download of the files the family reads into ModelScope's cache (``MODELSCOPE_CACHE``, default ``~/.cache/modelscope``;
+``MODELSCOPE_ENDPOINT`` points it at another server). When the file list cannot be fetched, a copy in the cache is
+used. Tested against a loopback server answering the two routes the client downloads through (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ class ModelScopeHub:
                 raise CheckpointError(f"ModelScope model {name}: {_reason(exc)} (and it is not in ModelScope's "
                                       "cache)") from exc
             return {p.relative_to(cached).as_posix() for p in cached.rglob("*") if p.is_file()}
-        return {e["Path"] for e in entries if isinstance(e, dict) and e.get("Type") == "blob" and "Path" in e}
+        # Current clients list files only ({"Path", "Size"}); older ones listed folders too ("Type": "tree").
+        return {e["Path"] for e in entries if isinstance(e, dict) and "Path" in e and e.get("Type", "blob") == "blob"}
 
     def _cached_folder(self, name: HubName) -> Path | None:
         from modelscope import snapshot_download
