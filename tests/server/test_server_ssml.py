@@ -128,7 +128,7 @@ def test_detection_and_explicit_formats(live):
     assert [n for _, n in _zero_runs(_pcm(_speech(live, input=ssml)))] == [2400]  # auto-detected
     assert _zero_runs(_pcm(_speech(live, input=ssml, input_format="text"))) == []  # read as text: no pause
     message = _error(_speech(live, input="Hello there.", input_format="ssml"), "input")
-    assert "malformed SSML at line 1, column 1" in message
+    assert "SSML at line 1, column 1: text before the root element" in message
     _error(_speech(live, input="Hello", input_format="xml"), "input_format")
 
 
@@ -222,3 +222,20 @@ def test_phonemes_reach_a_model_that_reads_them():
         assert said == ["həlˈoʊ kədˈɛnzə.", "jˈɛs ˈeɪ."]  # no emphasis tags for a model that never saw them
         with pytest.raises(InputError, match=r"<lang> at line 1, column 8: xml:lang 'zh'"):
             tiny.synthesize('<speak><lang xml:lang="zh">你好</lang></speak>')
+
+
+def test_cli_synth_ssml_and_lexicon(cv2, tmp_path, capsys):
+    out, lexicon = tmp_path / "out.wav", tmp_path / "lex.json"
+    lexicon.write_text(json.dumps({"entries": [{"word": "x", "respelling": "<b>"}]}))
+    assert cli_main(["synth", "--model", str(cv2.directory), "--text", "Hi x", "--lexicon", str(lexicon),
+                     "-o", str(out)]) != 0  # refused before the model loads
+    assert "lexicon file" in capsys.readouterr().err and not out.exists()
+    lexicon.write_text(json.dumps(LEXICON))
+    assert cli_main(["synth", "--model", str(cv2.directory), "--ssml", "--text", "Cadenza.<break time='50ms'/>SQL.",
+                     "--lexicon", str(lexicon), "--seed", "4", "-o", str(out)]) != 0  # --ssml: the root is <speak>
+    assert "SSML at line 1, column 1: text before the root element" in capsys.readouterr().err
+    assert cli_main(["synth", "--model", str(cv2.directory), "--ssml", "--text",
+                     "<speak>Cadenza.<break time='50ms'/>SQL.</speak>", "--lexicon", str(lexicon), "--seed", "4",
+                     "-o", str(out)]) == 0
+    audio, sr = sf.read(out, dtype="int16")
+    assert [n for _, n in _zero_runs(audio)] == [round(50 * sr / 1000)]

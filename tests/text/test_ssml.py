@@ -125,6 +125,7 @@ def test_languages_the_model_has():
     (speak("<prosody rate='fastest'>x</prosody>"), "rate 'fastest'"),
     ('<?xml version="1.0"?><!DOCTYPE speak [<!ENTITY a "b">]><speak>&a;</speak>', "DOCTYPE"),
     (speak("<break time='1s'/>"), "nothing to speak"),
+    ("\n  Hello <break/>", r"SSML at line 2, column 3: text before the root element"),
 ])
 def test_errors_name_the_tag_and_where(doc, message):
     with pytest.raises(InputError, match=message):

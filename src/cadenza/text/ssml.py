@@ -390,6 +390,12 @@ def parse_ssml(text: str, traits: FrontendTraits, lexicon: Lexicon | None = None
     its position for anything outside the subset or that the model (``traits``) cannot honour."""
     if not isinstance(text, str):
         raise InputError(f"SSML must be a string, not {type(text).__name__}")
+    start = len(text) - len(text.lstrip())
+    if start < len(text) and text[start] != "<":  # plain text given as SSML: say so, not "invalid token"
+        line = text.count("\n", 0, start) + 1
+        column = start - (text.rfind("\n", 0, start) + 1) + 1
+        raise InputError(f"SSML at line {line}, column {column}: text before the root element (SSML starts with "
+                         "<speak>; send plain text with input_format 'text')")
     pieces = _Parser(traits, lexicon).parse(text)
     if not any(isinstance(p, Spoken) for p in pieces):
         raise InputError("SSML has nothing to speak (only breaks or empty elements)")
