@@ -15,7 +15,7 @@ come through here; plain text without a lexicon keeps its usual path.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from cadenza.api.arguments import check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
-from cadenza.engine.long_form import SegmentStream
+from cadenza.engine.long_form import SegmentStream, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.text.lexicon import Lexicon
@@ -102,7 +102,6 @@ def make_script(tts, text: str, *, input_format: str | None = None, lexicon: Lex
         pieces = parse_ssml(text, traits, lexicon)
     else:
         pieces = [Spoken(lexicon.apply(text, traits.phonemes) if lexicon else text)]
-    head = ""
     first = next(i for i, p in enumerate(pieces) if isinstance(p, Spoken))
     head, rest = _split_description(tts, pieces[first].text)
     if head:
@@ -244,14 +243,6 @@ def synthesize(tts, text: str, *, input_format: str | None = None, lexicon: Lexi
 def synthesize_stream(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
                       **kwargs) -> Iterator[np.ndarray]:
     """``tts.synthesize_stream`` of SSML or with a lexicon: chunks as they are made, each break one chunk of
-    zeros. A run at another speaking rate comes whole (the engine changes the rate on whole utterances)."""
+    zeros; closing the iterator frees what is in flight."""
     items = _items(tts, text, input_format, lexicon, kwargs)
-    return marked_chunks(_stream(with_silences(tts.submit), items), tts.mark.embedder())
-
-
-def _stream(submit, items: Sequence) -> Iterator[np.ndarray]:
-    segments = SegmentStream(submit, items, window=2, stream=True)
-    try:
-        yield from segments
-    finally:
-        segments.cancel()
+    return marked_chunks(stream_segments(with_silences(tts.submit), items), tts.mark.embedder())
