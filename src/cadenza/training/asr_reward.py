@@ -50,6 +50,12 @@ S3_REFUSAL = (
     "'Reinforcement stage'.")
 
 
+def gumbel_noise(shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+    """Gumbel(0, 1) draws of ``shape`` (CPU float32)."""
+    u = torch.rand(shape, generator=generator)
+    return -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
+
+
 def gumbel_softmax_st(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None,
                       straight_through: bool = True, noise: torch.Tensor | None = None) -> torch.Tensor:
     """A Gumbel-softmax sample over the last dimension. ``logits [..., V]`` -> ``[..., V]`` (float32).
@@ -63,9 +69,8 @@ def gumbel_softmax_st(logits: torch.Tensor, temperature: float, generator: torch
         raise InputError(f"gumbel temperature must be > 0, got {temperature}")
     logits = logits.float()
     if noise is None:
-        u = torch.rand(logits.shape, generator=generator, device=logits.device if generator is None else "cpu")
-        noise = -torch.log(-torch.log(u.to(logits.device).clamp(1e-10, 1.0 - 1e-7)))
-    perturbed = logits + noise
+        noise = gumbel_noise(tuple(logits.shape), generator)
+    perturbed = logits + noise.to(logits.device)
     soft = torch.softmax(perturbed / temperature, dim=-1)
     if not straight_through:
         return soft
@@ -194,14 +199,16 @@ def speech_positions(targets: torch.Tensor, rows: torch.Tensor, batch_size: int,
 
 def asr_nll(backend: TokenASRBackend, speech_logits: torch.Tensor, slot: torch.Tensor, lengths: torch.Tensor,
             labels: list[list[int]], temperature: float, straight_through: bool = True,
-            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            generator: torch.Generator | None = None, noise: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sequence CTC NLL ``[B]`` of ``labels`` through the Gumbel path, and whether each was feasible ``[B]``.
 
     ``speech_logits [M, V]``: LM logits of the speech positions (speech ids only), ``slot`` / ``lengths`` from
-    ``speech_positions``. An alignment the CTC cannot make (fewer frames than the transcript needs) counts 0.
+    ``speech_positions``; ``noise [M, V]``: the Gumbel draws (else drawn from ``generator``). An alignment the CTC
+    cannot make (fewer frames than the transcript needs) counts 0.
     """
     b = lengths.numel()
-    probs = gumbel_softmax_st(speech_logits, temperature, generator, straight_through)
+    probs = gumbel_softmax_st(speech_logits, temperature, generator, straight_through, noise)
     t_max = max(1, int(lengths.max()) if lengths.numel() else 1)
     grid = probs.new_zeros(b, t_max, probs.shape[-1])
     grid = grid.index_put((slot[:, 0], slot[:, 1]), probs)

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from cadenza.errors import InputError
-from cadenza.training.asr_reward import asr_nll, load_asr_backend, speech_positions
+from cadenza.training.asr_reward import asr_nll, gumbel_noise, load_asr_backend, speech_positions
 from cadenza.training.distributed import global_mean_count
 from cadenza.training.dpo_stage import DPOStageConfig, PairItems
 from cadenza.training.lm_data import LMItems
@@ -53,6 +53,7 @@ from cadenza.training.stage import Wrap, register
 
 log = logging.getLogger(__name__)
 SALT_ASR = 3
+SALT_GUMBEL = 4
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class ASRRewardStage(LMStageBase):
         return ids
 
     def train_step(self, batch: list[dict[str, Any]], step: int) -> dict[str, float]:
-        seqs, rejected, labels = [], [], []
+        seqs, rejected, labels, noise_gens = [], [], [], []
         for item in batch:
             layout_draw, tag_draw = torch.rand(2, generator=item_generator(self.train_cfg.seed, step, item["index"],
                                                                            SALT_ASR)).tolist()
@@ -136,6 +137,7 @@ class ASRRewardStage(LMStageBase):
                 rejected.append(self.sequence(item, text, item["rejected"], layout_draw))
             if self.cfg.asr_weight > 0:
                 labels.append(self.labels(item.get("text", ""), item["id"]))
+                noise_gens.append(item_generator(self.train_cfg.seed, step, item["index"], SALT_GUMBEL))
         n = len(batch)
         b = self.to_batch(seqs + rejected)  # one forward for everything (one DDP call per step)
         select, targets, rows = targets_of(b)
@@ -144,7 +146,8 @@ class ASRRewardStage(LMStageBase):
         loss = logits.new_zeros((), dtype=torch.float32)
         first = rows < n  # the corpus / chosen sequences
         if self.cfg.asr_weight > 0:
-            asr_loss, feasible, n_chars = self.asr_loss(logits[first], targets[first], rows[first], n, labels)
+            asr_loss, feasible, n_chars = self.asr_loss(logits[first], targets[first], rows[first], n, labels,
+                                                        noise_gens)
             loss = loss + self.cfg.asr_weight * asr_loss
             metrics.update({"asr_loss": float(asr_loss.detach()), "asr_feasible": float(feasible.float().mean()),
                             "asr_chars": n_chars})
@@ -169,13 +172,20 @@ class ASRRewardStage(LMStageBase):
         return {"loss": float(loss.detach()), **metrics, "grad_norm": grad_norm, "lr": lr}
 
     def asr_loss(self, logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, n: int,
-                 labels: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, float]:
+                 labels: list[list[int]], noise_gens: list[torch.Generator] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """L_ASR of n teacher-forced sequences: logits ``[N, V + 3]`` of their scored positions -> (loss per
-        transcript character over the global batch, feasible ``[n]`` bool, characters in this batch)."""
+        transcript character over the global batch, feasible ``[n]`` bool, characters in this batch).
+
+        ``noise_gens``: one generator per sequence for its Gumbel draws (``item_generator``: the draws then do not
+        depend on the rank or the batch, so N processes reproduce one); None: the global RNG."""
         speech_vocab = self.lm_cfg.speech_token_size
         which, slot, lengths = speech_positions(targets, rows, n, speech_vocab)
+        noise = None
+        if noise_gens is not None:  # row-major, as the slots: each sequence's draws in its own order
+            noise = torch.cat([gumbel_noise((int(k), speech_vocab), g) for k, g in zip(lengths.tolist(), noise_gens)])
         nll, feasible = asr_nll(self.backend.model, logits[which, :speech_vocab], slot, lengths, labels,
-                                self.cfg.temperature, self.cfg.straight_through)
+                                self.cfg.temperature, self.cfg.straight_through, noise=noise)
         n_chars = sum(len(x) for x in labels)
         return nll.sum() / global_mean_count(n_chars, self.device), feasible, float(n_chars)
 
