@@ -97,10 +97,11 @@ def test_python_api_breaks_are_exact_zeros_whole_and_streamed(cv2):
 
 
 def test_server_breaks_are_exact_zeros_streamed_and_whole(live, cv2, vx2):
-    for model, tts, voice in (("cv2", cv2, "carl"), ("vx2", vx2, None)):
-        expected = [round(250 * tts.sample_rate / 1000), round(750 * tts.sample_rate / 1000)]
-        streamed = _pcm(_speech(live, model=model, voice=voice, input=BREAKS, stream=True))
-        r = _speech(live, model=model, voice=voice, input=BREAKS, response_format="wav")
+    short = '<speak>Hi.<break time="250ms"/>Bye.</speak>'  # VoxCPM 2's random weights speak long: keep it short
+    for model, tts, voice, text in (("cv2", cv2, "carl", BREAKS), ("vx2", vx2, None, short)):
+        expected = [round(250 * tts.sample_rate / 1000), round(750 * tts.sample_rate / 1000)][: text.count("<break")]
+        streamed = _pcm(_speech(live, model=model, voice=voice, input=text, stream=True))
+        r = _speech(live, model=model, voice=voice, input=text, response_format="wav")
         assert r.status_code == 200, r.text
         whole, sr = sf.read(io.BytesIO(r.content), dtype="int16")
         assert sr == tts.sample_rate
