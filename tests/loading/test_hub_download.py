@@ -329,6 +329,8 @@ def test_cadenza_serve_offline_serves_a_pinned_name_under_the_repository_name(hu
 
 def test_unknown_repository_and_revision_are_clear_errors(hub, cv2_dir):
     hub.add("hubtest/cosyvoice2", _cv2_repo(cv2_dir))
+    with pytest.raises(InputError, match="no model family takes temprature"):
+        cadenza.load("hubtest/cosyvoice2", temprature=0.5)
     with pytest.raises(CheckpointError, match=r"no model folder 'hubtest/nothing' here and no Hugging Face repository "
                                               r"'hubtest/nothing' \(http://127"):
         cadenza.load("hubtest/nothing")

@@ -99,6 +99,11 @@ def load(path: str | os.PathLike | None = None, revision: str | None = None, **k
         raise InputError(f"the model path must be a string or a path, not {type(path).__name__}")
     if "device" in kwargs:
         check_device(kwargs["device"])
+    # An argument no family takes fails before a hub name is downloaded (the family is known only after that).
+    known = frozenset({"device"}).union(*(f.accepts for f in FAMILIES))
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise InputError(f"no model family takes {', '.join(unknown)} (load takes: {', '.join(sorted(known))})")
     directory = resolve_model_path(path, revision)
     family = _family_of(directory)
     unknown = sorted(set(kwargs) - family.accepts - {"device"})
