@@ -130,3 +130,31 @@ def test_the_phoneme_tokenizer_reads_spans_symbol_for_symbol():
     expected = [*hello, " ", *"kədˈɛnzə", ".", " ", *rest]
     assert tokenizer.symbols(text) == [s for s in expected if s in tokenizer.index]
     assert tokenizer.encode(text) == [tokenizer.index[s] for s in expected if s in tokenizer.index]
+
+
+def test_indexed_matching_equals_one_regex_alternation():
+    """The lexicon looks candidates up instead of trying every entry at every place; on random text it must
+    replace exactly what the plain alternation of all entries (longest, then case-sensitive first) replaces."""
+    import random
+    import re
+
+    from cadenza.text.lexicon import _pattern
+
+    rng = random.Random(7)
+    pool = ["new", "york", "us", "sql", "a", "b2", "x_y", "重庆", "庆", "c++", "e.g.", "don't", "ny"]
+    entries, seen = [], set()
+    for _ in range(40):
+        word = " ".join(rng.choice(pool) for _ in range(rng.randint(1, 2)))
+        word = "".join(c.upper() if rng.random() < 0.3 else c for c in word)
+        entry = LexiconEntry(word, respelling=f"R{len(entries)}", case_sensitive=rng.random() < 0.4)
+        if entry.key not in seen:
+            seen.add(entry.key)
+            entries.append(entry)
+    lexicon = Lexicon(entries)
+    order = sorted(range(len(entries)), key=lambda i: (-len(entries[i].word), not entries[i].case_sensitive))
+    alternation = re.compile("|".join(f"(?P<e{i}>{_pattern(entries[i])})" for i in order))
+    for _ in range(200):
+        text = " ".join(rng.choice(pool + ["NEW", "Us", "SQL", "我去重庆", "x", "Cx", "__"])
+                        for _ in range(rng.randint(1, 12)))
+        expected = alternation.sub(lambda m: entries[int(m.lastgroup[1:])].respelling, text)
+        assert lexicon.apply(text) == expected, text

@@ -44,6 +44,7 @@ _ENTRY_KEYS = frozenset({"word", "respelling", "phonemes", "case_sensitive"})
 # Markup characters: a word or respelling holding one could open or close a tag the frontend protects.
 _MARKUP = set("<>[]{}|\\")
 _HAN_CHAR = re.compile(f"[{HAN}]")
+_RUN = re.compile(r"[^\W_]+")  # a run of letters and digits: where a word-initial entry is looked up
 PHONEME_SPAN = re.compile(r"<\|ph:([^|\n]+)\|>")
 
 
@@ -146,12 +147,23 @@ class Lexicon:
                 raise InputError(f"entries {seen[entry.key]} and {i} are both for {first!r} "
                                  f"({'case-sensitive' if entry.case_sensitive else 'any case'}): keep one")
             seen[entry.key] = i
-        # Longest first, then case-sensitive first: regex alternation takes the first alternative that matches.
-        order = sorted(range(len(self.entries)),
-                       key=lambda i: (-len(self.entries[i].word), not self.entries[i].case_sensitive))
-        self._order = order
-        self._regex = re.compile("|".join(f"(?P<e{i}>{_pattern(self.entries[i])})" for i in order)) \
-            if order else None
+        # Candidates are looked up, not tried one by one (1,000 entries over a long text): an entry that starts a
+        # word is indexed by that word's first run of letters and digits (lower-cased), one that starts with a
+        # symbol or holds a Han character (no boundary: it may start inside a run) by its first character. At a
+        # place, the longest candidate wins, then a case-sensitive one; its own regex decides whether it matches.
+        rank = sorted(range(len(self.entries)),
+                      key=lambda i: (-len(self.entries[i].word), not self.entries[i].case_sensitive))
+        self._patterns = {i: re.compile(_pattern(self.entries[i])) for i in rank}
+        self._by_run: dict[str, list[int]] = {}
+        self._by_char: dict[str, list[int]] = {}
+        for i in rank:
+            word = self.entries[i].word
+            run = _RUN.match(word)
+            if run is None or _HAN_CHAR.search(word):
+                self._by_char.setdefault(word[0].lower(), []).append(i)
+            else:
+                self._by_run.setdefault(run.group().lower(), []).append(i)
+        self._rank = {i: r for r, i in enumerate(rank)}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -229,15 +241,40 @@ class Lexicon:
         """``text`` with every whole-word match replaced (protected tags untouched). ``phonemes``: the symbols the
         model reads when its frontend takes phonemes (then phoneme entries become ``<|ph:...|>`` spans); ``None``
         for models that read text, where a phoneme entry that matches is an ``InputError`` naming its word."""
-        if self._regex is None or not text:
+        if not self.entries or not text:
             return text
         out = []
         for protected, piece in split_protected(text, keep_description=True):
-            out.append(piece if protected else self._regex.sub(lambda m: self._replace(m, phonemes), piece))
+            out.append(piece if protected else self._substitute(piece, phonemes))
         return "".join(out)
 
-    def _replace(self, m: re.Match, phonemes: Collection[str] | None) -> str:
-        entry = self.entries[int(m.lastgroup[1:])]
+    def _substitute(self, text: str, phonemes: Collection[str] | None) -> str:
+        """One left-to-right pass: at each place where an entry could start, the first candidate (longest, then
+        case-sensitive) whose pattern matches is replaced; the scan goes on after it."""
+        places: dict[int, list[int]] = {}
+        for m in _RUN.finditer(text):
+            found = self._by_run.get(m.group().lower())
+            if found:
+                places[m.start()] = list(found)
+        if self._by_char:
+            for pos, c in enumerate(text):
+                found = self._by_char.get(c.lower())
+                if found:
+                    places.setdefault(pos, []).extend(found)
+        out, done = [], 0
+        for start in sorted(places):
+            if start < done:
+                continue
+            for i in sorted(places[start], key=self._rank.__getitem__):
+                m = self._patterns[i].match(text, start)
+                if m:
+                    out += [text[done:start], self._replace(self.entries[i], phonemes)]
+                    done = m.end()
+                    break
+        out.append(text[done:])
+        return "".join(out)
+
+    def _replace(self, entry: LexiconEntry, phonemes: Collection[str] | None) -> str:
         if entry.respelling is not None:
             return entry.respelling
         if phonemes is None:
