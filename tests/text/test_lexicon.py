@@ -90,6 +90,8 @@ def test_duplicates_sizes_and_files(tmp_path):
         Lexicon.from_json([{"word": f"w{i}", "respelling": "x"} for i in range(MAX_ENTRIES + 1)])
     with pytest.raises(InputError, match="not valid JSON"):
         Lexicon.from_text("{nope")
+    with pytest.raises(InputError, match="not valid JSON"):
+        Lexicon.from_text("[" * 100_000)  # nesting too deep for the parser: an error, not a crash
     big = tmp_path / "big.json"
     big.write_text(" " * (MAX_LEXICON_BYTES + 1))
     with pytest.raises(InputError, match=f"at most {MAX_LEXICON_BYTES}"):

@@ -110,6 +110,7 @@ def test_languages_the_model_has():
     ("<speak>Hi\n<break time='5'/></speak>", r"<break> at line 2, column 1: time '5' is not a duration"),
     (speak("<break time='11s'/>x"), r"<break> at line 1, column 8: .*longer than the 10 s"),
     (speak("<break strength='huge'/>x"), "strength 'huge'"),
+    (speak("x" + "<break time='10s'/>" * 61), r"<break> at line 1, column 1149: the breaks so far add up to 610 s"),
     ("<speak>Hi <emphasis>there</speak>", r"malformed SSML at line 1, column 28: mismatched tag"),
     ("<speak>Hi &nbsp; there</speak>", r"malformed SSML at line 1, column 11: undefined entity"),
     ("<speak>a</speak>junk", r"malformed SSML at line 1, column 17: junk after document element"),

@@ -209,8 +209,8 @@ class Lexicon:
             raise InputError(f"{what} is {len(text)} bytes; at most {MAX_LEXICON_BYTES}")
         try:
             data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"{what} is not valid JSON: {exc}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: "[[[[...": too deep
+            raise InputError(f"{what} is not valid JSON: {str(exc)[:200] or type(exc).__name__}") from None
         return cls.from_json(data, what)
 
     @classmethod

@@ -33,6 +33,7 @@ from cadenza.text.normalize import normalize as normalize_text
 from cadenza.text.normalize.en import MONTHS
 
 MAX_BREAK_MS = 10_000.0
+MAX_TOTAL_BREAK_MS = 600_000.0  # all breaks of one input together: silence is samples in memory too
 # <break strength>: pauses in ms (SSML leaves them to the processor; these follow common practice).
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 100.0, "weak": 250.0, "medium": 500.0, "strong": 750.0,
                    "x-strong": 1000.0}
@@ -139,6 +140,7 @@ class _Parser:
         self.literal_text: list[str] = []
         self.literal_attrs: dict[str, str] = {}
         self.emphasis_open = 0  # model emphasis tags open in the current run
+        self.break_ms = 0.0
         self.seen_root = False
         self.parser = expat.ParserCreate()
         self.parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
@@ -288,6 +290,10 @@ class _Parser:
                 raise self.error("break", f"strength {strength[:40]!r} is not one of "
                                  f"{', '.join(BREAK_STRENGTHS)}", frame)
             ms = BREAK_STRENGTHS[strength]
+        self.break_ms += ms
+        if self.break_ms > MAX_TOTAL_BREAK_MS:
+            raise self.error("break", f"the breaks so far add up to {self.break_ms / 1000:g} s; one input may "
+                             f"hold at most {MAX_TOTAL_BREAK_MS / 1000:g} s of them", frame)
         self._flush()
         if ms > 0:
             if self.pieces and isinstance(self.pieces[-1], Pause):  # two breaks in a row: one pause, both lengths
