@@ -169,7 +169,7 @@ def test_request_lexicon_is_the_audio_of_the_respelled_text(live, cv2):
         cv2.synthesize(text_ids=[1, 2, 3], lexicon=LEXICON)
 
 
-def test_voice_lexicon_is_stored_with_the_voice(live, tmp_path, capsys):
+def test_voice_lexicon_is_stored_with_the_voice(live, cv2, tmp_path, capsys):
     client = live.client
     assert client.get("/v1/audio/voices/carl/lexicon").json()["entries"] == []
     r = client.put("/v1/audio/voices/carl/lexicon", json={"entries": LEXICON})
@@ -178,6 +178,10 @@ def test_voice_lexicon_is_stored_with_the_voice(live, tmp_path, capsys):
     assert client.get(f"/v1/audio/voices/{live.carl}/lexicon").json()["entries"] == LEXICON
     plain = _pcm(_speech(live, input="ka den za speaks sequel."))
     assert np.array_equal(_pcm(_speech(live, input="Cadenza speaks SQL.")), plain)  # the voice's lexicon applies
+    # The Python API over the same voice store (the same engine): speaker="carl" brings the lexicon along.
+    api = Cadenza(cv2.engine, cv2.directory, voices=live.store)
+    np.testing.assert_array_equal(api.synthesize("Cadenza speaks SQL.", speaker="carl", seed=3).samples,
+                                  api.synthesize("ka den za speaks sequel.", speaker="carl", seed=3).samples)
     override = [{"word": "cadenza", "respelling": "ka den za"}, {"word": "SQL", "respelling": "S Q L"}]
     assert np.array_equal(_pcm(_speech(live, input="Cadenza speaks SQL.", lexicon=override[1:])),
                           _pcm(_speech(live, input="ka den za speaks S Q L.")))  # the request's entry wins
