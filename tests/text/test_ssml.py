@@ -76,6 +76,8 @@ def test_prosody_rate_runs_and_emphasis_across_them():
         Spoken("<strong>c</strong>", rate=1.125), Spoken("<strong> d</strong>")]
     assert [p.rate for p in parse_ssml(speak('<prosody rate="+20%">x</prosody><prosody rate="0.8">y</prosody>'),
                                        COSYVOICE2)] == [1.2, 0.8]
+    nested = speak('<emphasis>a <emphasis level="strong">b</emphasis></emphasis> c')
+    assert parse_ssml(nested, COSYVOICE2) == [Spoken("<strong>a b</strong> c")]  # the model's tags do not nest
 
 
 def test_lexicon_applies_to_text_nodes_only():

@@ -129,6 +129,9 @@ class _Frame:
 
 
 class _Parser:
+    """One document through expat: a stack of element frames (rate, language, emphasis), the current run's text,
+    and the pieces made so far."""
+
     def __init__(self, traits: FrontendTraits, lexicon: Lexicon | None) -> None:
         self.traits, self.lexicon = traits, lexicon
         self.pieces: list[Piece] = []
@@ -139,7 +142,7 @@ class _Parser:
         self.literal: _Frame | None = None  # inside <say-as>, <sub> or <phoneme>: content is not ordinary text
         self.literal_text: list[str] = []
         self.literal_attrs: dict[str, str] = {}
-        self.emphasis_open = 0  # model emphasis tags open in the current run
+        self.emphasis_open = 0  # emphasis elements open (one span of the model's tags however deep)
         self.break_ms = 0.0
         self.seen_root = False
         self.parser = expat.ParserCreate()
@@ -181,14 +184,14 @@ class _Parser:
         """End the current run (before a pause or a change of rate or language); emphasis spans are closed here
         and reopened in the next run, so every run's text has balanced tags."""
         self._take_text()
-        if self.emphasis_open and self.traits.emphasis:
-            self.buffer.append(self.traits.emphasis[1] * self.emphasis_open)
+        if self.emphasis_open:
+            self.buffer.append(self.traits.emphasis[1])
         text = _join_words(self.buffer)
         bare = text.replace(self.traits.emphasis[0], "").replace(self.traits.emphasis[1], "") \
             if self.traits.emphasis else text
         if bare.strip():  # a run of nothing but emphasis tags says nothing
             self.pieces.append(Spoken(text, *self.run))
-        self.buffer = [self.traits.emphasis[0] * self.emphasis_open] if self.emphasis_open else []
+        self.buffer = [self.traits.emphasis[0]] if self.emphasis_open else []
 
     def _set_run(self, rate: float, lang: str | None) -> None:
         if (rate, lang) != self.run:
@@ -236,7 +239,8 @@ class _Parser:
             if self.traits.emphasis is not None and level in ("strong", "moderate"):
                 frame.emphasis = True
                 self.emphasis_open += 1
-                self.buffer.append(self.traits.emphasis[0])
+                if self.emphasis_open == 1:  # nested emphasis: one span (the model's tags do not nest)
+                    self.buffer.append(self.traits.emphasis[0])
         elif tag in ("say-as", "sub", "phoneme"):
             self._check_literal(tag, attrs, frame)
             self.literal, self.literal_text, self.literal_attrs = frame, [], dict(attrs)
@@ -252,8 +256,9 @@ class _Parser:
         if tag in ("p", "s"):
             self.buffer.append("\n")
         if frame.emphasis:
-            self.buffer.append(self.traits.emphasis[1])
             self.emphasis_open -= 1
+            if self.emphasis_open == 0:
+                self.buffer.append(self.traits.emphasis[1])
         if self.stack:
             parent = self.stack[-1]
             self._set_run(parent.rate, parent.lang)
