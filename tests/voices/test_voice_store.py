@@ -18,6 +18,7 @@ import torch
 
 from cadenza.errors import AudioError, InputError, UnknownSpeakerError
 from cadenza.voices import VoiceStore, prompt_cache_key
+from cadenza.voices.migrations import SCHEMA_VERSION
 
 SR = 16000
 CONSENT = "I, the speaker, agree that this recording may be used to synthesise my voice."
@@ -347,7 +348,7 @@ def test_a_schema_2_store_opens_with_every_voice_made_for_cosyvoice2(tmp_path):
         new = s.add("new", (_tone(1.0), SR), None, CONSENT, family="voxcpm2", cloning="reference")
         assert [r.family for r in s.list()] == ["cosyvoice2", "voxcpm2"] and s.get("new") == new
     with sqlite3.connect(d / "voices.sqlite3") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 def test_consent_record_audit_log_and_takedown(voices_location):

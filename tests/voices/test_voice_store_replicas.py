@@ -4,6 +4,7 @@ two stores and two live servers on one database, concurrent writers, a lost conn
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -13,12 +14,24 @@ import pytest
 import torch
 
 from cadenza.errors import InputError, UnknownSpeakerError
+from cadenza.text.lexicon import Lexicon
 from cadenza.voices import VoiceStore
 from cadenza.voices.backend import VoiceStoreUnavailableError
-from cadenza.voices.migrations import SCHEMA_VERSION, SchemaTooNewError
+from cadenza.voices.lexicons import VoiceLexicons
+from cadenza.voices.migrations import SCHEMA_VERSION, SchemaTooNewError, migrate_postgres
 
 SR = 16000
 CONSENT = "I, the speaker, agree that this recording may be used to synthesise my voice."
+LEXICON = Lexicon.from_json([{"word": "Cadenza", "respelling": "ka den za"}])
+# What Cadenza made on a schema-4 database with the first lexicon saved, for a few hours before schema 5 (its
+# lexicons.py, commit b1438e2): the table (PostgreSQL with a foreign key, SQLite with a trigger instead), and a row.
+_LAZY_TABLE = ("CREATE TABLE IF NOT EXISTS voice_lexicons (voice_id TEXT PRIMARY KEY{fk}, entries TEXT NOT NULL, "
+               "updated_at DOUBLE PRECISION NOT NULL)")
+_LAZY_SQLITE_TRIGGER = ("CREATE TRIGGER IF NOT EXISTS voice_lexicons_follow_voice AFTER DELETE ON voices "
+                        "BEGIN DELETE FROM voice_lexicons WHERE voice_id = OLD.id; END")
+_LAZY_ROW = "INSERT INTO voice_lexicons (voice_id, entries, updated_at) VALUES ({0}, {0}, 0)"
+OLD_LEXICON = Lexicon.from_json([{"word": "SQL", "respelling": "sequel"}])
+_OLD_ENTRIES = json.dumps(OLD_LEXICON.to_json()["entries"], ensure_ascii=False, separators=(",", ":"))
 
 
 def _tone(seconds: float, freq: float = 220.0) -> np.ndarray:
@@ -61,9 +74,11 @@ def test_an_empty_postgres_database_gets_the_schema_once_and_a_newer_one_is_refu
         store.add("ann", (_tone(1.0), SR), "Hello.", CONSENT)
     with VoiceStore(pg_url) as again:  # reopening applies nothing
         assert [r.name for r in again.list()] == ["ann"]
-    assert [v for v, in _sql(pg_url, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
+    assert [v for v, in _sql(pg_url, "SELECT version FROM schema_version ORDER BY version")] == [4, 5]
+    assert SCHEMA_VERSION == 5
     tables = {t for t, in _sql(pg_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert tables == {"schema_version", "voices", "voice_features", "prompt_cache", "audit", "blocked_audio"}
+    assert tables == {"schema_version", "voices", "voice_features", "prompt_cache", "audit", "blocked_audio",
+                      "voice_lexicons"}
     _sql(pg_url, "INSERT INTO schema_version VALUES (%s, 0, 'from the future')", (SCHEMA_VERSION + 1,))
     with pytest.raises(SchemaTooNewError, match=f"schema {SCHEMA_VERSION + 1}, newer than this Cadenza's "
                                                 f"{SCHEMA_VERSION}: upgrade Cadenza"):
@@ -81,7 +96,7 @@ def test_a_newer_sqlite_store_is_refused(tmp_path):
 def test_replicas_starting_together_on_an_empty_database_migrate_it_once(pg_url):
     stores = _together(4, lambda i: VoiceStore(pg_url))
     assert all(isinstance(s, VoiceStore) for s in stores), stores
-    assert _sql(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert _sql(pg_url, "SELECT version FROM schema_version ORDER BY version") == [(4,), (5,)]
     stores[0].add("bo", (_tone(1.0), SR), None, CONSENT)
     assert [[r.name for r in s.list()] for s in stores] == [["bo"]] * 4
     for s in stores:
@@ -109,6 +124,76 @@ def test_a_schema_3_sqlite_store_gains_the_consent_record_and_the_audit_log(tmp_
         assert [e.event for e in s.audit_log()] == ["takedown", "blocked_attempt"]
     with sqlite3.connect(tmp_path / "voices.sqlite3") as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def _lexicons_work_after_migrating(store: VoiceStore, rows, old_lexicon: Lexicon | None) -> None:
+    """The migrated store: the old voice's lexicon as it was, new ones saved, and deleted with their voices.
+    ``rows()``: the ``voice_lexicons`` rows (voice ids), read over a connection of their own."""
+    lexicons = VoiceLexicons(store)
+    old = store.get("old")
+    found = lexicons.lexicon_of("old")
+    assert (found and found.entries) == (old_lexicon and old_lexicon.entries)
+    new = store.add("new", (_tone(1.0, 330.0), SR), None, CONSENT)
+    lexicons.put("new", LEXICON)
+    lexicons.put("old", LEXICON)  # replaces the old one (or saves the first)
+    assert lexicons.get("new").entries == lexicons.get(old.id).entries == LEXICON.entries
+    assert sorted(rows()) == sorted([old.id, new.id])
+    store.delete(old.id)
+    assert rows() == [new.id]
+    store.takedown("new", "migrated, then taken down")
+    assert rows() == []
+
+
+@pytest.mark.parametrize("lazily_created", [False, True], ids=["no-lexicon-table", "lazy-lexicon-table"])
+def test_a_schema_4_postgres_database_gains_voice_lexicons(pg_url, lazily_created):
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        assert migrate_postgres(db, "test", target=4) == 0  # exactly what a Cadenza of schema 4 made
+    old_id = "voice_" + "o" * 22
+    _sql(pg_url, "INSERT INTO voices (id, name, name_key, consent, consent_at, created_at, sample_rate, num_samples, "
+                 "audio) VALUES (%s, 'old', 'old', %s, 0, 0, 16000, 16000, '')", (old_id, CONSENT))
+    if lazily_created:
+        _sql(pg_url, _LAZY_TABLE.format(fk=" REFERENCES voices (id) ON DELETE CASCADE"))
+        _sql(pg_url, _LAZY_ROW.format("%s"), (old_id, _OLD_ENTRIES))
+    with VoiceStore(pg_url) as store:  # one transaction, under the advisory lock, like every step
+        versions = _sql(pg_url, "SELECT version, description FROM schema_version ORDER BY version")
+        assert [v for v, _ in versions] == [4, 5] and versions[1][1] == "voice pronunciation lexicons"
+        _lexicons_work_after_migrating(store, lambda: [v for v, in _sql(pg_url, "SELECT voice_id FROM voice_lexicons")],
+            OLD_LEXICON if lazily_created else None)
+    with VoiceStore(pg_url):  # reopening applies nothing
+        assert len(_sql(pg_url, "SELECT version FROM schema_version")) == 2
+
+
+@pytest.mark.parametrize("lazily_created", [False, True], ids=["no-lexicon-table", "lazy-lexicon-table"])
+def test_a_schema_4_sqlite_store_gains_voice_lexicons(tmp_path, lazily_created):
+    with VoiceStore(tmp_path) as s:
+        old = s.add("old", (_tone(1.0), SR), "Hello.", CONSENT)
+    path = tmp_path / "voices.sqlite3"
+    with sqlite3.connect(path) as db:  # what a Cadenza of schema 4 wrote
+        db.execute("DROP TRIGGER voice_lexicons_follow_voice")
+        db.execute("DROP TABLE voice_lexicons")
+        db.execute("PRAGMA user_version = 4")
+        if lazily_created:
+            db.execute(_LAZY_TABLE.format(fk=""))
+            db.execute(_LAZY_SQLITE_TRIGGER)
+            db.execute(_LAZY_ROW.format("?"), (old.id, _OLD_ENTRIES))
+    db.close()
+
+    def rows() -> list[str]:
+        with sqlite3.connect(path) as db:
+            found = [v for v, in db.execute("SELECT voice_id FROM voice_lexicons")]
+        db.close()
+        return found
+
+    with VoiceStore(tmp_path) as store:
+        assert store.get("old") == old
+        _lexicons_work_after_migrating(store, rows, OLD_LEXICON if lazily_created else None)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'voices'"
+                          ).fetchall() == [("voice_lexicons_follow_voice",)]
+    db.close()
 
 
 # -- several stores on one database ----------------------------------------------------------------------------------
@@ -327,6 +412,11 @@ def test_replicas_run_with_the_documented_grants_and_cannot_rewrite_the_audit_lo
             rec = store.add("ida", (_tone(1.0), SR), "Hello.", CONSENT, keep_audio=True, audio_ttl_s=3600)
             store.cache_prompt(rec.id, "cv2-k", {"x": torch.ones(3)})
             store.cache_prompt(rec.id, "cv2-k", {"x": torch.zeros(3)})  # an update of the cached row
+            lexicons = VoiceLexicons(store)
+            lexicons.put("ida", Lexicon.from_json([{"word": "x", "respelling": "y"}]))
+            lexicons.put("ida", LEXICON)  # an update of the lexicon's row
+            assert lexicons.get("ida").entries == LEXICON.entries and lexicons.clear("ida") and lexicons.lexicon_of("ida") is None
+            lexicons.put("ida", LEXICON)  # deleted with the voice by the takedown below
             assert torch.equal(store.cached_prompt(rec.id, "cv2-k")["x"], torch.zeros(3))
             store.record_use(rec.id)
             assert store.consent_record("ida")["uses"] == 1 and store.drop_expired_audio() == 0
@@ -334,6 +424,7 @@ def test_replicas_run_with_the_documented_grants_and_cannot_rewrite_the_audit_lo
             store.delete(other.id)
             store.takedown("ida", "test")
             assert store.list() == [] and [e.event for e in store.audit_log()][-1] == "takedown"
+            assert _sql(pg_url, "SELECT count(*) FROM voice_lexicons") == [(0,)]
         with psycopg.connect(url, autocommit=True) as db:
             for statement in ("DELETE FROM audit", "UPDATE audit SET event = 'x'", "TRUNCATE audit",
                               "DROP TRIGGER audit_append_only ON audit", "ALTER TABLE audit DISABLE TRIGGER ALL",

@@ -77,4 +77,14 @@ class VoiceBackend(Protocol):
 
     def drop_cached(self, voice_id: str, model_key: str) -> None: ...
 
+    def lexicon(self, voice_id: str) -> str | None:
+        """The voice's pronunciation lexicon as stored (a JSON list of entries), or ``None`` when it has none."""
+
+    def put_lexicon(self, voice_id: str, entries: str, now: float) -> bool:
+        """Replace the voice's lexicon with ``entries`` (validated JSON); ``False`` (nothing written) when the voice
+        does not exist (or is deleted meanwhile). Deleting the voice deletes its lexicon in the same transaction."""
+
+    def delete_lexicon(self, voice_id: str) -> bool:
+        """Remove the voice's lexicon; ``True`` if it had one."""
+
     def close(self) -> None: ...

@@ -5,11 +5,17 @@ database written by a newer Cadenza is refused (``SchemaTooNewError``), never do
 
 * SQLite keeps its version in ``PRAGMA user_version`` (what every older Cadenza reads to refuse a newer file).
   History: 1 voices; 2 ``name_key`` (full Unicode case folding); 3 ``family``/``cloning``; 4 the consent record,
-  use counts, retention, pinned features and the audit tables.
+  use counts, retention, pinned features and the audit tables; 5 ``voice_lexicons`` (a voice's pronunciation
+  lexicon, removed with its voice by a trigger).
 * PostgreSQL keeps a ``schema_version`` table (one row per applied step, with its time) and runs every pending step
   in one transaction under an advisory lock, so replicas starting together on an empty database migrate it once.
+  History: 4 everything SQLite's schema 4 holds, plus ``prompt_cache``; 5 ``voice_lexicons`` (``ON DELETE CASCADE``).
 
-A new version adds a step to both: ``_SQLITE_STEPS`` and ``POSTGRES_STEPS``.
+Schema 5's ``voice_lexicons`` is created with ``IF NOT EXISTS`` on both: for a few hours before it was part of the
+schema, Cadenza created the same table lazily on a schema-4 database (with the first lexicon saved); such a table,
+and its rows, are kept as they are.
+
+A new version adds a step to both: ``migrate_sqlite`` and ``POSTGRES_STEPS``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from cadenza.voices.records import audio_hash, name_key
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class SchemaTooNewError(InputError):
@@ -68,6 +74,17 @@ CREATE TABLE IF NOT EXISTS voice_features (
     PRIMARY KEY (voice_id, model_key)
 )
 """
+# SQLite connections here do not enforce foreign keys (turning that on would change how every older table behaves):
+# a trigger removes a voice's lexicon in the transaction that deletes the voice.
+_SQLITE_LEXICONS = (
+    """CREATE TABLE IF NOT EXISTS voice_lexicons (
+        voice_id   TEXT PRIMARY KEY,
+        entries    TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS voice_lexicons_follow_voice AFTER DELETE ON voices
+    BEGIN DELETE FROM voice_lexicons WHERE voice_id = OLD.id; END""",
+)
 
 
 def migrate_sqlite(db: sqlite3.Connection, where: str) -> None:
@@ -85,6 +102,8 @@ def migrate_sqlite(db: sqlite3.Connection, where: str) -> None:
     for statement in audit.SQLITE_SCHEMA:
         db.execute(statement)
     db.execute(_SQLITE_FEATURES)
+    for statement in _SQLITE_LEXICONS:  # 4 -> 5 (IF NOT EXISTS: see the module's docstring)
+        db.execute(statement)
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -167,8 +186,17 @@ _POSTGRES_4 = (
     )""",
     *audit.POSTGRES_SCHEMA,
 )
+# IF NOT EXISTS: a schema-4 database may hold this table already, made with the first lexicon saved (see above).
+_POSTGRES_5 = (
+    """CREATE TABLE IF NOT EXISTS voice_lexicons (
+        voice_id   text PRIMARY KEY REFERENCES voices (id) ON DELETE CASCADE,
+        entries    text NOT NULL,
+        updated_at double precision NOT NULL
+    )""",
+)
 POSTGRES_STEPS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (4, "voices, pinned features, prompt cache, audit log, blocked recordings", _POSTGRES_4),
+    (5, "voice pronunciation lexicons", _POSTGRES_5),
 )
 _MIGRATION_LOCK = 0x6361_6465_6E7A_61  # pg_advisory_xact_lock key ("cadenza")
 

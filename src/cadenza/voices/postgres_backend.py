@@ -12,9 +12,9 @@ same name win (the other waits for it to commit, then gets ``NameTakenError``). 
 closed it) is replaced on the next call; a read that finds its idle connection dead is retried once on a new one.
 A failure to reach the database is ``VoiceStoreUnavailableError`` (the server answers 503).
 
-Deleting: rows are removed with ``DELETE`` (features by ``ON DELETE CASCADE`` as well). PostgreSQL has no
-``secure_delete``: the old row versions stay in the table's files until ``VACUUM`` marks the space reusable and
-later writes overwrite it, and in WAL segments, replicas and backups until those are recycled (docs/server.md).
+Deleting: rows are removed with ``DELETE`` (features and lexicons by ``ON DELETE CASCADE`` as well). PostgreSQL
+has no ``secure_delete``: the old row versions stay in the table's files until ``VACUUM`` marks the space reusable
+and later writes overwrite it, and in WAL segments, replicas and backups until those are recycled (docs/server.md).
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ class PostgresBackend(SQLBackend):
     def _is_name_conflict(self, exc: Exception) -> bool:
         errors = self._psycopg.errors
         return isinstance(exc, errors.UniqueViolation) and "name" in (exc.diag.constraint_name or "")
+
+    def _is_missing_voice(self, exc: Exception) -> bool:
+        return isinstance(exc, self._psycopg.errors.ForeignKeyViolation)
 
     def close(self) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """``SQLBackend``: the voice store's SQL, written once for SQLite and PostgreSQL (``?`` placeholders; a backend
 turns them into its own). A subclass supplies ``_read`` (one statement outside a transaction), ``_write`` (a
-transaction, yielding a statement runner), ``_is_name_conflict`` and the feature cache.
+transaction, yielding a statement runner), ``_is_name_conflict``, ``_is_missing_voice`` and the feature cache.
 
 Statements that decide something under concurrency do it in one statement (``DELETE ... RETURNING``,
 ``UPDATE ... RETURNING``), so two replicas deleting the same voice, or dropping the same expired recording, log it
@@ -22,6 +22,8 @@ _COLUMNS = ("id, name, transcript, consent, consent_at, created_at, sample_rate,
 _INSERT = ("INSERT INTO voices (id, name, transcript, consent, consent_at, created_at, sample_rate, num_samples, "
            "family, cloning, declared_by, audio_sha256, audio_expires_at, name_key, audio) "
            f"VALUES ({', '.join('?' * 15)})")
+_UPSERT_LEXICON = ("INSERT INTO voice_lexicons (voice_id, entries, updated_at) VALUES (?, ?, ?) ON CONFLICT (voice_id) "
+                   "DO UPDATE SET entries = excluded.entries, updated_at = excluded.updated_at")
 
 
 def _record(row: tuple) -> VoiceRecord:
@@ -40,6 +42,10 @@ class SQLBackend:
 
     def _is_name_conflict(self, exc: Exception) -> bool:
         raise NotImplementedError
+
+    def _is_missing_voice(self, exc: Exception) -> bool:
+        """Whether a write failed because the voice it refers to is gone (a foreign key, where one is enforced)."""
+        return False
 
     def _after_delete(self, voice_id: str) -> None:
         """After a voice's rows are gone (committed): remove what lives outside the database."""
@@ -137,3 +143,23 @@ class SQLBackend:
         rows = self._read("SELECT data FROM voice_features WHERE voice_id = ? AND model_key = ?", (voice_id, model_key))
         return bytes(rows[0][0]) if rows else None
 
+    # -- pronunciation lexicons (one per voice; deleted with the voice by the schema) -------------------------------
+    def lexicon(self, voice_id: str) -> str | None:
+        rows = self._read("SELECT entries FROM voice_lexicons WHERE voice_id = ?", (voice_id,))
+        return rows[0][0] if rows else None
+
+    def put_lexicon(self, voice_id: str, entries: str, now: float) -> bool:
+        try:
+            with self._write() as run:
+                if not run("SELECT 1 FROM voices WHERE id = ?", (voice_id,)):  # deleted since it was looked up
+                    return False
+                run(_UPSERT_LEXICON, (voice_id, entries, now))
+        except Exception as exc:
+            if self._is_missing_voice(exc):  # PostgreSQL: deleted between the check and the insert
+                return False
+            raise
+        return True
+
+    def delete_lexicon(self, voice_id: str) -> bool:
+        with self._write() as run:
+            return bool(run("DELETE FROM voice_lexicons WHERE voice_id = ? RETURNING voice_id", (voice_id,)))

@@ -2,7 +2,7 @@
 
 Layout of ``directory``::
 
-    voices.sqlite3                               voices, pinned features, audit log, blocked recordings
+    voices.sqlite3                               voices, pinned features, lexicons, audit log, blocked recordings
     cache/<voice id>/<model key>.safetensors     prompt features a model computed later (``FileFeatureCache``)
 
 Concurrency: one connection per store object, guarded by a lock (SQLite calls are short; audio blobs are a few MB at
