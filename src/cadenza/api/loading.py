@@ -26,6 +26,9 @@ class Family:
     imports VoxCPM 2's code). ``accepts`` names the keyword arguments of ``load`` it takes beyond ``device``.
     ``files``: the dotted name of its ``ReleaseFiles`` (what a folder must hold and what is read), which lets a hub
     repository be recognised from its file list and downloaded without the files the family never reads.
+    ``chooses_precision``: its ``dtype`` takes ``"auto"`` / a ``cadenza.engine.precision.Precision`` (per-component
+    choice by CPU capability); otherwise ``"auto"`` means the family's own device-based default and is not passed.
+    ``int8_lm``: it can run its LM's linear layers in int8 (``--lm-int8``).
     """
 
     name: str
@@ -34,6 +37,8 @@ class Family:
     load: str
     accepts: frozenset[str] = frozenset()
     files: str | None = None
+    chooses_precision: bool = False
+    int8_lm: bool = False
 
     def _function(self, spec: str):
         module, _, attr = spec.partition(":")
@@ -56,7 +61,7 @@ class Family:
 FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
            "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler", "watermark"}),
-           "cadenza.models.cosyvoice2.loader:RELEASE_FILES"),
+           "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8_lm=True),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
            "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"}),
            "cadenza.models.voxcpm2.loader:RELEASE_FILES"),
@@ -84,9 +89,14 @@ def _family_of(directory: Path) -> Family:
                           f"({', '.join(f.title for f in FAMILIES)})")
 
 
+def family_of(path: str | os.PathLike) -> Family:
+    """The ``Family`` of a model folder, from the files in it."""
+    return _family_of(Path(path).expanduser())
+
+
 def model_family(path: str | os.PathLike) -> str:
     """The family name of a model folder (``"cosyvoice2"``, ``"voxcpm2"``, ...), from the files in it."""
-    return _family_of(Path(path).expanduser()).name
+    return family_of(path).name
 
 
 def load(path: str | os.PathLike | None = None, revision: str | None = None, **kwargs):

@@ -146,17 +146,19 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
 def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = False, device: str = "cpu") -> dict:
     """The keyword arguments ``cadenza.api.load`` gets for ``--dtype`` / ``--lm-int8`` on the model folder ``model``
     (None: the built-in one). ``auto`` means a CosyVoice 2 model's capability-based choice; other families choose
-    by device themselves, so they get no dtype for it. Raises ``CadenzaError`` for ``--lm-int8`` on another family
-    and the loader's error for a folder that is not a model."""
+    by device themselves, so they get no dtype for it (``Family.chooses_precision``). Raises ``CadenzaError`` for
+    ``--lm-int8`` on a family without an int8 LM and the loader's error for a folder that is not a model."""
     if dtype is None and not lm_int8:
         return {}
-    from cadenza.api.loading import model_family
+    from cadenza.api.loading import FAMILIES, family_of
     from cadenza.builtin import resolve_model_path
     from cadenza.errors import CadenzaError
 
-    if model_family(resolve_model_path(model)) != "cosyvoice2":
-        if lm_int8:
-            raise CadenzaError("--lm-int8 applies to CosyVoice 2 models only")
+    family = family_of(resolve_model_path(model))
+    if lm_int8 and not family.int8_lm:
+        takers = " / ".join(f.title for f in FAMILIES if f.int8_lm)
+        raise CadenzaError(f"--lm-int8 applies to {takers} models only, not {family.title}")
+    if not family.chooses_precision:
         return {} if dtype in (None, "auto") else {"dtype": dtype}
     if lm_int8:
         from cadenza.engine.precision import Precision
