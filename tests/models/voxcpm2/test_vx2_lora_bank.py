@@ -28,8 +28,8 @@ from vx2_lora_helpers import make_adapter
 
 from conftest import REPO_ROOT, assert_close
 
-# Per-row products sum in another order than the model-wide LoRALinear (batched GEMMs, zero-padded ranks): ~1e-7
-# per product in float32, measured below 1e-6 on whole waveforms here.
+# Per-row products see other row counts than the model-wide LoRALinear of a request alone (GEMMs sum in another
+# order): ~1e-7 per product in float32, measured below 1e-6 on whole waveforms here.
 ROW_TOL = 1e-5
 TIMEOUT = 120
 

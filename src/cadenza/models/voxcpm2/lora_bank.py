@@ -4,20 +4,21 @@ See docs/voxcpm2.md, "Serving several LoRA adapters".
 
 ``LoRABank`` keeps named adapters beside the model without touching its weights: each target ``nn.Linear`` (or
 model-wide ``LoRALinear``) gets a forward hook that adds, for every row ``i`` of the batch,
-``x_i A_{k_i}ᵀ B_{k_i}ᵀ · alpha_{k_i} / r_{k_i}`` where ``k_i`` is the adapter of that row's request (none: nothing is
-added). The adapters of a layer are stacked, ``A`` ``[K, r_max, in]`` and ``B`` ``[K, out, r_max]`` (smaller ranks
-padded with zeros, which add exact zeros), and gathered per row: one pair of batched matrix products per layer
-whatever mix of adapters the batch holds (the BGMV kernel of Punica / S-LoRA / vLLM, in plain torch). Requests with
-different adapters, and without one, therefore share one batched step.
+``(x_i A_{k_i}ᵀ) B_{k_i}ᵀ · alpha_{k_i} / r_{k_i}`` where ``k_i`` is the adapter of that row's request (none: nothing
+is added). The rows of each adapter are gathered and take one pair of matrix products with that adapter's own
+tensors, then are added back in place (the segmented SGMV scheme of Punica / S-LoRA, in plain torch; when every row
+uses one adapter nothing is gathered). Requests with different adapters, and without one, therefore share one
+batched step; adapters may differ in rank, alpha and target layers.
 
 Which adapter each row uses is set around a model call by ``lora_rows(adapters)`` (one entry per batch row; a
 context variable, so each scheduler worker thread sets its own). Inside, a layer whose input has ``m·B`` rows for
 ``B`` entries treats them as ``m`` stacked copies of the batch (the flow sampler's ``[conditional; unconditional]``
 doubling). Outside any ``lora_rows`` the hooks add nothing: the base model runs unchanged.
 
-Adding or removing an adapter rebuilds the stacks: do it while no step runs (``VoxCPM2Engine.register_lora`` holds
-the scheduler's steps back). Per-row application and the model-wide ``LoRALinear`` of the same adapter agree up to
-float rounding (another order of summation), not bit for bit.
+Adding or removing an adapter changes the layers' tables: do it while no step runs (``VoxCPM2Engine.register_lora`` holds
+the scheduler's steps back). Per-row application computes what the model-wide ``LoRALinear`` of the same adapter
+does, with the same operations; results differ from it by float rounding only where a product sees another number of
+rows (as batching does anyway).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import CheckpointError, UnknownLoRAError
@@ -54,17 +56,6 @@ class BankedLoRA:
     n_parameters: int
     registered: bool = True
     bank: LoRABank | None = field(default=None, repr=False)
-
-
-@dataclass
-class _LayerStack:
-    """All adapters of one layer: ``a`` ``[K, r_max, in]``, ``b`` ``[K, out, r_max]``, ``scale`` ``[K]`` (model
-    dtype); slot ``k`` is ``slots[name]`` (adapters without this layer have no slot: their rows add nothing)."""
-
-    slots: dict[str, int]
-    a: torch.Tensor
-    b: torch.Tensor
-    scale: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -103,7 +94,7 @@ class LoRABank:
         self.max_adapters = max_adapters
         self._adapters: dict[str, BankedLoRA] = {}
         self._weights: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}  # name -> layer -> (A, B)
-        self._stacks: dict[str, _LayerStack] = {}
+        self._layers: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}  # layer -> A, B, scale
         self._hooks: dict[str, torch.utils.hooks.RemovableHandle] = {}
 
     # -- registry ------------------------------------------------------------------------------------------------
@@ -182,51 +173,47 @@ class LoRABank:
     # -- per-row application -------------------------------------------------------------------------------------
     def _rebuild(self, layers: Sequence[str]) -> None:
         for layer in layers:
-            owners = [n for n in self._adapters if layer in self._weights[n]]
+            owners = {n: self._weights[n][layer] for n in self._adapters if layer in self._weights[n]}
             if not owners:
-                self._stacks.pop(layer, None)
+                self._layers.pop(layer, None)
                 self._hooks.pop(layer).remove()
                 continue
-            module = self.model.get_submodule(layer)
-            w = module.weight
-            r_max = max(self._weights[n][layer][0].shape[0] for n in owners)
-            a = w.new_zeros(len(owners), r_max, module.in_features)
-            b = w.new_zeros(len(owners), module.out_features, r_max)
-            for k, n in enumerate(owners):
-                lora_a, lora_b = self._weights[n][layer]
-                a[k, : lora_a.shape[0]] = lora_a
-                b[k, :, : lora_b.shape[1]] = lora_b
-            # The factor in the model dtype, as LoRALinear's buffer: in bf16 the product rounds the same way
-            scale = torch.tensor([self._adapters[n].config.scaling for n in owners], dtype=w.dtype, device=w.device)
-            self._stacks[layer] = _LayerStack({n: k for k, n in enumerate(owners)}, a, b, scale)
+            w = self.model.get_submodule(layer).weight
+            # The factor as a 0-dim tensor in the model dtype, as LoRALinear's buffer: in bf16 it rounds the same way
+            self._layers[layer] = {n: (a, b, torch.tensor(self._adapters[n].config.scaling, dtype=w.dtype,
+                                                          device=w.device)) for n, (a, b) in owners.items()}
             if layer not in self._hooks:
-                self._hooks[layer] = module.register_forward_hook(self._hook(layer))
+                self._hooks[layer] = self.model.get_submodule(layer).register_forward_hook(self._hook(layer))
 
     def _hook(self, layer: str):
         def add_rows(module: nn.Linear | LoRALinear, inputs: tuple[torch.Tensor, ...], out: torch.Tensor):
             rows = _ROWS.get()
             if rows is None or rows.bank is not self:
                 return None
-            return self._apply(self._stacks[layer], inputs[0], out, rows.names, layer)
+            return self._apply(self._layers[layer], inputs[0], out, rows.names, layer)
 
         return add_rows
 
-    def _apply(self, stack: _LayerStack, x: torch.Tensor, out: torch.Tensor, names: tuple[str | None, ...],
-               layer: str) -> torch.Tensor | None:
-        """``out`` ``[N, ..., out]`` plus each row's adapter on ``x`` ``[N, ..., in]`` (N = m·len(names))."""
+    @staticmethod
+    def _apply(adapters: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]], x: torch.Tensor,
+               out: torch.Tensor, names: tuple[str | None, ...], layer: str) -> torch.Tensor | None:
+        """``out`` ``[N, ..., out]`` plus each row's adapter on ``x`` ``[N, ..., in]`` (N = m·len(names)): the rows
+        of one adapter together, ``(x Aᵀ) Bᵀ · scale`` as ``LoRALinear`` computes it."""
         n, b = x.shape[0], len(names)
         if n % b:
             raise RuntimeError(f"{layer}: a batch of {n} rows for {b} LoRA row selections")
-        slots = [stack.slots.get(name, -1) if name is not None else -1 for name in names] * (n // b)
-        rows = [i for i, s in enumerate(slots) if s >= 0]
-        if not rows:
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(names * (n // b)):
+            if name in adapters:  # None, or an adapter without this layer: nothing to add
+                groups.setdefault(name, []).append(i)
+        if not groups:
             return None
-        index = torch.tensor([slots[i] for i in rows], device=x.device)
-        flat = x if len(rows) == n else x[torch.tensor(rows, device=x.device)]
-        flat = flat.reshape(len(rows), -1, x.shape[-1])  # [n', T, in]
-        low = torch.bmm(flat, stack.a[index].transpose(1, 2))  # [n', T, r]
-        delta = torch.bmm(low, stack.b[index].transpose(1, 2)) * stack.scale[index].view(-1, 1, 1)  # [n', T, out]
-        delta = delta.reshape(len(rows), *out.shape[1:])
-        if len(rows) == n:
-            return out + delta
-        return out.index_add(0, torch.tensor(rows, device=x.device), delta)
+        if len(groups) == 1 and len(next(iter(groups.values()))) == n:  # every row, one adapter: no gather
+            a, b_, scale = adapters[next(iter(groups))]
+            return out + F.linear(F.linear(x, a), b_) * scale
+        out = out.clone()
+        for name, rows in groups.items():
+            a, b_, scale = adapters[name]
+            index = torch.tensor(rows, device=x.device)
+            out.index_add_(0, index, F.linear(F.linear(x.index_select(0, index), a), b_) * scale)
+        return out
