@@ -94,6 +94,7 @@ def test_models_list_the_adapters(live):
     assert list(data) == ["vx2", "vx2:a", "vx2:b", "cv2"]
     assert data["vx2"]["loras"] == ["a", "b"] and "loras" not in data["cv2"]
     assert data["vx2:b"] == {**data["vx2:b"], "parent": "vx2", "lora": "b", "object": "model"}
+    assert data["vx2:b"]["capabilities"] == data["vx2"]["capabilities"]  # clients (the playground) pick it as a model
     assert live.client.get("/v1/models/vx2:a").json()["parent"] == "vx2"
     _error(live.client.get("/v1/models/vx2:zz"), 404, "model", "lora_not_found")
 

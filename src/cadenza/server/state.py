@@ -61,9 +61,10 @@ class ServedModel:
         return entry
 
     def describe_lora(self, lora: str, created: int) -> dict:
-        """The ``/v1/models`` entry of adapter ``lora`` (as vLLM lists adapters: a model with a ``parent``)."""
-        return {"id": f"{self.name}{LORA_SEPARATOR}{lora}", "object": "model", "created": created,
-                "owned_by": "cadenza", "parent": self.name, "lora": lora}
+        """The ``/v1/models`` entry of adapter ``lora``: a model of its own with a ``parent`` (as vLLM lists
+        adapters), and the parent's capabilities and limits (clients pick it like any model)."""
+        entry = {k: v for k, v in self.describe(created).items() if k != "loras"}
+        return {**entry, "id": f"{self.name}{LORA_SEPARATOR}{lora}", "parent": self.name, "lora": lora}
 
 
 @dataclass
