@@ -23,6 +23,7 @@ class Audio:
 
     samples: np.ndarray
     sample_rate: int
+    words: list | None = None  # word timings (``WordTiming``) when asked for with ``timestamps=True``
 
     @property
     def duration(self) -> float:

@@ -30,6 +30,7 @@ from cadenza.api.arguments import (
 )
 from cadenza.api.audio import Audio, PromptAudio
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
@@ -306,11 +307,15 @@ class Cadenza:
                           seed=None if seed is None else seed + k, speed=speed) for k, t in enumerate(ids)]
 
     def synthesize(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
-                   input_format: str | None = None, lexicon=None, **kwargs) -> Audio:
+                   input_format: str | None = None, lexicon=None, timestamps: bool = False, **kwargs) -> Audio:
         """Speak ``text`` (any length: it is normalised and split into segments; ``normalize=False`` keeps it as
         is), or ``text_ids=[...]`` when the model has no tokenizer files. Voice arguments: see ``request``.
         ``progress(done, total)`` is called after each segment. ``input_format="ssml"`` (or text that starts with
-        ``<speak``) reads SSML, ``lexicon=`` applies a pronunciation lexicon (docs/text.md)."""
+        ``<speak``) reads SSML, ``lexicon=`` applies a pronunciation lexicon (docs/text.md). ``timestamps=True``:
+        ``Audio.words`` holds each word's start and end (docs/controls.md)."""
+        if check_timestamps(timestamps):
+            return with_words(self.synthesize(text, progress=progress, input_format=input_format, lexicon=lexicon,
+                                              **kwargs), text)
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
                                      **kwargs)
@@ -320,8 +325,9 @@ class Cadenza:
         return Audio(self.mark.whole(audio), self.sample_rate)
 
     def synthesize_stream(self, text: str | Iterable[str] | None = None, *, input_format: str | None = None,
-                          lexicon=None, **kwargs) -> Iterator[np.ndarray]:
-        """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments.
+                          lexicon=None, timestamps: bool = False, **kwargs) -> Iterator[np.ndarray]:
+        """Like ``synthesize`` but yields float32 chunks as soon as each is ready, across all segments
+        (``timestamps=True``: ``TimedChunk`` s, each chunk with the word timings it settled; docs/controls.md).
 
         ``text`` may also be an iterable of text pieces (e.g. tokens streamed from an upstream LLM): the LM then
         interleaves text and speech as they arrive (bi-streaming) and audio starts before the text ends. Closing
@@ -330,6 +336,16 @@ class Cadenza:
         if isinstance(text, (bytes, bytearray)) or not (text is None or isinstance(text, str)
                                                          or hasattr(text, "__iter__")):
             raise TextError(f"text must be a string or an iterable of strings, not {type(text).__name__}")
+        if check_timestamps(timestamps):
+            if text is None:
+                raise InputError("timestamps need the text (not text_ids): timings are given for its words")
+            if isinstance(text, str):
+                chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
+                return timed_stream(chunks, text, self.sample_rate)
+            taken: list[str] = []
+            chunks = self.synthesize_stream(recording(text, taken), input_format=input_format, lexicon=lexicon,
+                                            **kwargs)
+            return timed_stream(chunks, None, self.sample_rate, pieces=taken)
         if text is None or isinstance(text, str):
             if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
                 return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
@@ -438,12 +454,13 @@ class Cadenza:
         return self.engine.scheduler.submit(request, stream=stream)
 
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
-                         seed: int | None = None) -> TokenTextStream:
+                         seed: int | None = None, speed: float = 1.0) -> TokenTextStream:
         """A bi-streaming request: the LM reads the text as it is fed (``feed``/``end``) and speaks as it goes."""
         check_seed(seed)
+        speed = check_speed(speed)
         prompt, mode, lm_text, lm_speech = self._conditioning(voice, instructions)
         request = self.engine.build_bistream(voice=prompt, mode=mode, lm_prompt_text=lm_text,
-                                             lm_prompt_speech=lm_speech, seed=seed)
+                                             lm_prompt_speech=lm_speech, seed=seed, speed=speed)
         return TokenTextStream(self.engine.stream_bistream(request), self.engine.frontend.text_stream_encoder())
 
     @property

@@ -22,6 +22,7 @@ from cadenza.api import markup
 from cadenza.api.arguments import check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.timestamps import check_timestamps, timed_stream, with_words
 from cadenza.audio.wsola import MAX_SPEED, MIN_SPEED, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
@@ -114,9 +115,13 @@ class VoxCPM2:
                                       "the model with voices_dir=... (the folder `cadenza serve --voices-dir` uses)")
         return self.voice_prompts.resolve(speaker).prompt
 
-    def synthesize(self, text: str, *, input_format: str | None = None, lexicon=None, **kwargs) -> Audio:
+    def synthesize(self, text: str, *, input_format: str | None = None, lexicon=None, timestamps: bool = False,
+                   **kwargs) -> Audio:
         """``input_format="ssml"`` (or text that starts with ``<speak``) reads SSML, ``lexicon=`` applies a
-        pronunciation lexicon (docs/text.md)."""
+        pronunciation lexicon (docs/text.md). ``timestamps=True``: ``Audio.words`` holds each word's start and end
+        (docs/controls.md)."""
+        if check_timestamps(timestamps):
+            return with_words(self.synthesize(text, input_format=input_format, lexicon=lexicon, **kwargs), text)
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         request = self.request(text, **kwargs)
@@ -126,10 +131,14 @@ class VoxCPM2:
         return Audio(self.mark.whole(audio), self.sample_rate)
 
     def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
-                          **kwargs) -> Iterator[np.ndarray]:
-        """48 kHz float32 chunks (one per generated patch) as soon as each is made."""
+                          timestamps: bool = False, **kwargs) -> Iterator[np.ndarray]:
+        """48 kHz float32 chunks (one per generated patch) as soon as each is made (``timestamps=True``:
+        ``TimedChunk`` s, each chunk with the word timings it settled; docs/controls.md)."""
         if not isinstance(text, str):
             raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
+        if check_timestamps(timestamps):
+            chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
+            return timed_stream(chunks, text, self.sample_rate)
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         request = self.request(text, **kwargs)
@@ -216,9 +225,11 @@ class VoxCPM2:
         return chunks if request.speed == 1.0 else TimeScaledChunks(chunks, request.speed, self.sample_rate)
 
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
-                         seed: int | None = None, lora: str | None = None) -> SentenceTextStream:
+                         seed: int | None = None, lora: str | None = None,
+                         speed: float = 1.0) -> SentenceTextStream:
         """Text in piece by piece, each sentence spoken once it is complete (VoxCPM 2 reads whole texts)."""
         check_seed(seed)
+        speed = _check_speed(speed)
         if lora is not None:
             self.engine.loras.get(lora)  # an unknown adapter fails now, not at the first sentence
 
@@ -227,7 +238,7 @@ class VoxCPM2:
                 return []
             segments = self.segments(text)
             first = None if seed is None else seed + 1000 * index
-            return self.plan(segments, voice, instructions=instructions, seed=first, lora=lora).requests
+            return self.plan(segments, voice, instructions=instructions, seed=first, lora=lora, speed=speed).requests
 
         return SentenceTextStream(self.submit, make)
 

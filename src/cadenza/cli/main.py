@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -72,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--instruct", help="style instruction, e.g. 'Speak cheerfully.' (instruct2 mode)")
     synth.add_argument("--speaker", help="a saved speaker id (see `cadenza speakers`)")
     synth.add_argument("--seed", type=seed, help="random seed (same seed, same audio)")
-    synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (non-streaming only)")
+    synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (also with --stream)")
+    synth.add_argument("--timestamps", metavar="JSON", help="write each word's start and end (s) to this file")
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
@@ -166,6 +168,15 @@ def _save(audio, output: str) -> None:
         raise CadenzaError(f"-o/--output: {exc}") from exc
 
 
+def _save_words(audio, path: str) -> None:
+    """``--timestamps``: {"duration", "words": [{"word", "start", "end", "start_char", "end_char"}]} as JSON."""
+    doc = {"duration": round(audio.duration, 3), "words": [w.to_dict() for w in audio.words or []]}
+    try:
+        Path(path).expanduser().write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CadenzaError(f"--timestamps: cannot write {path}: {exc.strerror or exc}") from exc
+
+
 def _read_text_file(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
@@ -217,7 +228,7 @@ def _synth(args) -> None:
     if args.text_ids is None:
         kwargs["normalize"] = args.normalize
     _run(tts, text, kwargs, args.stream, args.output,
-         progress_bar=bool(args.text_file))
+         progress_bar=bool(args.text_file), timestamps=args.timestamps)
 
 
 def _design(args) -> None:
@@ -242,18 +253,24 @@ def _clone(args) -> None:
     _run(tts, args.text, dict(kwargs, normalize=args.normalize), args.stream, args.output)
 
 
-def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool = False) -> None:
+def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool = False,
+         timestamps: str | None = None) -> None:
     from tqdm import tqdm
 
     from cadenza.api import Audio
 
+    if timestamps is not None:
+        kwargs = dict(kwargs, timestamps=True)
     start = time.perf_counter()
     if stream:
-        chunks, first = [], None
+        chunks, first, words = [], None, []
         for chunk in tts.synthesize_stream(text, **kwargs):
-            first = first if first is not None else time.perf_counter() - start
+            if timestamps is not None:  # a TimedChunk: the audio and the words it settled
+                words += chunk.words
+                chunk = chunk.audio
+            first = first if first is not None or not chunk.size else time.perf_counter() - start
             chunks.append(chunk)
-        audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
+        audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate, words)
         print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
     elif progress_bar:
         with tqdm(desc="segments", unit="seg", disable=None) as bar:
@@ -266,6 +283,8 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
         audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
     _save(audio, output)
+    if timestamps is not None:
+        _save_words(audio, timestamps)
     rtf = elapsed / audio.duration if audio.duration else float("nan")
     print(f"wrote {output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)

@@ -6,7 +6,8 @@ default voice), ``instructions`` (CosyVoice 2: a style instruction; VoxCPM 2: a 
 ``response_format``, ``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI
 client's ``extra_body``): ``seed`` (same seed, same audio), ``stream`` (``false``: synthesise the whole utterance
 first, then send it with exact sizes and a ``Content-Length``) and ``lora`` (VoxCPM 2: a registered LoRA adapter for
-this request alone; ``model: "<model>:<adapter>"`` selects one too). Which fields each family honours: docs/server.md;
+this request alone; ``model: "<model>:<adapter>"`` selects one too) and ``timestamps`` (with ``stream_format: sse``:
+a ``speech.word`` event with each word's start and end, sent with the audio; docs/controls.md). Which fields each family honours: docs/server.md;
 a field a model cannot honour is a 400 naming it.
 
 Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): CosyVoice 2 stretches each chunk's mel in
@@ -29,6 +30,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from cadenza.alignment.aligner import WordTiming
+from cadenza.alignment.timer import WordTimer
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import TextError
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
@@ -67,6 +70,7 @@ class SpeechRequest(BaseModel):
     input_format: Literal["text", "ssml"] | None = None  # extension: SSML (docs/text.md, "SSML")
     lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # extension: docs/text.md, "Lexicons"
     lora: Text | None = Field(default=None, min_length=1, max_length=64)
+    timestamps: bool = False  # extension: speech.word SSE events (docs/controls.md, "Word timestamps")
 
 
 def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
@@ -112,6 +116,9 @@ def _check(body: SpeechRequest, state: ServerState, served: ServedModel) -> None
     if len(body.input) > limit:
         raise APIError(400, f"input is {len(body.input)} characters; the limit is {limit}", param="input",
                        code="string_above_max_length")
+    if body.timestamps and body.stream_format != "sse":
+        raise APIError(400, "word timestamps are sent as speech.word events: set stream_format to sse (or use the "
+                       "WebSocket)", param="timestamps", code="unsupported_value")
     caps = served.capabilities
     if caps.speed is None:
         if body.speed != 1.0:
@@ -157,7 +164,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
                 slot.release()
         encoder = make_encoder(body.response_format, sr)
 
+        words: list[WordTiming] = []
+        timer: list[WordTimer] = []
+
         def step(chunk: np.ndarray | None) -> tuple[bytes, bool]:
+            if body.timestamps:  # in the worker thread, like the encoder: the aligner never blocks the event loop
+                if not timer:
+                    timer.append(WordTimer(body.input, sr))
+                words.extend(timer[0].finish() if chunk is None else timer[0].push(chunk))
             return (encoder.finish(), True) if chunk is None else (encoder.encode(chunk), False)
 
         try:  # the first chunk before the headers: errors before any audio still get a proper status
@@ -173,7 +187,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     finish = _Finish(state, stream, slot, started, sr)
     if body.stream_format == "sse":
         frame = served.capabilities.output_frame_samples
-        return _Streaming(_sse(state, stream, step, first, finish, n_text, frame), finish,
+        return _Streaming(_sse(state, stream, step, first, finish, n_text, frame, words), finish,
                           media_type="text/event-stream",
                           headers={**headers, "X-Accel-Buffering": "no"})
     return _Streaming(_audio(stream, step, first, finish), finish, headers=headers,
@@ -239,13 +253,15 @@ def _event(payload: dict) -> bytes:
 
 
 async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _Finish, n_text: int,
-               frame_samples: int):
+               frame_samples: int, words: list[WordTiming] | None = None):
     completed = False
     try:
         data, done = first
         while True:
             if data:
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            while words:  # the word timings this chunk settled, right after it
+                yield _event({"type": "speech.word", **words.pop(0).to_dict()})
             if done:
                 break
             try:

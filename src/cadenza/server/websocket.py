@@ -3,11 +3,14 @@
 Protocol (JSON text messages, audio as binary messages), one utterance per connection::
 
     client: {"type": "session.config", "model"?: str, "voice"?: "alice" | {"id": ...}, "instructions"?: str,
-             "seed"?: int, "lora"?: str}
+             "seed"?: int, "lora"?: str, "speed"?: 0.5-2.0, "timestamps"?: bool}
     server: {"type": "audio.start", "sample_rate": 24000, "format": "pcm_s16le", "seed": ...}
     client: {"type": "input.text", "text": "Hello "}   (any number of pieces)
     client: {"type": "input.done"}
     server: binary frames of 16-bit little-endian mono PCM, as soon as each chunk is ready
+    server: {"type": "word", "word": "Hello", "start": 0.04, "end": 0.28, "start_char": 0, "end_char": 5}
+            (with ``"timestamps": true`` in session.config: each word once its timing is settled, after the audio
+            it lies in; docs/controls.md, "Word timestamps")
     server: {"type": "audio.done", "audio_seconds": ..., "first_chunk_seconds": ...}, then closes (1000)
 
 Errors: ``{"type": "error", "error": {"message", "type", "param", "code"}}``, then the server closes (1007 bad
@@ -32,6 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
+from cadenza.alignment.timer import WordTimer
 from cadenza.api.arguments import check_chars
 from cadenza.errors import InputError, TextError
 from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
@@ -57,6 +61,8 @@ class SessionConfig(BaseModel):
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     model: Text | None = Field(default=None, max_length=256)
     response_format: Literal["pcm"] = "pcm"
+    timestamps: bool = False
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)  # the model's own range is checked once it is known
     lora: Text | None = Field(default=None, min_length=1, max_length=64)  # VoxCPM 2: a registered LoRA adapter
 
 
@@ -181,7 +187,14 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         raise _Close(_close_code(error, exc), error) from exc
     await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
                               "seed": seed}))
+    rates = served.capabilities.speed
+    if config.speed != 1.0 and (rates is None or not rates[0] <= config.speed <= rates[1]):
+        raise _bad(f"speed {config.speed:g} is outside what this model supports "
+                   f"({'1.0 only' if rates is None else f'{rates[0]:g} to {rates[1]:g}'})", "speed")
     synthesis = _Synthesis(state, served, ref, instructions, seed, lora)
+    synthesis.speed = config.speed
+    if config.timestamps:
+        synthesis.timer = await anyio.to_thread.run_sync(WordTimer, None, served.sample_rate, limiter=state.limiter)
     try:
         await _run(ws, state, synthesis, deadlines)
     finally:
@@ -224,6 +237,8 @@ class _Synthesis:
         self.stream: EngineStream | None = None
         self.started = anyio.Event()
         self.seconds = 0.0  # estimated audio of the text so far
+        self.timer: WordTimer | None = None  # word timestamps, when the session asked for them
+        self.speed = 1.0
 
     async def start(self, seconds: float) -> None:
         state = self.state
@@ -238,7 +253,9 @@ class _Synthesis:
         def start():
             voice = None if self.ref is None else served.prompts.resolve(self.ref, reveal_names=False)
             adapter = {} if self.lora is None else {"lora": self.lora}  # only models that take adapters get it
-            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed, **adapter)
+            rate = {} if self.speed == 1.0 else {"speed": self.speed}
+            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed, **adapter,
+                                               **rate)
 
         try:
             self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
@@ -326,6 +343,8 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                     raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
                 if synthesis.handle is None:
                     received.append(text)
+                if synthesis.timer is not None:
+                    synthesis.timer.feed_text(text)
                 if not text.strip():
                     continue  # whitespace keeps word boundaries, but neither starts work nor moves the deadline
                 deadlines.text_arrived()
@@ -357,13 +376,21 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             else:
                 raise _bad(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
 
+    async def send_words(words) -> None:
+        for word in words:
+            await _send(ws.send_json({"type": "word", **word.to_dict()}))
+
     async def send() -> None:
         await synthesis.started.wait()
-        stream = synthesis.stream
+        stream, timer = synthesis.stream, synthesis.timer
         while (chunk := await stream.next()) is not None:
             if "first_chunk" not in times:
                 times["first_chunk"] = time.perf_counter()
             await _send(ws.send_bytes(pcm16(chunk)))
+            if timer is not None:
+                await send_words(await anyio.to_thread.run_sync(timer.push, chunk, limiter=state.limiter))
+        if timer is not None:
+            await send_words(await anyio.to_thread.run_sync(timer.finish, limiter=state.limiter))
 
     async def guarded(fn, tg) -> None:
         try:

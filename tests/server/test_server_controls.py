@@ -1,0 +1,138 @@
+"""Speed while streaming and word timestamps, end to end: a live server on 127.0.0.1 with the built-in model (real
+speech, so word timings mean something), a real HTTP client and a real WebSocket client."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from cadenza import Cadenza
+from cadenza.builtin import builtin_model_dir
+from cadenza.server import ServerConfig, create_app
+from cadenza.voices import VoiceStore
+
+from test_server_harness import LiveServer
+
+KEY = "controls-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+TEXT = "Please open the window. The room is warm today, and the air feels heavy. We could go for a walk."
+SHORT = "Please open the window."
+SR = 24000
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tts = Cadenza.from_pretrained(builtin_model_dir())
+    store = VoiceStore(tmp_path_factory.mktemp("voices"))
+    try:
+        with LiveServer(create_app(tts, store, ServerConfig(api_key=KEY))) as server:
+            with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
+                server.client = client
+                yield server
+    finally:
+        store.close()
+        tts.close()
+
+
+def _sse(live, **fields) -> list[dict]:
+    body = {"model": "cadenza-tiny", "input": TEXT, "seed": 5, "response_format": "pcm", "stream_format": "sse",
+            **fields}
+    events = []
+    with live.client.stream("POST", "/v1/audio/speech", json=body) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def _check_words(words: list[dict], seconds: float) -> None:
+    assert [w["word"] for w in words] == TEXT.split()
+    end = 0.0
+    for w in words:
+        assert end <= w["start"] <= w["end"] <= seconds + 1e-3, (words, seconds)
+        assert TEXT[w["start_char"]: w["end_char"]] == w["word"]
+        end = w["end"]
+    assert words[-1]["end"] > seconds / 2  # the words cover the speech, not a corner of it
+
+
+def test_sse_sends_word_events_with_the_audio_at_any_speed(live):
+    for speed in (1.5,):  # speed 1: the WebSocket test
+        events = _sse(live, timestamps=True, speed=speed)
+        kinds = [e["type"] for e in events]
+        assert kinds[-1] == "speech.audio.done" and "error" not in kinds
+        audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+        _check_words([e for e in events if e["type"] == "speech.word"], len(audio) / 2 / SR)
+        # sent with the chunks: some words come before the last audio
+        last_audio = max(i for i, k in enumerate(kinds) if k == "speech.audio.delta")
+        assert kinds.index("speech.word") < last_audio
+
+
+def test_speed_streams_over_http_and_scales_the_duration(live):
+    lengths = {}
+    for speed in (1.0, 0.5, 2.0):
+        r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": SHORT, "seed": 9,
+                                                       "response_format": "pcm", "speed": speed})
+        assert r.status_code == 200
+        lengths[speed] = len(r.content)
+    for speed in (0.5, 2.0):
+        assert abs(lengths[speed] / lengths[1.0] * speed - 1) < 0.05, lengths
+
+
+def test_timestamps_need_events(live):
+    r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": TEXT, "timestamps": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
+    r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": TEXT, "timestamps": "yes",
+                                                   "stream_format": "sse"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
+
+
+def _ws_session(live, pieces: list[str], **config) -> tuple[list, bytes, int]:
+    """(messages: "audio" or the JSON ones, PCM bytes, close code) of one WebSocket session."""
+    with connect(f"{live.ws_url}/v1/audio/speech/stream", additional_headers=AUTH, open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "session.config", **config}))
+        messages, audio = [], b""
+        try:
+            first = json.loads(ws.recv(timeout=60))
+            messages.append(first)
+            if first["type"] == "audio.start":
+                for piece in pieces:
+                    ws.send(json.dumps({"type": "input.text", "text": piece}))
+                ws.send(json.dumps({"type": "input.done"}))
+            while True:
+                message = ws.recv(timeout=120)
+                if isinstance(message, bytes):
+                    audio += message
+                    messages.append("audio")
+                else:
+                    messages.append(json.loads(message))
+        except ConnectionClosed as closed:
+            return messages, audio, closed.rcvd.code if closed.rcvd else None
+
+
+def test_websocket_sends_word_messages(live):
+    pieces = ["Please open ", "the window. ", "The room is ", "warm today, and the air ", "feels heavy. We could ",
+              "go for a walk."]
+    assert "".join(pieces) == TEXT
+    messages, audio, code = _ws_session(live, pieces, seed=2, timestamps=True)
+    assert code == 1000 and messages[0]["type"] == "audio.start"
+    words = [m for m in messages if isinstance(m, dict) and m["type"] == "word"]
+    _check_words(words, len(audio) / 2 / SR)
+    assert messages[-1]["type"] == "audio.done"
+    assert abs(messages[-1]["audio_seconds"] - len(audio) / 2 / SR) < 1e-3
+    assert np.frombuffer(audio, "<i2").size == len(audio) // 2
+
+
+def test_websocket_speed(live):
+    pieces = ["Please open ", "the window."]
+    assert "".join(pieces) == SHORT
+    lengths = {speed: len(_ws_session(live, pieces, seed=4, speed=speed)[1]) for speed in (1.0, 2.0)}
+    assert abs(lengths[2.0] / lengths[1.0] * 2 - 1) < 0.05, lengths
+    messages, _, code = _ws_session(live, pieces, speed=3.0)
+    assert code == 1007 and messages[-1]["error"]["param"] == "speed" and "0.5 to 2" in messages[-1]["error"]["message"]
