@@ -54,7 +54,7 @@ def live(vx2_model_dir, cv2_dir, folders, tmp_path_factory):
     config = ServerConfig(api_key=KEY, admin_key=ADMIN, max_lora_bytes=MAX_LORA_BYTES, max_loras=3)
     app = create_app(models, store, config)
     with LiveServer(app) as server, httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
-        server.client, server.vx2 = client, vx2
+        server.client, server.vx2, server.state = client, vx2, app.state.cadenza
         yield server
     for model in models.values():
         model.close()
@@ -97,6 +97,7 @@ def test_models_list_the_adapters(live):
     assert data["vx2:b"]["capabilities"] == data["vx2"]["capabilities"]  # clients (the playground) pick it as a model
     assert live.client.get("/v1/models/vx2:a").json()["parent"] == "vx2"
     _error(live.client.get("/v1/models/vx2:zz"), 404, "model", "lora_not_found")
+    assert live.state.model("vx2:a").name == "vx2"  # e.g. a voice saved from the playground with an adapter picked
 
 
 def test_requests_with_two_adapters_and_none_batched_equal_each_alone(live):

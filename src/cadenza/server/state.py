@@ -96,9 +96,12 @@ class ServerState:
 
     def model(self, name: str | None, param: str = "model") -> ServedModel:
         """The model a request names. One model served: any name selects it (OpenAI clients send their own model
-        names); several: a served name, or one of OpenAI's for the default; else 404 naming the served ones."""
+        names); several: a served name, or one of OpenAI's for the default; else 404 naming the served ones.
+        ``"<model>:<adapter>"`` names that model (e.g. a voice saved for an adapter's model is its model's)."""
         if name in self.models:
             return self.models[name]
+        if name is not None and LORA_SEPARATOR in name:
+            return self.route(name, param=param)[0]
         if len(self.models) == 1 or name is None or name in OPENAI_MODEL_NAMES:
             return self.default
         raise APIError(404, f"model {name[:80]!r} is not served here; served: {', '.join(self.models)}",
