@@ -71,3 +71,28 @@ def test_api_gives_timestamps_for_whole_and_streamed_speech(tts):
     with pytest.raises(InputError, match="timestamps must be true or false"):
         tts.synthesize(text, timestamps="yes")
     assert default_posteriors() is default_posteriors()  # the classifier loads once per process
+
+
+@pytest.fixture(scope="module")
+def vx2(vx2_model_dir):
+    with cadenza.load(vx2_model_dir, watermark=False) as model:  # unmarked: the output is the engine's, rescaled
+        yield model
+
+
+def test_voxcpm2_speed_and_timestamps(vx2):
+    """VoxCPM 2 (the fixture's random tiny model: noise, so only what holds for any audio): the streamed output is
+    the WSOLA of the speed-1 stream, samples and all; timestamps come whole and streamed, in order, in the audio."""
+    from cadenza.audio.wsola import time_scale
+
+    text = "Hello there, friend."
+    plain = np.concatenate(list(vx2.synthesize_stream(text, seed=3)))
+    fast = np.concatenate(list(vx2.synthesize_stream(text, seed=3, speed=1.6)))
+    assert fast.size == round(plain.size / 1.6)
+    np.testing.assert_array_equal(fast, time_scale(plain, 1.6, vx2.sample_rate))
+    whole = vx2.synthesize(text, seed=3, speed=0.6, timestamps=True)
+    assert abs(whole.samples.size - vx2.synthesize(text, seed=3).samples.size / 0.6) <= 1
+    chunks = list(vx2.synthesize_stream(text, seed=3, speed=0.6, timestamps=True))
+    for words, seconds in ((whole.words, whole.duration),
+                           ([w for c in chunks for w in c.words], sum(c.audio.size for c in chunks) / 48000)):
+        assert [w.word for w in words] == text.split()
+        assert all(a.end <= b.start for a, b in zip(words, words[1:])) and words[-1].end <= seconds
