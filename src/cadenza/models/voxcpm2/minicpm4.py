@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from cadenza.layers.attention import causal_mask_with_past
 from cadenza.layers.kv_cache import KVCache
@@ -145,11 +146,16 @@ class MiniCPMModel(nn.Module):
 
     ``embed_tokens`` exists only when ``vocab_size > 0`` (the TSLM); the other stacks have no embedding (the
     reference's ``nn.Identity``, which owns no parameters). ``rope`` is None for ``no_rope`` stacks.
+
+    ``activation_checkpointing`` (a plain attribute, so parameter names and state-dict keys stay the same): while
+    training with gradients on and no cache, each layer's activations are dropped after the forward pass and
+    recomputed in the backward pass (``torch.utils.checkpoint``), trading ~one more forward for memory.
     """
 
     def __init__(self, cfg: MiniCPM4Config) -> None:
         super().__init__()
         self.cfg = cfg
+        self.activation_checkpointing = False
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.vocab_size > 0 else None
         self.layers = nn.ModuleList(MiniCPMDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -186,6 +192,19 @@ class MiniCPMModel(nn.Module):
             positions = torch.arange(past, past + n, device=inputs_embeds.device)
             rope = self.rope(positions, inputs_embeds.dtype)
         x = inputs_embeds
+        recompute = self.activation_checkpointing and self.training and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, causal, cache, i)
+            if recompute:
+                x = checkpoint(layer, x, rope, causal, None, i, use_reentrant=False)
+            else:
+                x = layer(x, rope, causal, cache, i)
         return self.norm(x)
+
+
+def set_activation_checkpointing(root: nn.Module, enabled: bool) -> int:
+    """Turn per-layer activation checkpointing on or off in every MiniCPM-4 stack under ``root`` (VoxCPM 2: the
+    base LM, the residual LM, the LocEnc and the LocDiT); returns how many stacks were set."""
+    stacks = [m for m in root.modules() if isinstance(m, MiniCPMModel)]
+    for stack in stacks:
+        stack.activation_checkpointing = enabled
+    return len(stacks)

@@ -16,6 +16,8 @@ release's recipe, and lays a ``--config`` file over it). Config (``voxcpm2:`` se
       cache_dir: null              # latents; default: <manifest folder>/.voxcpm2_latents
       heldout_fraction: 0.0        # clips kept out of training; or val_manifest: a second manifest
       eval_every: 0                # steps between held-out losses (a multiple of train.log_every)
+      activation_checkpointing: false  # recompute each transformer layer in the backward pass (less memory,
+                                       # ~1/3 more compute; or --activation-checkpointing)
 
 One optimiser step = the micro-batches' losses, each weighted by its share of the global batch's target patches
 (``distributed.global_mean_count``), so N processes (and any micro-batch split) train like one batch. Each packed
@@ -41,6 +43,7 @@ from cadenza.models.voxcpm2 import lora as lora_ops
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.loader import inspect_directory, load_model
+from cadenza.models.voxcpm2.minicpm4 import set_activation_checkpointing
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
 from cadenza.training import distributed as D
@@ -98,6 +101,7 @@ class VoxCPM2StageConfig:
     eval_every: int = 0
     eval_max_items: int = 64
     base_model: str | None = None  # lora_config.json's base_model (default: the init folder)
+    activation_checkpointing: bool = False  # every layer of the four MiniCPM-4 stacks recomputed in the backward
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -173,6 +177,7 @@ class VoxCPM2Stage(TrainingStage):
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         self.device = device
         model = load_model(self.files, device, torch.float32).train()
+        set_activation_checkpointing(model, self.cfg.activation_checkpointing)
         if self.cfg.mode == "lora":
             self.lora_config = self.cfg.lora_config()
             lora_ops.apply_lora(model, self.lora_config)
