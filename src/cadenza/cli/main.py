@@ -219,6 +219,8 @@ def _synth(args) -> None:
         from cadenza.text.lexicon import Lexicon
 
         markup["lexicon"] = Lexicon.from_file(args.lexicon)  # a bad file fails before the model loads
+    if args.timestamps is not None and not Path(args.timestamps).expanduser().parent.is_dir():
+        raise CadenzaError(f"--timestamps: no folder {Path(args.timestamps).expanduser().parent} to write into")
     tts = _load(args)
     kwargs = _voice_arguments(args, ("text_ids", "reference_wav", "prompt_wav", "prompt_text", "prompt_text_ids",
                                      "instruct", "speaker", "seed"))
