@@ -86,6 +86,8 @@ def test_speed_streams_over_http_and_scales_the_duration(live):
 
 
 def test_timestamps_need_events(live):
+    caps = live.client.get("/v1/models").json()["data"][0]["capabilities"]
+    assert caps["speed"] == [0.5, 2.0] and caps["word_timestamps"] is True
     r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": TEXT, "timestamps": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
     r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": TEXT, "timestamps": "yes",
