@@ -64,7 +64,7 @@ def test_pairs_are_best_vs_worst_of_scored_candidates_and_read_back(made):
     cands = record["candidates"]
     assert [c["seed"] for c in cands] == record["seeds"] and len(set(record["seeds"])) == 2
     for c in cands:  # the reward is 1 - CER of the Whisper transcript
-        assert c["reward"] == pytest.approx(1 - pc.error_rate(record["text"], c["transcript"], "cer"))
+        assert c["reward"] == pytest.approx(1 - min(1.0, pc.error_rate(record["text"], c["transcript"], "cer")))
         assert c["speech_tokens"] and c["seconds"] > 0.3
     best, worst = max(cands, key=lambda c: c["reward"]), min(cands, key=lambda c: c["reward"])
     assert pair["chosen"] == best["speech_tokens"] and pair["rejected"] == worst["speech_tokens"]
@@ -133,6 +133,7 @@ def test_plain_text_manifest_and_settings_checks(tmp_path):
     assert pc.error_rate("the cat sat", "the cat sat down", "wer") == pytest.approx(1 / 3)
     assert pc.candidate_reward(0.25, 0.8, 0.5) == pytest.approx(1.15)
     assert pc.candidate_reward(0.25, None, 0.5) == pytest.approx(0.75)
+    assert pc.candidate_reward(11.7, None, 0.5) == pc.candidate_reward(1.0, None, 0.5) == 0.0  # a looping transcript
     with pytest.raises(InputError, match="did not return a ASR scorer|must look like"):
         pc.load_plugin("cadenza.training.preference_candidates", "ASR", pc.Transcriber)
 

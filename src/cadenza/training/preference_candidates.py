@@ -7,7 +7,7 @@ line i uses the seed ``seeding.item_seed(seed, i, k)``, recorded), synthesise ea
 the word (or character) error rate against the text, a speaker model the similarity to the prompt — and keep the
 best vs the worst as a pair (``dpo_pairs.make_pairs``: only if their rewards differ by at least ``min_gap``)::
 
-    reward = 1 - error_rate + similarity_weight * similarity      (similarity only when the line has a prompt_wav)
+    reward = 1 - min(error_rate, 1) + similarity_weight * similarity   (similarity only for lines with a prompt_wav)
 
 Manifest (JSON lines, read as a stream)::
 
@@ -157,8 +157,10 @@ def error_rate(reference: str, hypothesis: str, metric: str) -> float:
 
 
 def candidate_reward(error: float, similarity: float | None, similarity_weight: float) -> float:
-    """Higher is better: ``1 - error + similarity_weight * similarity`` (the similarity term only when known)."""
-    return 1.0 - error + (similarity_weight * similarity if similarity is not None else 0.0)
+    """Higher is better: ``1 - min(error, 1) + similarity_weight * similarity`` (the similarity term only when
+    known). The error is capped at 1 because an ASR's hallucinated repetition loop on poor audio (Whisper at
+    temperature 0 writes "let's look, let's look, ..." for a 2.6 s clip) would otherwise outweigh everything."""
+    return 1.0 - min(error, 1.0) + (similarity_weight * similarity if similarity is not None else 0.0)
 
 
 # -- the manifest -------------------------------------------------------------------------------------------------
