@@ -56,7 +56,6 @@ class VoxCPM2Request:
     lora: BankedLoRA | None = None  # the adapter applied to this request's rows only (lora_bank.py)
     speed: float = 1.0  # speaking rate, applied to the output by the API (WSOLA, docs/controls.md "Speed")
     outcome: RetryOutcome = field(default_factory=RetryOutcome)
-    speed: float = 1.0  # speaking rate, applied to the output by the API (WSOLA, docs/controls.md "Speed")
 
     @property
     def mode(self) -> str:
