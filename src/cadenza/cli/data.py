@@ -88,8 +88,7 @@ def _run_dpo_pairs(args: argparse.Namespace) -> int:
         raise CadenzaError(f"--candidates {args.candidates}: a pair needs at least 2 candidates")
     if args.no_similarity and args.similarity:
         raise CadenzaError("give --similarity or --no-similarity, not both")
-    for _ in pc.read_manifest(args.manifest):  # fail on an empty or malformed manifest before loading anything
-        break
+    pc.check_manifest(args.manifest)  # an empty or malformed manifest fails before anything is loaded
     transcriber = (pc.load_plugin(args.asr, "ASR", pc.Transcriber) if args.asr
                    else pc.WhisperTranscriber(args.language))
     similarity = None
@@ -109,12 +108,12 @@ def _run_dpo_pairs(args: argparse.Namespace) -> int:
 
 
 def run_data(args: argparse.Namespace) -> int:
+    if args.data_command == "dpo-pairs":
+        return _run_dpo_pairs(args)
     from cadenza.data.extractors import load_extractor, model_dir_extractors
     from cadenza.data.prepare import add_features, prepare
     from cadenza.data.validate import DataLimits
 
-    if args.data_command == "dpo-pairs":
-        return _run_dpo_pairs(args)
     extractors = [load_extractor(spec) for spec in args.extractor]
     if args.data_command == "prepare":
         if args.part >= args.num_parts:

@@ -234,10 +234,10 @@ def read_manifest(path: str | Path) -> Iterator[ManifestLine]:
                          f"{'' if not plain else ', or one text per line'})")
 
 
-def count_texts(path: str | Path) -> int:
-    """Non-blank lines of the manifest (the progress bar's total; no parsing)."""
-    with Path(path).open(encoding="utf-8") as f:
-        return sum(1 for raw in f if raw.strip() and not raw.lstrip().startswith("#"))
+def check_manifest(path: str | Path) -> int:
+    """Read the whole manifest once (a stream: only the ids are kept) and return its number of texts; every error
+    ``read_manifest`` finds is raised now, before a model is loaded or a candidate made."""
+    return sum(1 for _ in read_manifest(path))
 
 
 # -- generation ---------------------------------------------------------------------------------------------------
@@ -389,8 +389,7 @@ def generate_pairs(tts, manifest: str | Path, out_dir: str | Path, settings: Pai
     if similarity is not None and not isinstance(similarity, SpeakerSimilarity):
         raise InputError("the similarity scorer must have .name and .similarity(wav16, prompt16)")
     manifest = Path(manifest)
-    lines = read_manifest(manifest)
-    first = next(lines)  # an empty or malformed manifest fails here, before any folder is made
+    total = check_manifest(manifest)  # an empty or malformed manifest fails here, before any folder is made
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -405,11 +404,11 @@ def generate_pairs(tts, manifest: str | Path, out_dir: str | Path, settings: Pai
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=count_texts(manifest), unit="text", dynamic_ncols=True)
+        bar = tqdm(total=total, unit="text", dynamic_ncols=True)
     try:
         with (out / PAIRS_NAME).open("a", encoding="utf-8") as pairs_f, \
                 (out / CANDIDATES_NAME).open("a", encoding="utf-8") as cands_f:
-            for item in _chain(first, lines):
+            for item in read_manifest(manifest):
                 summary.texts += 1
                 if item.id in done:
                     summary.skipped_done += 1
@@ -435,11 +434,6 @@ def generate_pairs(tts, manifest: str | Path, out_dir: str | Path, settings: Pai
         raise CadenzaError(f"no preference pair was made from {manifest}: every text failed or its candidates scored "
                            f"alike ({'; '.join(summary.problems[:3])}); see {out / CANDIDATES_NAME}")
     return summary
-
-
-def _chain(first: ManifestLine, rest: Iterator[ManifestLine]) -> Iterator[ManifestLine]:
-    yield first
-    yield from rest
 
 
 def _count_lines(path: Path) -> int:
