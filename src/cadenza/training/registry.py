@@ -19,13 +19,13 @@ from cadenza.training.stage import STAGES, TrainingStage
 STAGE_MODULES: dict[str, str] = {
     "lm": "cadenza.training.lm_stage",
     "dpo": "cadenza.training.dpo_stage",
-    "asr_reward": "cadenza.training.asr_reward_stage",
     "flow": "cadenza.training.flow_stage",
     "tokenizer": "cadenza.training.speech_tokenizer_stage",
     "frame_tokenizer": "cadenza.training.frame_tokenizer_stage",
     "speaker": "cadenza.training.speaker_encoder_stage",
     "hift": "cadenza.training.hift_stage",
     "voxcpm2": "cadenza.training.voxcpm2.stage",
+    "asr_reward": "cadenza.training.asr_reward_stage",
 }
 STAGE_NAMES = tuple(STAGE_MODULES)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
