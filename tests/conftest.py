@@ -56,6 +56,17 @@ def cv2_npz(cv2_dir: Path):
     return load
 
 
+@pytest.fixture(scope="session")
+def builtin_tts():
+    """The built-in model (cadenza-tiny), loaded once for the tests that need real speech: its flow prompt is primed
+    once too (the first stream of a voice pays for it)."""
+    import cadenza
+
+    model = cadenza.load()
+    yield model
+    model.close()
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

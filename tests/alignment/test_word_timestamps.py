@@ -4,7 +4,6 @@ word boundaries are known exactly (the built-in model's words rendered one by on
 import numpy as np
 import pytest
 
-import cadenza
 from cadenza.alignment.aligner import STEP_S, align_frames
 from cadenza.alignment.timer import WordTimer, align_words
 from cadenza.alignment.words import spoken_words
@@ -33,10 +32,8 @@ def test_viterbi_places_units_where_their_posteriors_are():
 
 
 @pytest.fixture(scope="module")
-def tts():
-    model = cadenza.load()
-    yield model
-    model.close()
+def tts(builtin_tts):
+    return builtin_tts
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,8 @@ TEXT = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
-def tts():
-    model = cadenza.load()
-    yield model
-    model.close()
+def tts(builtin_tts):
+    return builtin_tts
 
 
 def _f0_median(audio: np.ndarray, sr: int) -> float:

@@ -12,8 +12,6 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from cadenza import Cadenza
-from cadenza.builtin import builtin_model_dir
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
@@ -27,17 +25,15 @@ SR = 24000
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    tts = Cadenza.from_pretrained(builtin_model_dir())
+def live(builtin_tts, tmp_path_factory):
     store = VoiceStore(tmp_path_factory.mktemp("voices"))
     try:
-        with LiveServer(create_app(tts, store, ServerConfig(api_key=KEY))) as server:
+        with LiveServer(create_app(builtin_tts, store, ServerConfig(api_key=KEY))) as server:
             with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
                 server.client = client
                 yield server
     finally:
         store.close()
-        tts.close()
 
 
 def _sse(live, **fields) -> list[dict]:
