@@ -93,9 +93,10 @@ def _autocast(dtype: torch.dtype | None, device: torch.device):
 
 def _checkpoint(out: Path, stage: TrainingStage, step: int, cfg: TrainConfig, info: D.DistInfo) -> None:
     states = D.all_gather_objects(rng_state())  # every rank takes part; rank 0 writes
+    state = stage.state_dict() if info.is_main or stage.collective_state else None
     if info.is_main:
         payload = {"stage": stage.name, "world_size": info.world_size, "train": cfg.to_dict(),
-                   "state": stage.state_dict(), "rng": states}
+                   "state": state, "rng": states}
         save_checkpoint(out, step, payload, keep=cfg.keep_checkpoints)
     D.barrier()
 
@@ -223,7 +224,7 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
                     break
         if last_ckpt != step:
             _checkpoint(out, stage, step, cfg, info)
-        if info.is_main:
+        if info.is_main or stage.collective_state:
             stage.export(out)
         D.barrier()
     finally:

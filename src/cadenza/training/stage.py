@@ -23,6 +23,10 @@ Wrap = Callable[[nn.Module], nn.Module]
 class TrainingStage(ABC):
     """One component's training: data, models, optimisers, one step, export."""
 
+    # True when ``state_dict`` and ``export`` are collectives (sharded weights): every rank calls them, rank 0 writes.
+    # Otherwise only rank 0 calls them.
+    collective_state: bool = False
+
     name: ClassVar[str]
 
     def __init__(self, config: dict[str, Any], data_dir: Path) -> None:

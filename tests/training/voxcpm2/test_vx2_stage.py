@@ -225,6 +225,44 @@ def test_two_ddp_processes_match_one_process_with_micro_batches(fx, tmp_path):
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
+def _torchrun(tmp_path: Path, cfg: dict, data: Path, out: str, *extra: str) -> None:
+    (tmp_path / f"{out}.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "cadenza.cli.train", "voxcpm2", "--config", str(tmp_path / f"{out}.yaml"), "--data", str(data),
+         "--out", str(tmp_path / out), *extra],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_fsdp_over_two_processes_matches_one_process_and_resumes(fx, tmp_path):
+    """voxcpm2.fsdp (FSDP2 over 2 gloo processes, full fine-tuning): the same losses and weights as one process with
+    the doubled batch; its checkpoints hold whole tensors in the model's names (they load into an unsharded stage)
+    and a sharded run resumes from them."""
+    data = write_manifest(tmp_path / "data", fx)
+    sharded = config(fx, steps=3, grad_accum_steps=1, mode="full", fsdp=True)
+    sharded["train"]["ckpt_every"] = 2
+    _torchrun(tmp_path, sharded, data, "fsdp")
+    (tmp_path / "fsdp" / "checkpoints" / "step_3.pt").unlink()
+    _torchrun(tmp_path, sharded, data, "fsdp", "--resume")  # from step 2: loads whole tensors into shards
+    one = run(config(fx, steps=3, batch=4, grad_accum_steps=2, mode="full"), data, tmp_path / "single")
+    got = read_metrics(tmp_path / "fsdp")
+    assert [m["step"] for m in got] == [1, 2, 3]
+    for a, b in zip(got, one):
+        for key in ("loss", "loss_diff", "loss_stop", "grad_norm"):
+            assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(b[key])), (key, a, b)
+    a = load_file(str(tmp_path / "fsdp" / "model.safetensors"))
+    b = load_file(str(tmp_path / "single" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)  # as DDP's, above
+    assert any(not torch.equal(a[k], v) for k, v in load_model(fx / "tiny_model").state_dict().items())
+    state = load_checkpoint(tmp_path / "fsdp" / "checkpoints" / "step_3.pt")["state"]
+    stage = VoxCPM2Stage(config(fx, steps=3, mode="full"), fx)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    stage.load_state_dict(state)  # strict: every name and shape of an unsharded model and optimiser
+    assert all(torch.equal(v, a[k]) for k, v in stage.model.state_dict().items() if k in a)
+
+
 def test_full_run_exports_a_model_folder(fx, tmp_path):
     import cadenza
 

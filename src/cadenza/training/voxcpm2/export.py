@@ -45,8 +45,13 @@ def _save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
 def write_lora_dir(model: torch.nn.Module, config: lora_ops.LoRAConfig, out: str | Path,
                    base_model: str | None = None) -> Path:
     """The model's adapters as ``out/lora_weights.safetensors`` + ``out/lora_config.json``."""
+    return write_lora_weights(lora_ops.lora_state_dict(model), config, out, base_model)
+
+
+def write_lora_weights(state: dict[str, torch.Tensor], config: lora_ops.LoRAConfig, out: str | Path,
+                       base_model: str | None = None) -> Path:
+    """Adapter tensors (``lora_state_dict``'s names) as ``out/lora_weights.safetensors`` + ``lora_config.json``."""
     out = Path(out)
-    state = lora_ops.lora_state_dict(model)
     if not state:
         raise InputError("the model has no LoRA layers to write")
     _save_safetensors(state, out / lora_ops.WEIGHT_FILES[0])

@@ -18,6 +18,8 @@ release's recipe, and lays a ``--config`` file over it). Config (``voxcpm2:`` se
       eval_every: 0                # steps between held-out losses (a multiple of train.log_every)
       activation_checkpointing: false  # recompute each transformer layer in the backward pass (less memory,
                                        # ~1/3 more compute; or --activation-checkpointing)
+      fsdp: false                  # under torchrun: shard weights, gradients and optimiser state over the ranks
+                                   # (FSDP2, one unit per transformer layer; sharding.py) instead of DDP
 
 One optimiser step = the micro-batches' losses, each weighted by its share of the global batch's target patches
 (``distributed.global_mean_count``), so N processes (and any micro-batch split) train like one batch. Each packed
@@ -51,7 +53,8 @@ from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.seeding import item_generator
 from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.voxcpm2 import data as vx2_data
-from cadenza.training.voxcpm2.export import write_lora_dir, write_model_dir
+from cadenza.training.voxcpm2 import sharding
+from cadenza.training.voxcpm2.export import write_lora_weights, write_model_dir
 from cadenza.training.voxcpm2.losses import ItemNoise, voxcpm2_losses
 from cadenza.training.voxcpm2.packer import EncodedSample, PackedBatch, VoxCPM2Packer
 from cadenza.training.wav_manifest import heldout_split
@@ -102,6 +105,7 @@ class VoxCPM2StageConfig:
     eval_max_items: int = 64
     base_model: str | None = None  # lora_config.json's base_model (default: the init folder)
     activation_checkpointing: bool = False  # every layer of the four MiniCPM-4 stacks recomputed in the backward
+    fsdp: bool = False  # under torchrun: FSDP2 sharding (sharding.py) instead of DDP; one process: no effect
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -172,6 +176,7 @@ class VoxCPM2Stage(TrainingStage):
         self.max_length = min(self.cfg.max_length or self.model_config.max_length, self.model_config.max_length)
         self.tokenizer = VoxCPM2Tokenizer(self.files.tokenizer_dir, on_unknown="raise")
         self.eval_items: list[vx2_data.ClipItem] = []
+        self.sharded = False  # FSDP: set by setup under torchrun
 
     # ------------------------------------------------------------------ model
     def setup(self, device: torch.device, wrap: Wrap) -> None:
@@ -186,8 +191,16 @@ class VoxCPM2Stage(TrainingStage):
             for m in lora_ops.lora_modules(model).values():  # the reference's init, from the (seeded) global RNG
                 nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
         self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.net = wrap(VoxCPM2ForTraining(model))
+        self.sharded = self.cfg.fsdp and D.is_distributed()
+        if self.sharded:
+            self.net = VoxCPM2ForTraining(model)
+            layers = sharding.shard(self.net)
+            log.info("voxcpm2.fsdp: %d transformer layers sharded over %d processes", layers, D.world_size())
+        else:
+            if self.cfg.fsdp:
+                log.info("voxcpm2.fsdp: one process, nothing to shard")
+            self.net = wrap(VoxCPM2ForTraining(model))
+        self.params = [p for p in model.parameters() if p.requires_grad]  # after sharding: the sharded parameters
         from cadenza.training.optim import build_optimizer, build_scheduler
 
         self.optimizer = build_optimizer(self.params, self.train_cfg.optim)
@@ -290,7 +303,8 @@ class VoxCPM2Stage(TrainingStage):
             stop_sum += float(stop.detach()) * share
         lr = float(self.optimizer.param_groups[0]["lr"])
         clip = self.train_cfg.optim.grad_clip
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else float("inf")))
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else float("inf"))
+        grad_norm = float(sharding.full_tensor(norm, True) if self.sharded else norm)
         self.optimizer.step()
         self.scheduler.step()
         metrics = {"loss": self.cfg.diff_weight * diff_sum + self.cfg.stop_weight * stop_sum, "loss_diff": diff_sum,
@@ -313,9 +327,14 @@ class VoxCPM2Stage(TrainingStage):
         try:
             for start in range(0, len(items), size):
                 micro = self._micro([items[i] for i in range(start, min(start + size, len(items)))])
-                out = voxcpm2_losses(self.model, micro.batch, 1.0, self._noise(micro, 0, SALT_EVAL))
+                noise = self._noise(micro, 0, SALT_EVAL)
+                if self.sharded:  # through the sharded root, which gathers its weights
+                    d, s = self.net(micro.batch, noise, 1.0)
+                else:
+                    out = voxcpm2_losses(self.model, micro.batch, 1.0, noise)
+                    d, s = out.diff, out.stop
                 n = float(micro.batch.loss_mask.sum())
-                diff, stop, count = diff + float(out.diff) * n, stop + float(out.stop) * n, count + n
+                diff, stop, count = diff + float(d) * n, stop + float(s) * n, count + n
         finally:
             self.model.train()
         count = max(count, 1.0)
@@ -323,29 +342,50 @@ class VoxCPM2Stage(TrainingStage):
                 "heldout_diff": diff / count, "heldout_stop": stop / count, "heldout_items": float(len(items))}
 
     # ------------------------------------------------------------------ state
+    @property
+    def collective_state(self) -> bool:
+        """Sharded: ``state_dict`` and ``export`` gather the weights, so every rank calls them (rank 0 writes)."""
+        return self.sharded
+
     def _weights(self) -> dict[str, torch.Tensor]:
-        if self.cfg.mode == "lora":
-            return {k: v.cpu() for k, v in lora_ops.lora_state_dict(self.model).items()}
-        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        """The trained weights, whole, on the CPU (sharded: a collective; empty on ranks other than 0)."""
+        state = lora_ops.lora_state_dict(self.model) if self.cfg.mode == "lora" else self.model.state_dict()
+        if self.sharded:
+            return sharding.full_state(state, torch.distributed.get_rank() == 0)
+        return {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mode": self.cfg.mode, "model": self._weights(), "optimizer": self.optimizer.state_dict(),
+        if self.sharded:
+            optimizer = sharding.full_optimizer_state(self.optimizer, torch.distributed.get_rank() == 0)
+        else:
+            optimizer = self.optimizer.state_dict()
+        return {"mode": self.cfg.mode, "model": self._weights(), "optimizer": optimizer,
                 "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("mode") != self.cfg.mode:
             raise ValueError(f"the checkpoint is of a {state.get('mode')} run, this one is {self.cfg.mode}")
+        weights, optimizer = state["model"], state["optimizer"]
+        if self.sharded:  # the checkpoint holds whole tensors: keep this rank's shards
+            weights = sharding.sharded_state(weights, self.model)
+            optimizer = sharding.sharded_optimizer_state(optimizer, self.params)
         if self.cfg.mode == "lora":
-            lora_ops.load_lora_state_dict(self.model, state["model"], "checkpoint")
+            lora_ops.load_lora_state_dict(self.model, weights, "checkpoint")
         else:
-            self.model.load_state_dict(state["model"], strict=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+            self.model.load_state_dict(weights, strict=True)
+        self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
 
     def export(self, out_dir: Path) -> None:
         """LoRA: ``lora_weights.safetensors`` + ``lora_config.json``; full: a release-layout model folder (float32
-        weights) — both in ``out_dir``."""
-        if self.cfg.mode == "lora":
-            write_lora_dir(self.model, self.lora_config, out_dir, self.cfg.base_model or str(self.files.directory))
+        weights) — both in ``out_dir``. Sharded: every rank calls this, rank 0 writes."""
+        if self.sharded:
+            weights = self._weights()
+            if torch.distributed.get_rank() != 0:
+                return
         else:
-            write_model_dir(self.model.state_dict(), self.files, out_dir, torch.float32)
+            weights = lora_ops.lora_state_dict(self.model) if self.cfg.mode == "lora" else self.model.state_dict()
+        if self.cfg.mode == "lora":
+            write_lora_weights(weights, self.lora_config, out_dir, self.cfg.base_model or str(self.files.directory))
+        else:
+            write_model_dir(weights, self.files, out_dir, torch.float32)
