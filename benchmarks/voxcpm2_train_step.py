@@ -12,12 +12,17 @@ a fresh subprocess per size, reset after building the model (``/proc/self/clear_
 peak is its own: ``build_peak_gib`` (the model and its adapters), ``float32_peak_gib``, ``bf16_autocast_peak_gib``.
 
     python benchmarks/voxcpm2_train_step.py [--size both|fixture|release] [--steps 2] [--warmup 1] [--clips 2]
-                                            [--seconds 5] [--threads 1]
+                                            [--seconds 5] [--threads 1] [--precision both|float32|bf16_autocast]
+                                            [--activation-checkpointing off|on|both]
+
+``--activation-checkpointing both`` runs each size twice (fresh subprocesses), without and with the trainer's
+``voxcpm2.activation_checkpointing`` (every layer of the four MiniCPM-4 stacks recomputed in the backward pass),
+and prints the checkpointed / plain ratios of peak memory and step time.
 
 The load average at the end of each size is printed with it: on a shared machine, read the times with it.
 
 Needs ~17 GiB of free memory for the release size (8.6 GiB of float32 weights; measured peaks 12.4 GiB in float32
-and 14.8 GiB under bf16 autocast).
+and 14.8 GiB under bf16 autocast; with activation checkpointing 10.4 / 10.2 GiB).
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ from torch import nn
 from cadenza.models.voxcpm2 import lora as lora_ops
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 from cadenza.models.voxcpm2.config import VoxCPM2Config
+from cadenza.models.voxcpm2.minicpm4 import set_activation_checkpointing
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.training.voxcpm2.losses import ItemNoise, voxcpm2_losses
 from cadenza.training.voxcpm2.packer import EncodedSample, VoxCPM2Packer
 
 FIXTURE = Path(__file__).resolve().parents[1] / "../shared/fixtures/voxcpm2/tiny_model"
+PRECISIONS = ("float32", "bf16_autocast")
 RELEASE_LORA = lora_ops.LoRAConfig(enable_lm=True, enable_dit=True, enable_proj=False, r=32, alpha=32.0)
 
 
@@ -82,13 +89,15 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := the current resident set
 
 
-def measure(size: str, steps: int, warmup: int, clips: int, seconds: float, text_tokens: int, threads: int) -> dict:
-    """Build, then time ``steps`` LoRA steps after a warm-up, in float32 and under bf16 autocast."""
+def measure(size: str, steps: int, warmup: int, clips: int, seconds: float, text_tokens: int, threads: int,
+            precisions: tuple[str, ...] = PRECISIONS, checkpointing: bool = False) -> dict:
+    """Build, then time ``steps`` LoRA steps after a warm-up, in float32 and / or under bf16 autocast."""
     torch.set_num_threads(threads)
     config, vae = _config(size)
     t0 = time.perf_counter()
     torch.manual_seed(0)
     model = VoxCPM2Model(config)  # torch's default initialisation: random weights, float32
+    set_activation_checkpointing(model, checkpointing)
     lora_ops.apply_lora(model, RELEASE_LORA)
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name)
@@ -99,11 +108,11 @@ def measure(size: str, steps: int, warmup: int, clips: int, seconds: float, text
     optimizer = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
     build_s = time.perf_counter() - t0
     batch, lengths = _batch(config, vae, clips, seconds, text_tokens)
-    result = {"size": size, "parameters": sum(p.numel() for p in model.parameters()),
+    result = {"size": size, "activation_checkpointing": checkpointing, "parameters": sum(p.numel() for p in model.parameters()),
               "trainable": sum(p.numel() for p in params), "packed_positions": int(batch.text_tokens.shape[1]),
               "target_patches": int(batch.loss_mask.sum()), "build_s": round(build_s, 1),
               "threads": torch.get_num_threads(), "build_peak_gib": round(_peak_gib(), 2)}
-    for mode in ("float32", "bf16_autocast"):
+    for mode in precisions:
         times = []
         gc.collect()
         _reset_peak()
@@ -147,28 +156,47 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="audio per clip")
     parser.add_argument("--text-tokens", type=int, default=40, help="text tokens per clip")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--precision", choices=("both", *PRECISIONS), default="both")
+    parser.add_argument("--activation-checkpointing", choices=("off", "on", "both"), default="off",
+                        help="without / with per-layer recomputation in the backward pass, or both (ratios printed)")
     parser.add_argument("--one", choices=("fixture", "release"), help=argparse.SUPPRESS)  # the subprocess
+    parser.add_argument("--ckpt", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    precisions = PRECISIONS if args.precision == "both" else (args.precision,)
     if args.one:
         print(json.dumps(measure(args.one, args.steps, args.warmup, args.clips, args.seconds,
-                                 args.text_tokens, args.threads)))
+                                 args.text_tokens, args.threads, precisions, args.ckpt)))
         return
     sizes = ("fixture", "release") if args.size == "both" else (args.size,)
-    rows = []
+    checkpointing = {"off": (False,), "on": (True,), "both": (False, True)}[args.activation_checkpointing]
+    rows = {}
     for size in sizes:
-        if size == "release" and _available_gib() < 17:
-            print(f"release size skipped: {_available_gib():.1f} GiB available, ~17 needed", file=sys.stderr)
-            continue
-        cmd = [sys.executable, __file__, "--one", size, "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--clips", str(args.clips),
-               "--seconds", str(args.seconds), "--text-tokens", str(args.text_tokens), "--threads", str(args.threads)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
-        print(json.dumps(rows[-1]))
-    if len(rows) == 2:
-        fix, rel = rows
-        print(f"release / fixture seconds per LoRA step: float32 {rel['float32_step_s'] / fix['float32_step_s']:.0f}x, "
-              f"bf16 autocast {rel['bf16_autocast_step_s'] / fix['bf16_autocast_step_s']:.0f}x")
+        for ckpt in checkpointing:
+            if size == "release" and _available_gib() < 17:
+                print(f"release size skipped: {_available_gib():.1f} GiB available, ~17 needed", file=sys.stderr)
+                continue
+            cmd = [sys.executable, __file__, "--one", size, "--steps", str(args.steps), "--warmup", str(args.warmup),
+                   "--clips", str(args.clips), "--seconds", str(args.seconds), "--text-tokens", str(args.text_tokens),
+                   "--threads", str(args.threads), "--precision", args.precision, *(["--ckpt"] if ckpt else [])]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            rows[size, ckpt] = json.loads(out.strip().splitlines()[-1])
+            print(json.dumps(rows[size, ckpt]), flush=True)
+    for size in sizes:
+        plain, ckpt = rows.get((size, False)), rows.get((size, True))
+        if plain and ckpt:
+            print(f"{size}, checkpointed / plain: " + ", ".join(
+                f"{p} peak {ckpt[p + '_peak_gib'] / plain[p + '_peak_gib']:.2f}x "
+                f"(above the built model {_above(ckpt, p) / max(_above(plain, p), 1e-9):.2f}x), "
+                f"step {ckpt[p + '_step_s'] / plain[p + '_step_s']:.2f}x" for p in precisions))
+    fix, rel = rows.get(("fixture", False)), rows.get(("release", False))
+    if fix and rel:
+        print("release / fixture seconds per LoRA step: " + ", ".join(
+            f"{p} {rel[p + '_step_s'] / fix[p + '_step_s']:.0f}x" for p in precisions))
+
+
+def _above(row: dict, precision: str) -> float:
+    """GiB the step's peak adds to the built model's resident set (activations, gradients, optimiser state)."""
+    return row[f"{precision}_peak_gib"] - row["build_peak_gib"]
 
 
 if __name__ == "__main__":
