@@ -130,7 +130,7 @@ def measure(size: str, steps: int, warmup: int, clips: int, seconds: float, text
             optimizer.step()
             if step >= warmup:
                 times.append(time.perf_counter() - start)
-            if not math.isfinite(float(loss)):
+            if not math.isfinite(float(loss.detach())):
                 raise RuntimeError(f"{size} {mode}: loss is not finite")
         result[f"{mode}_step_s"] = round(statistics.median(times), 3)
         result[f"{mode}_peak_gib"] = round(_peak_gib(), 2)
