@@ -368,7 +368,8 @@ class VoxCPM2Stage(TrainingStage):
         weights, optimizer = state["model"], state["optimizer"]
         if self.sharded:  # the checkpoint holds whole tensors: keep this rank's shards
             weights = sharding.sharded_state(weights, self.model)
-            optimizer = sharding.sharded_optimizer_state(optimizer, self.params)
+            in_order = [p for group in self.optimizer.param_groups for p in group["params"]]  # the state's indices
+            optimizer = sharding.sharded_optimizer_state(optimizer, in_order)
         if self.cfg.mode == "lora":
             lora_ops.load_lora_state_dict(self.model, weights, "checkpoint")
         else:
