@@ -28,8 +28,9 @@ import time
 
 import numpy as np
 import torch
-from voxcpm2_throughput import CONCURRENT, build_engine, consume, cpu_model, make_requests
+from voxcpm2_throughput import CONCURRENT, build_engine, consume, make_requests
 
+from cadenza.engine.precision import detect_cpu
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.models.voxcpm2.batched import PatchRun, advance_runs, step_runs
 from cadenza.models.voxcpm2.generate import GenerationOptions
@@ -124,7 +125,7 @@ def main() -> None:
     for i, name in enumerate(("a", "b")):
         adapter = engine.register_lora_tensors(name, RELEASE_LORA, random_adapter(engine.model, i))
     n_params = sum(p.numel() for p in engine.model.parameters())
-    print(f"CPU: {cpu_model()} ({torch.get_num_threads()} torch threads)")
+    print(f"CPU: {detect_cpu().describe()} ({torch.get_num_threads()} torch threads)")
     print(f"VoxCPM 2 mid-size random model: {n_params / 1e6:.1f} M parameters; adapters of {adapter.n_parameters / 1e6:.1f}"
           f" M parameters each; {CONCURRENT} streaming requests of {args.patches} patches")
     if args.rounds:

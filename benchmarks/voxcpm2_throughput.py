@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from voxcpm2_cpu import MIDSIZE
 
+from cadenza.engine.precision import detect_cpu
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
@@ -42,14 +43,6 @@ from cadenza.models.voxcpm2.retry import RetryPolicy
 from cadenza.models.voxcpm2.streaming import PatchDecoder
 
 CONCURRENT = 8
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 def build_engine(config: SchedulerConfig) -> VoxCPM2Engine:
@@ -149,7 +142,7 @@ def main() -> None:
     engine = build_engine(config)
     requests = make_requests(engine, args.patches)
     n_params = sum(p.numel() for p in engine.model.parameters())
-    print(f"CPU: {cpu_model()} ({torch.get_num_threads()} torch threads)")
+    print(f"CPU: {detect_cpu().describe()} ({torch.get_num_threads()} torch threads)")
     print(f"VoxCPM 2 mid-size random model: {n_params / 1e6:.1f} M parameters; {CONCURRENT} streaming requests of "
           f"{args.patches} patches each, 10 Euler steps, cfg 2")
     if args.profile:

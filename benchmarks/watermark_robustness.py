@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from cadenza.engine.precision import detect_cpu
 from cadenza.provenance import Watermark
 from cadenza.provenance.channels import add_white_noise, codec_roundtrip, random_crop, resample_np
 
@@ -199,21 +200,11 @@ def main() -> None:
     if not all((AUDIO_DIR / name).is_file() for name in FILES):
         raise SystemExit(f"shared speech recordings not found in {AUDIO_DIR} (set CADENZA_SHARED_AUDIO)")
     rng = np.random.default_rng(args.seed)
-    print(f"CPU: {cpu_model()}\n")
+    print(f"CPU: {detect_cpu().describe()}\n")
     start = time.perf_counter()
     robustness(args, rng)
     false_positives(args, rng)
     print(f"total {time.perf_counter() - start:.0f} s")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":
