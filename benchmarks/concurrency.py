@@ -11,34 +11,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
-import time
 
 import torch
-from midsize import fixed_length_request, midsize_engine
+from midsize import fixed_length_request, midsize_engine, stream_together
 
 from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES
 
 
 def run_level(engine, n: int, seconds: float) -> tuple[float, float]:
     """Returns (audio seconds per second, mean first-chunk latency)."""
-    requests = [fixed_length_request(engine, seconds, seed=100 + i) for i in range(n)]
-    produced = [0] * n
-    first = [0.0] * n
-    start = time.perf_counter()
-
-    def consume(i: int) -> None:
-        for k, chunk in enumerate(engine.stream(requests[i])):
-            if k == 0:
-                first[i] = time.perf_counter() - start
-            produced[i] += len(chunk)
-
-    threads = [threading.Thread(target=consume, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    produced, first, elapsed = stream_together(engine, [fixed_length_request(engine, seconds, seed=100 + i)
+                                                        for i in range(n)])
     return sum(produced) / engine.config.sample_rate / elapsed, sum(first) / n
 
 

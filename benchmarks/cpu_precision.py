@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import time
 from collections.abc import Callable
 
 import torch
-from midsize import TOKENS_PER_SECOND, fixed_length_request, midsize_config
+from midsize import TOKENS_PER_SECOND, fixed_length_request, midsize_config, random_model
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.precision import Precision, detect_cpu
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
-from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt, SpeakerStore
 
 PROMPT_TOKENS = 25  # 1 s of prompt speech for the flow
@@ -99,12 +97,8 @@ def main() -> None:
     if fast.is_float32:
         print("note: this CPU has no fast bfloat16 (AMX / AVX-512 BF16): the fast path is float32 itself")
 
-    torch.manual_seed(0)  # random weights (this script only; the library never seeds the global RNG)
-    config = midsize_config() if args.size == "mid" else dataclasses.replace(CosyVoice2Config())
-    model = CosyVoice2Model(config).eval()
-    with torch.no_grad():  # random weights large enough that the LM's distribution is not flat (as midsize.py)
-        for p in model.lm.parameters():
-            p.mul_(3.0)
+    config = midsize_config() if args.size == "mid" else CosyVoice2Config()
+    model = random_model(config)
     engines = {"float32": CosyVoice2Engine(model, None, SpeakerStore(None)),
                "fast": CosyVoice2Engine(copy.deepcopy(model), None, SpeakerStore(None), precision=fast)}
     models = {name: engine.model for name, engine in engines.items()}

@@ -17,20 +17,17 @@ figures that matter are the accelerator's (docs/performance.md "GPU": unmeasured
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import resource
 import statistics
-import threading
 import time
 
 import torch
-from midsize import fixed_length_request, midsize_config
+from midsize import fixed_length_request, midsize_config, random_model, stream_together
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.precision import Precision
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
-from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
 
@@ -46,22 +43,8 @@ def synchronize(device: torch.device) -> None:
 
 
 def run_level(engine: CosyVoice2Engine, n: int, seconds: float) -> dict[str, float]:
-    requests = [fixed_length_request(engine, seconds, seed=100 + i) for i in range(n)]
-    produced, first = [0] * n, [0.0] * n
-    start = time.perf_counter()
-
-    def consume(i: int) -> None:
-        for k, chunk in enumerate(engine.stream(requests[i])):
-            if k == 0:
-                first[i] = time.perf_counter() - start
-            produced[i] += len(chunk)
-
-    threads = [threading.Thread(target=consume, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    produced, first, elapsed = stream_together(engine, [fixed_length_request(engine, seconds, seed=100 + i)
+                                                        for i in range(n)])
     rate = engine.config.sample_rate
     per_stream = statistics.median(p / rate for p in produced)
     return {"first_chunk_s": statistics.median(first), "rtf": elapsed / per_stream,
@@ -83,13 +66,8 @@ def main() -> None:
     levels = [int(v) for v in args.levels.split(",")]
     precision = Precision.choose(args.dtype, device.type)
 
-    torch.manual_seed(0)  # random weights (this script only; the library never seeds the global RNG)
-    config = midsize_config() if args.size == "mid" else dataclasses.replace(CosyVoice2Config())
-    model = CosyVoice2Model(config).eval()
-    with torch.no_grad():  # random weights large enough that the LM's distribution is not flat (as midsize.py)
-        for p in model.lm.parameters():
-            p.mul_(3.0)
-    model = model.to(device)
+    config = midsize_config() if args.size == "mid" else CosyVoice2Config()
+    model = random_model(config).to(device)
     engine = CosyVoice2Engine(model, None, SpeakerStore(None), precision=precision,
                               scheduler_config=SchedulerConfig(max_active=max(levels), max_queued=4 * max(levels)))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

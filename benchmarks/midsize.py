@@ -8,6 +8,8 @@ flow encoder 256-d, 4 heads, FFN 1024, 3 + 4 blocks; U-Net 128 channels, 2 heads
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import torch
 
@@ -43,14 +45,41 @@ def midsize_config() -> CosyVoice2Config:
                                hift=HiFTConfig(base_channels=128, f0_cond_channels=128))
 
 
+def random_model(config: CosyVoice2Config, seed: int = 0) -> CosyVoice2Model:
+    """Random weights for ``config``, the LM's scaled up so that its distribution is not flat."""
+    torch.manual_seed(seed)  # benchmarks only; the library never seeds the global RNG
+    model = CosyVoice2Model(config).eval()
+    with torch.no_grad():
+        for p in model.lm.parameters():
+            p.mul_(3.0)
+    return model
+
+
+def stream_together(engine: CosyVoice2Engine, requests: list[SynthesisRequest]) -> tuple[list[int], list[float], float]:
+    """Stream ``requests`` at once, one consumer thread each: (samples per request, seconds to each first chunk,
+    wall seconds for all)."""
+    n = len(requests)
+    produced, first = [0] * n, [0.0] * n
+    start = time.perf_counter()
+
+    def consume(i: int) -> None:
+        for k, chunk in enumerate(engine.stream(requests[i])):
+            if k == 0:
+                first[i] = time.perf_counter() - start
+            produced[i] += len(chunk)
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return produced, first, time.perf_counter() - start
+
+
 def midsize_engine(schedule: StreamSchedule | None = None, max_active: int = 8, seed: int = 0,
                    **scheduler: int | str | bool | None) -> CosyVoice2Engine:
     """The mid-size engine; ``scheduler``: further ``SchedulerConfig`` fields (e.g. ``vocoder_workers``)."""
-    torch.manual_seed(seed)
-    model = CosyVoice2Model(midsize_config()).eval()
-    with torch.no_grad():  # random weights large enough that the LM's distribution is not flat
-        for p in model.lm.parameters():
-            p.mul_(3.0)
+    model = random_model(midsize_config(), seed)
     return CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=schedule,
                             scheduler_config=SchedulerConfig(max_active=max_active, max_queued=64, **scheduler))
 
