@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 
-import numpy as np
 import torch
-from voxcpm2_throughput import CONCURRENT, build_engine, consume, make_requests
+from voxcpm2_throughput import CONCURRENT, build_engine, concurrently, consume, make_requests
 
 from cadenza.engine.precision import detect_cpu
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -55,18 +53,7 @@ def run_level(engine, names: list[str | None], patches: int) -> float:
     requests = make_requests(engine, patches)
     for request, name in zip(requests, names):
         request.lora = None if name is None else engine.loras.get(name)
-    out: list[np.ndarray | None] = [None] * len(requests)
-
-    def run(i: int) -> None:
-        out[i] = consume(engine, requests[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start
+    return concurrently(engine, requests)[0]
 
 
 def time_steps(engine, repeats: int) -> dict[str, float]:
