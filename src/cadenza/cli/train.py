@@ -22,7 +22,8 @@ from pathlib import Path
 from cadenza.cli.args import positive_int, report_errors
 from cadenza.errors import CadenzaError
 
-STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo", "asr_reward", "voxcpm2")
+STAGE_CHOICES = ("tokenizer", "frame_tokenizer", "speaker", "lm", "flow", "hift", "dpo", "asr_reward", "token_reader",
+                 "voxcpm2")
 VX2 = "voxcpm2"
 
 

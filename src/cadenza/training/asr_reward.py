@@ -19,6 +19,12 @@ the tokenizer *run folder*: its ``speech_tokenizer.json`` (sizes, character voca
 ``checkpoints/step_N.pt`` (``tokenizer.quantizer.out_proj``, ``encoder2``, ``asr_head``). It is frozen
 (``requires_grad_(False)``, eval mode, never given to an optimiser): its weights stay bit-for-bit what they were.
 
+A tokenizer without FSQ codes (a frame classifier, cadenza-tiny v2) gets its backend from a *token reader*
+(``token_reader.py``, ``cadenza train token_reader``): an embedding table ``[V, H]`` in place of the code table and
+up-projection (the same matrix product of the token distribution), its own encoder and CTC head. Both backends have
+one interface, ``forward(token_probs [B, T, V], mask [B, T]) -> log-probs [B, T * frames_per_token, C]``, so the
+loss below is the same code for both.
+
 The released S3 tokenizer (``speech_tokenizer_v2.onnx``) ships without its up-projection and ASR decoder, so L_ASR
 cannot be computed for an LM that speaks S3 tokens; ``load_asr_backend`` refuses it saying so.
 """
@@ -39,6 +45,7 @@ from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
 from cadenza.models.speech_tokenizer.encoder import TransformerEncoder
 from cadenza.models.speech_tokenizer.inference import CONFIG_NAME, read_speech_tokenizer_json
 from cadenza.training.checkpoint import latest_checkpoint, load_checkpoint
+from cadenza.training.token_reader import TokenReader, find_token_reader, load_token_reader
 
 S3_ONNX = "speech_tokenizer_v2.onnx"
 S3_REFUSAL = (
@@ -48,6 +55,9 @@ S3_REFUSAL = (
     "corpus with it and train the LM on those tokens, then give its run folder as asr_reward.tokenizer; or train "
     "an up-projection + encoder + CTC head on the S3 codes yourself (not provided). See docs/training.md, "
     "'Reinforcement stage'.")
+READER_HINT = ("train a token reader: cadenza train token_reader --config configs/train/token_reader_tiny.yaml "
+               "--data LM_CORPUS --out runs/reader (token_reader.model.codebook_size = the LM's speech vocabulary), "
+               "then give that folder as asr_reward.reader")
 
 
 def gumbel_noise(shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
@@ -84,6 +94,8 @@ class TokenASRBackend(nn.Module):
     ``token_probs [B, T, V]`` (rows sum to 1; one-hot for hard tokens), ``mask [B, T]`` bool -> CTC log-probs
     ``[B, T, C]`` (blank = 0). A one-hot row gives exactly the tokenizer's own ``embed_ids`` of that id.
     """
+
+    frames_per_token = 1  # the CTC runs at the token rate
 
     def __init__(self, cfg: SpeechTokenizerConfig) -> None:
         super().__init__()
@@ -129,26 +141,36 @@ class TokenASRBackend(nn.Module):
 class ASRBackend:
     """A loaded, frozen backend with the character vocabulary its CTC head was trained on."""
 
-    model: TokenASRBackend
+    model: TokenASRBackend | TokenReader  # forward(token_probs [B, T, V], mask) -> [B, T * frames_per_token, C]
     vocab: CharVocab
     source: Path
 
 
 def load_asr_backend(path: str | Path, device: torch.device | str = "cpu") -> ASRBackend:
-    """The frozen ASR backend of a ``cadenza train tokenizer`` run folder (or one of its checkpoint files).
+    """The frozen ASR backend of a ``cadenza train tokenizer`` run folder (or one of its checkpoint files), or of a
+    ``cadenza train token_reader`` output folder (``token_reader.json`` + ``.safetensors``, or either file).
 
     Raises ``InputError`` / ``CheckpointError`` saying what is missing: the released S3 tokenizer, an exported
-    tokenizer folder without the run's checkpoints, a frame-classifier tokenizer, a tokenizer without ASR head.
+    tokenizer folder without the run's checkpoints, a frame-classifier tokenizer (train a token reader), a tokenizer
+    without ASR head.
     """
     path = Path(path).expanduser()
     if path.suffix == ".onnx" or (path.is_dir() and (path / S3_ONNX).is_file() and not (path / CONFIG_NAME).is_file()):
         raise InputError(f"{path}: {S3_REFUSAL}")
+    if (path.is_dir() and find_token_reader(path) is not None) or (
+            path.is_file() and path.name in ("token_reader.json", "token_reader.safetensors")):
+        reader, vocab, weights = load_token_reader(path, device)
+        return ASRBackend(model=reader.requires_grad_(False), vocab=vocab, source=weights)
+    if path.is_dir() and (path / "token_reader.json").is_file() != (path / "token_reader.safetensors").is_file():
+        raise InputError(f"{path} holds half a token reader (token_reader.json and token_reader.safetensors go "
+                         f"together): give the `cadenza train token_reader --out` folder of a finished run")
     if path.is_file() and path.suffix == ".pt":
         ckpt_path, run = path, path.parent.parent
     elif path.is_dir():
         ckpt_path, run = latest_checkpoint(path), path
     else:
-        raise InputError(f"asr_reward.tokenizer {path} not found: give the output folder of `cadenza train tokenizer`")
+        raise InputError(f"ASR backend {path} not found: give the output folder of `cadenza train tokenizer` "
+                         f"(asr_reward.tokenizer) or of `cadenza train token_reader` (asr_reward.reader)")
     json_path = run / CONFIG_NAME
     if not json_path.is_file():
         raise InputError(f"{run} has no {CONFIG_NAME}: give the output folder of a finished `cadenza train tokenizer` "
@@ -160,8 +182,8 @@ def load_asr_backend(path: str | Path, device: torch.device | str = "cpu") -> AS
         raise CheckpointError(f"{json_path}: {exc}") from exc
     if cfg.frame_classes:
         raise InputError(f"{run} is a frame-classifier tokenizer (frame_classes {cfg.frame_classes}, e.g. "
-                         f"cadenza-tiny v2's phoneme-per-frame tokens): it has no FSQ codes and no ASR head, so L_ASR "
-                         f"needs an FSQ tokenizer trained by `cadenza train tokenizer`")
+                         f"cadenza-tiny v2's phoneme-per-frame tokens): it has no FSQ codes and no ASR head to compute "
+                         f"L_ASR with; {READER_HINT}")
     vocab_doc = (doc.get("metadata") or {}).get("asr_vocab")
     if cfg.vocab_size < 2 or not isinstance(vocab_doc, dict):
         raise InputError(f"{json_path}: this tokenizer has no ASR head (vocab_size {cfg.vocab_size}, no asr_vocab): "
@@ -197,7 +219,7 @@ def speech_positions(targets: torch.Tensor, rows: torch.Tensor, batch_size: int,
     return which, torch.stack([r, pos], 1), lengths
 
 
-def asr_nll(backend: TokenASRBackend, speech_logits: torch.Tensor, slot: torch.Tensor, lengths: torch.Tensor,
+def asr_nll(backend: TokenASRBackend | TokenReader, speech_logits: torch.Tensor, slot: torch.Tensor, lengths: torch.Tensor,
             labels: list[list[int]], temperature: float, straight_through: bool = True,
             generator: torch.Generator | None = None, noise: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,10 +235,11 @@ def asr_nll(backend: TokenASRBackend, speech_logits: torch.Tensor, slot: torch.T
     grid = probs.new_zeros(b, t_max, probs.shape[-1])
     grid = grid.index_put((slot[:, 0], slot[:, 1]), probs)
     mask = torch.arange(t_max, device=grid.device)[None, :] < lengths[:, None]
-    log_probs = backend(grid, mask)
+    log_probs = backend(grid, mask)  # [B, t_max * r, C]
     label_lengths = torch.tensor([len(x) for x in labels], device=grid.device)
     flat = torch.tensor([i for x in labels for i in x] or [BLANK], dtype=torch.long, device=grid.device)
-    nll = F.ctc_loss(log_probs.transpose(0, 1), flat, lengths.clamp(min=1), label_lengths, blank=BLANK,
+    frames = lengths.clamp(min=1) * backend.frames_per_token
+    nll = F.ctc_loss(log_probs.transpose(0, 1), flat, frames, label_lengths, blank=BLANK,
                      reduction="none", zero_infinity=True)
     feasible = (nll.detach() > 0) | (label_lengths == 0)  # zero_infinity turned impossible ones into 0
     return nll, feasible

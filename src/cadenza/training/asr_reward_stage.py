@@ -17,6 +17,8 @@ Config (``asr_reward:`` section; also every ``lm:`` key, ``mix_probability`` def
 
     asr_reward:
       tokenizer: runs/tokenizer        # `cadenza train tokenizer --out` folder (its checkpoints hold the CTC head)
+      reader: null                     # or: a `cadenza train token_reader --out` folder (tokenizers without FSQ
+                                       #   codes, e.g. cadenza-tiny v2); exactly one of the two
       temperature: 1.0                 # Gumbel-softmax temperature of the relaxed backward path
       straight_through: true           # forward = hard sampled tokens (false: the relaxed soft tokens)
       asr_weight: 1.0
@@ -28,6 +30,12 @@ Config (``asr_reward:`` section; also every ``lm:`` key, ``mix_probability`` def
       init_llm: /path/to/llm.pt         # the LM to tune (also the frozen DPO reference)
 
 The tokenizer's codebook must be the LM's speech vocabulary (the LM was trained on that tokenizer's ids).
+
+With ``heldout_fraction > 0`` (L_ASR alone, on the corpus) that share of the corpus stays out of training (the LM
+stage's split: the same ``max_speech_tokens`` / ``heldout_fraction`` / ``split_seed`` hold out the LM's own
+held-out items), and ``eval_every: N`` logs ``heldout_asr_loss`` every N steps: L_ASR of up to ``eval_max_items``
+held-out items, unistream, each item's Gumbel draws fixed for the whole run (so the figures of two steps or two runs
+compare the LMs, not the noise), averaged over ``eval_draws`` draws.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from cadenza.errors import InputError
 from cadenza.training.asr_reward import asr_nll, gumbel_noise, load_asr_backend, speech_positions
@@ -50,26 +58,38 @@ from cadenza.training.lm_model import LMForTraining, sequence_log_probs, targets
 from cadenza.training.lm_stage import LMStageBase
 from cadenza.training.seeding import item_generator
 from cadenza.training.stage import Wrap, register
+from cadenza.training.wav_manifest import heldout_split
 
 log = logging.getLogger(__name__)
 SALT_ASR = 3
 SALT_GUMBEL = 4
+SALT_HELDOUT = 5
 
 
 @dataclass(frozen=True)
 class ASRRewardStageConfig(DPOStageConfig):
     tokenizer: str | None = None
+    reader: str | None = None
     temperature: float = 1.0
     straight_through: bool = True
     asr_weight: float = 1.0
     dpo_weight: float = 0.0
     sft_weight: float = 0.0
+    eval_draws: int = 4
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.tokenizer:
-            raise InputError("asr_reward.tokenizer is required: the `cadenza train tokenizer --out` folder whose "
-                             "CTC head reads the LM's tokens")
+        if not self.tokenizer and not self.reader:
+            raise InputError("asr_reward.tokenizer is required (the `cadenza train tokenizer --out` folder whose CTC "
+                             "head reads the LM's tokens), or asr_reward.reader (a `cadenza train token_reader --out` "
+                             "folder, for tokenizers without FSQ codes)")
+        if self.tokenizer and self.reader:
+            raise InputError("asr_reward: give either tokenizer or reader, not both")
+        if self.dpo_weight > 0 and self.heldout_fraction > 0:
+            raise InputError("asr_reward.heldout_fraction holds corpus items out (dpo_weight 0); with dpo_weight > 0 "
+                             "the data is the pairs file: set heldout_fraction to 0")
+        if self.eval_draws < 1:
+            raise InputError(f"asr_reward.eval_draws must be >= 1, got {self.eval_draws}")
         if not self.temperature > 0:
             raise InputError(f"asr_reward.temperature must be > 0, got {self.temperature}")
         if self.asr_weight < 0 or self.dpo_weight < 0 or self.asr_weight + self.dpo_weight == 0:
@@ -94,12 +114,13 @@ class ASRRewardStage(LMStageBase):
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         if not self.cfg.init_llm:
             log.warning("asr_reward without init_llm: tuning a randomly initialised LM")
-        self.backend = load_asr_backend(self.cfg.tokenizer, device)
+        where = self.cfg.reader or self.cfg.tokenizer
+        self.backend = load_asr_backend(where, device)
         speech_vocab = self.lm_cfg.speech_token_size
         if self.backend.model.codebook_size != speech_vocab:
-            raise InputError(f"the tokenizer at {self.cfg.tokenizer} has {self.backend.model.codebook_size} token ids "
-                             f"but the LM speaks {speech_vocab}: L_ASR needs the tokenizer whose ids the LM was "
-                             f"trained on")
+            what = "token reader" if self.cfg.reader else "tokenizer"
+            raise InputError(f"the {what} at {where} has {self.backend.model.codebook_size} token ids but the LM "
+                             f"speaks {speech_vocab}: L_ASR needs a backend for the ids the LM was trained on")
         super().setup(device, wrap)
         self.ref = None
         if self.cfg.dpo_weight > 0:
@@ -117,7 +138,11 @@ class ASRRewardStage(LMStageBase):
                 raise InputError(f"{self.data_dir / self.cfg.pairs}: L_ASR needs each pair's text (the CTC target); "
                                  f"{len(no_text)} pairs have only text_ids (e.g. {no_text[:3]})")
             return items
-        return TranscribedLMItems(self.data_dir, self.tokenizer, self.cfg.max_speech_tokens, self.cfg.max_text_tokens)
+        items = TranscribedLMItems(self.data_dir, self.tokenizer, self.cfg.max_speech_tokens,
+                                   self.cfg.max_text_tokens)
+        train_idx, self.heldout_idx = heldout_split(len(items), self.cfg.heldout_fraction, self.cfg.split_seed)
+        self.all_items = items
+        return items if not self.heldout_idx else Subset(items, train_idx)
 
     def labels(self, text: str, item_id: str) -> list[int]:
         ids = self.backend.vocab.encode(text)
@@ -169,7 +194,43 @@ class ASRRewardStage(LMStageBase):
                             "margin": float(margin.detach().mean())})
         lr = self.opt.lr
         grad_norm = self.opt.step(loss)
+        if self.cfg.eval_every > 0 and (step + 1) % self.cfg.eval_every == 0:
+            metrics.update(self.evaluate())
         return {"loss": float(loss.detach()), **metrics, "grad_norm": grad_norm, "lr": lr}
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """L_ASR (nats per character) and the feasible share on up to ``eval_max_items`` held-out corpus items,
+        unistream, no speaker tags; item k's draw d is ``item_generator(seed, d, k, SALT_HELDOUT)``, the same at every
+        evaluation. Empty when nothing is held out."""
+        if not getattr(self, "heldout_idx", None):
+            return {}
+        model = getattr(self.model, "module", self.model)  # not through DDP: every rank evaluates the same items
+        was_training = model.training
+        model.eval()
+        total = chars = 0.0
+        feasible = []
+        indices = self.heldout_idx[: self.cfg.eval_max_items]
+        for start in range(0, len(indices), 16):
+            items = [self.all_items[i] for i in indices[start: start + 16]]
+            b = self.to_batch([self.sequence(it, it["text_ids"], it["speech_tokens"], 1.0) for it in items])
+            select, targets, rows = targets_of(b)
+            logits = model(b.kinds, b.ids, select)
+            labels = [self.labels(it["text"], it["id"]) for it in items]
+            speech_vocab = self.lm_cfg.speech_token_size
+            which, slot, lengths = speech_positions(targets, rows, len(items), speech_vocab)
+            for draw in range(self.cfg.eval_draws):
+                noise = torch.cat([gumbel_noise((int(k), speech_vocab),
+                                                item_generator(self.train_cfg.seed, draw, idx, SALT_HELDOUT))
+                                   for k, idx in zip(lengths.tolist(), indices[start: start + 16])])
+                nll, ok = asr_nll(self.backend.model, logits[which, :speech_vocab], slot, lengths, labels,
+                                  self.cfg.temperature, self.cfg.straight_through, noise=noise)
+                total += float(nll.sum())
+                feasible.append(ok.float())
+            chars += self.cfg.eval_draws * sum(len(x) for x in labels)
+        model.train(was_training)
+        return {"heldout_asr_loss": total / max(chars, 1.0), "heldout_asr_feasible": float(torch.cat(feasible).mean()),
+                "heldout_items": float(len(indices))}
 
     def asr_loss(self, logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, n: int,
                  labels: list[list[int]], noise_gens: list[torch.Generator] | None = None

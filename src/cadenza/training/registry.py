@@ -26,6 +26,7 @@ STAGE_MODULES: dict[str, str] = {
     "hift": "cadenza.training.hift_stage",
     "voxcpm2": "cadenza.training.voxcpm2.stage",
     "asr_reward": "cadenza.training.asr_reward_stage",
+    "token_reader": "cadenza.training.token_reader_stage",
 }
 STAGE_NAMES = tuple(STAGE_MODULES)
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
