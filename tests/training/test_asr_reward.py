@@ -294,7 +294,8 @@ def test_refuses_tokenizers_without_an_asr_head(setup, tmp_path):
     with pytest.raises(InputError, match="exported tokenizer only.*checkpoints"):
         load_asr_backend(exported)
     builtin = REPO / "src" / "cadenza" / "assets" / "cadenza-tiny"
-    with pytest.raises(InputError, match="frame-classifier tokenizer.*no ASR head"):
+    with pytest.raises(InputError, match="frame-classifier tokenizer.*no ASR head.*train a token reader: cadenza train "
+                                         "token_reader"):
         load_asr_backend(builtin)
     headless = tmp_path / "headless"
     headless.mkdir()
