@@ -116,6 +116,9 @@ def test_languages_the_model_has():
     ("<speak>Hi <emphasis>there</speak>", r"malformed SSML at line 1, column 28: mismatched tag"),
     ("<speak>Hi &nbsp; there</speak>", r"malformed SSML at line 1, column 11: undefined entity"),
     ("<speak>a</speak>junk", r"malformed SSML at line 1, column 17: junk after document element"),
+    ("<speak>Hi <emphasis>there", r"incomplete SSML at line 1, column 26: the text ends before </emphasis> \(the "
+     r"<emphasis> at line 1, column 11\); SSML is read as one whole <speak> document"),
+    ("<speak>Hi <break time='1", r"incomplete SSML at line 1, column 11: the text ends inside a tag"),
     ("<p>Hi</p>", r"SSML <p> at line 1, column 1: the root element must be <speak>"),
     (speak("<speak>x</speak>"), r"<speak> at line 1, column 8: <speak> may only be the root"),
     (speak("<say-as interpret-as='cardinal'>1<break/></say-as>"), r"<break> .*inside <say-as>"),

@@ -30,13 +30,19 @@ class Word:
     units: tuple[str, ...]
 
 
+def without_markup(text: str) -> str:
+    """``text`` with its inline markup (tags such as ``<strong>``, SSML's, ``[laughter]``) turned into as many
+    spaces: character positions stay those of ``text``, and no tag is read as a word."""
+    return _MARKUP.sub(lambda m: " " * len(m.group()), text)
+
+
 def spoken_words(text: str, language: str = "en-us", description: bool = True) -> list[Word]:
     """The words of ``text`` (runs of non-space characters with something to say) with their phoneme units (none
     when espeak-ng has no phonemes for them, e.g. a script its language does not read).
 
     description: strip a leading ``(description)`` (VoxCPM 2 voice design) before reading words.
     """
-    cleaned = _MARKUP.sub(lambda m: " " * len(m.group()), text)
+    cleaned = without_markup(text)
     if description and (m := _DESCRIPTION.match(cleaned)):
         cleaned = " " * m.end() + cleaned[m.end():]
     words = []

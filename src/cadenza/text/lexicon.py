@@ -237,20 +237,41 @@ class Lexicon:
         kept = [e for e in base.entries if e.word.casefold() not in mine]
         return Lexicon([*self.entries, *kept][:MAX_ENTRIES])
 
-    def apply(self, text: str, phonemes: Collection[str] | None = None) -> str:
+    def apply(self, text: str, phonemes: Collection[str] | None = None, description: bool = True) -> str:
         """``text`` with every whole-word match replaced (protected tags untouched). ``phonemes``: the symbols the
         model reads when its frontend takes phonemes (then phoneme entries become ``<|ph:...|>`` spans); ``None``
-        for models that read text, where a phoneme entry that matches is an ``InputError`` naming its word."""
+        for models that read text, where a phoneme entry that matches is an ``InputError`` naming its word.
+        ``description``: a leading ``(description)`` is protected (False for a later piece of a streamed text)."""
         if not self.entries or not text:
             return text
         out = []
-        for protected, piece in split_protected(text, keep_description=True):
+        for protected, piece in split_protected(text, keep_description=description):
             out.append(piece if protected else self._substitute(piece, phonemes))
         return "".join(out)
 
+    def match_spans(self, text: str, description: bool = True) -> list[tuple[int, int]]:
+        """``(start, end)`` of every place ``apply`` would replace, and of every protected tag, in order."""
+        spans, pos = [], 0
+        for protected, piece in split_protected(text, keep_description=description):
+            if protected:
+                spans.append((pos, pos + len(piece)))
+            else:
+                spans += [(pos + a, pos + b) for a, b, _ in self._matches(piece)]
+            pos += len(piece)
+        return spans
+
     def _substitute(self, text: str, phonemes: Collection[str] | None) -> str:
-        """One left-to-right pass: at each place where an entry could start, the first candidate (longest, then
-        case-sensitive) whose pattern matches is replaced; the scan goes on after it."""
+        out, done = [], 0
+        for start, end, i in self._matches(text):
+            out += [text[done:start], self._replace(self.entries[i], phonemes)]
+            done = end
+        out.append(text[done:])
+        return "".join(out)
+
+    def _matches(self, text: str) -> list[tuple[int, int, int]]:
+        """(start, end, entry index) of each replacement, in order. One left-to-right pass: at each place where an
+        entry could start, the first candidate (longest, then case-sensitive) whose pattern matches is taken; the
+        scan goes on after it."""
         places: dict[int, list[int]] = {}
         for m in _RUN.finditer(text):
             found = self._by_run.get(m.group().lower())
@@ -261,18 +282,17 @@ class Lexicon:
                 found = self._by_char.get(c.lower())
                 if found:
                     places.setdefault(pos, []).extend(found)
-        out, done = [], 0
+        found, done = [], 0
         for start in sorted(places):
             if start < done:
                 continue
             for i in sorted(places[start], key=self._rank.__getitem__):
                 m = self._patterns[i].match(text, start)
                 if m:
-                    out += [text[done:start], self._replace(self.entries[i], phonemes)]
+                    found.append((start, m.end(), i))
                     done = m.end()
                     break
-        out.append(text[done:])
-        return "".join(out)
+        return found
 
     def _replace(self, entry: LexiconEntry, phonemes: Collection[str] | None) -> str:
         if entry.respelling is not None:

@@ -372,11 +372,22 @@ class _Parser:
         try:
             self.parser.Parse(text, True)
         except expat.ExpatError as exc:
-            raise InputError(f"malformed SSML at line {exc.lineno}, column {exc.offset + 1}: "
-                             f"{expat.errors.messages[exc.code]}") from None
+            where = f"line {exc.lineno}, column {exc.offset + 1}"
+            if exc.code in _ENDS_EARLY:  # a document cut short (e.g. one piece of it streamed): say which
+                open_tag = self.stack[-1] if self.stack else None
+                inside = ("inside a tag" if exc.code != expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS]
+                          or open_tag is None else f"before </{open_tag.tag}> (the <{open_tag.tag}> at line "
+                          f"{open_tag.line}, column {open_tag.column})")
+                raise InputError(f"incomplete SSML at {where}: the text ends {inside}; SSML is read as one "
+                                 "whole <speak> document") from None
+            raise InputError(f"malformed SSML at {where}: {expat.errors.messages[exc.code]}") from None
         return self.pieces
 
 
+# Expat's errors for a document that stops before its end: no element closed yet, or a tag or character cut off.
+_ENDS_EARLY = frozenset(expat.errors.codes[m] for m in (expat.errors.XML_ERROR_NO_ELEMENTS,
+                                                        expat.errors.XML_ERROR_UNCLOSED_TOKEN,
+                                                        expat.errors.XML_ERROR_PARTIAL_CHAR))
 _WORD = "\x1f"  # marks the edges of an expansion: a word of its own (see _join_words)
 _WORD_EDGE = re.compile(r"\s*\x1f+\s*")
 _NO_SPACE_BEFORE = set(",.;:!?)]}\n")
