@@ -66,6 +66,17 @@ def test_tokenizer_encodes_known_symbols_and_streams_whole_words():
     assert stream.feed("") == [] and stream.flush() == []
 
 
+@pytest.mark.parametrize("pieces", [["Say ", "<|ph:kədˈɛnzə|>"], ["Say <|ph:nˈuː jˈɔːɹk|>", ", now"],
+                                    ["Say ", "<|ph:kə", "dˈɛnzə|> now."]])
+def test_streamed_phoneme_spans_are_read_whole(pieces):
+    """An inline span (a lexicon's phoneme entry, streamed text) holds ':' and may hold spaces: never cut there."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    stream = tok.stream_encoder()
+    streamed = [i for p in pieces for i in stream.feed(p)] + stream.flush()
+    space = tok.index[" "]
+    assert [i for i in streamed if i != space] == [i for i in tok.encode("".join(pieces)) if i != space]
+
+
 def test_frontend_reads_phonemes_when_the_folder_has_a_table(cv2_dir, tmp_path):
     from cadenza.models.cosyvoice2.config import CosyVoice2Config
     from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend

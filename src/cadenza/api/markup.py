@@ -27,6 +27,7 @@ from cadenza.engine.long_form import SegmentStream, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.text.lexicon import Lexicon
+from cadenza.text.lexicon_stream import LexiconStream
 from cadenza.text.normalize import normalize as normalize_text
 from cadenza.text.ssml import FrontendTraits, Pause, Spoken, looks_like_ssml, parse_ssml
 
@@ -146,6 +147,40 @@ def plan_script(tts, script: Script, voice, *, instructions: str | None = None, 
         n_text += plan.text_tokens
         k += len(item.segments)
     return items, n_text
+
+
+class LexiconTextStream:
+    """A ``TextStream`` (``SpeechModel.open_text_stream``) whose pieces go through a lexicon first
+    (``LexiconStream``: each word is passed on once no later piece can change how it is said)."""
+
+    def __init__(self, inner, lexicon: Lexicon, phonemes=None) -> None:
+        self.inner, self.lexicon = inner, LexiconStream(lexicon, phonemes)
+
+    def feed(self, text: str) -> None:
+        if ready := self.lexicon.feed(text):
+            self.inner.feed(ready)
+
+    def end(self) -> None:
+        if rest := self.lexicon.flush():
+            self.inner.feed(rest)
+        self.inner.end()
+
+    def fail(self, exc: BaseException) -> None:
+        self.inner.fail(exc)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.inner)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+
+def with_lexicon(tts, text_stream, lexicon: Lexicon | None):
+    """``text_stream`` with ``lexicon`` applied to its pieces as ``tts``'s frontend reads them (phoneme entries for
+    models that read phonemes); itself when there is no lexicon."""
+    if not lexicon:
+        return text_stream
+    return LexiconTextStream(text_stream, lexicon, traits_of(tts).phonemes)
 
 
 def voice_lexicon(store, speaker: object) -> Lexicon | None:

@@ -41,31 +41,43 @@ def plan_markup(state: ServerState, served: ServedModel, body, seed: int,
                 lora: str | None = None) -> tuple[list, int, float] | None:
     """(engine requests with ``Silence`` items, text tokens, estimated seconds) of an SSML request or one with a
     lexicon (the request's or its voice's); None for plain text, which keeps the usual path. Blocking."""
-    from cadenza.server.openai_speech import bound_text
-
     request_lexicon = parse_lexicon(body.lexicon)
-    saved = None if body.voice is None else markup.voice_lexicon(state.voices, voice_ref(body.voice))
+    ref = None if body.voice is None else voice_ref(body.voice)
+    saved = None if ref is None else markup.voice_lexicon(state.voices, ref)
     ssml = markup.is_ssml(body.input, body.input_format)
     if not ssml and request_lexicon is None and saved is None:
         return None
     lexicon = saved if request_lexicon is None else request_lexicon.over(saved)
+    return plan_document(state, served, body.input, input_format=body.input_format, lexicon=lexicon, voice=ref,
+                         instructions=body.instructions, speed=body.speed, seed=seed, lora=lora)
+
+
+def plan_document(state: ServerState, served: ServedModel, text: str, *, input_format: str | None,
+                  lexicon: Lexicon | None, voice: str | None, instructions: str | None, speed: float, seed: int,
+                  lora: str | None = None, param: str = "input") -> tuple[list, int, float]:
+    """``text`` (SSML or plain, ``lexicon`` applied) -> (engine requests with ``Silence`` items, text tokens,
+    estimated seconds): the HTTP request's path, and each SSML document of a WebSocket session. A 400 names the SSML
+    tag and its line and column (``param``: the text's field) or the lexicon entry (``lexicon``). Blocking."""
+    from cadenza.server.openai_speech import bound_text
+
+    ssml = markup.is_ssml(text, input_format)
     try:
-        script = markup.make_script(served.tts, body.input, input_format=body.input_format, lexicon=lexicon,
-                                    max_tokens=state.config.max_segment_tokens, speed=body.speed)
+        script = markup.make_script(served.tts, text, input_format=input_format, lexicon=lexicon,
+                                    max_tokens=state.config.max_segment_tokens, speed=speed)
     except TextError:
         raise
     except InputError as exc:
-        param = "lexicon" if str(exc).startswith("lexicon entry") else "input"
-        raise APIError(400, str(exc), param=param, code="invalid_ssml" if ssml and param == "input"
+        where = "lexicon" if str(exc).startswith("lexicon entry") else param
+        raise APIError(400, str(exc), param=where, code="invalid_ssml" if ssml and where == param
                        else "invalid_value") from None
-    seconds = bound_text(state, markup.script_text(script)) + markup.pause_seconds(script)
+    seconds = bound_text(state, markup.script_text(script), param) + markup.pause_seconds(script)
     if seconds > state.config.max_audio_seconds:
-        raise APIError(400, f"input would make about {seconds:.0f} s of audio with its breaks; one request may make "
-                       f"at most {state.config.max_audio_seconds:g} s", param="input",
+        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio with its breaks; one request may make "
+                       f"at most {state.config.max_audio_seconds:g} s", param=param,
                        code="audio_above_max_duration")
-    voice = None if body.voice is None else served.prompts.resolve(voice_ref(body.voice), reveal_names=False)
-    instructions = body.instructions if body.instructions and body.instructions.strip() else None
-    items, n_text = markup.plan_script(served.tts, script, voice, instructions=instructions, seed=seed,
+    prompt = None if voice is None else served.prompts.resolve(voice, reveal_names=False)
+    instructions = instructions if instructions and instructions.strip() else None
+    items, n_text = markup.plan_script(served.tts, script, prompt, instructions=instructions, seed=seed,
                                        **({} if lora is None else {"lora": lora}))
     return items, n_text, seconds
 

@@ -3,9 +3,10 @@
 Protocol (JSON text messages, audio as binary messages), one utterance per connection::
 
     client: {"type": "session.config", "model"?: str, "voice"?: "alice" | {"id": ...}, "instructions"?: str,
-             "seed"?: int, "lora"?: str, "speed"?: 0.5-2.0, "timestamps"?: bool}
+             "seed"?: int, "lora"?: str, "speed"?: 0.5-2.0, "timestamps"?: bool, "input_format"?: "text" | "ssml",
+             "lexicon"?: [{"word", "respelling" | "phonemes", "case_sensitive"?}, ...]}
     server: {"type": "audio.start", "sample_rate": 24000, "format": "pcm_s16le", "seed": ...}
-    client: {"type": "input.text", "text": "Hello "}   (any number of pieces)
+    client: {"type": "input.text", "text": "Hello ", "input_format"?: ..., "lexicon"?: [...]}   (any number)
     client: {"type": "input.done"}
     server: binary frames of 16-bit little-endian mono PCM, as soon as each chunk is ready
     server: {"type": "word", "word": "Hello", "start": 0.04, "end": 0.28, "start_char": 0, "end_char": 5}
@@ -13,8 +14,17 @@ Protocol (JSON text messages, audio as binary messages), one utterance per conne
             it lies in; docs/controls.md, "Word timestamps")
     server: {"type": "audio.done", "audio_seconds": ..., "first_chunk_seconds": ...}, then closes (1000)
 
-Errors: ``{"type": "error", "error": {"message", "type", "param", "code"}}``, then the server closes (1007 bad
-message, 1008 not authorised, 1011 server error, 1013 busy). The pieces go to the model's text stream
+Errors: ``{"type": "error", "error": {"message", "type", "param", "code"}, "fatal": true}``, then the server closes
+(1007 bad message, 1008 not authorised, 1011 server error, 1013 busy); ``"fatal": false``: one SSML document was
+refused (its SSML, or its lexicon entries: the HTTP 400's code and wording) and the session goes on without it.
+
+SSML and lexicons (docs/server.md, "WebSocket protocol"): a session speaks either streamed text or SSML documents,
+decided by its first text with something in it (``input_format`` of that message or of the session; left out, a
+text starting with ``<speak`` is SSML). In an SSML session every ``input.text`` is one whole ``<speak>`` document,
+planned exactly as ``POST /v1/audio/speech`` plans one (``markup_api.plan_document``: breaks are exact zeros) and
+spoken after the documents before it (document *k* with seed + 1000·*k*). A lexicon (``session.config``'s entries
+over the saved voice's own) applies to streamed text as it arrives (``LexiconStream``) and to every document; a
+document's own ``lexicon`` entries apply to it alone. The pieces go to the model's text stream
 (``SpeechModel.open_text_stream``): CosyVoice 2 tokenizes them as they arrive for its bi-streaming LM, so audio starts
 a few words in; VoxCPM 2 speaks each sentence once it is complete. The engine request (and an admission slot) is taken only when the text so far has something to speak, and
 only text with something in it moves the idle deadline (``ws_idle_timeout_s``); a session lasts at most
@@ -36,15 +46,22 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.alignment.timer import WordTimer
+from cadenza.alignment.words import without_markup
+from cadenza.api import markup
 from cadenza.api.arguments import check_chars
+from cadenza.engine.long_form import SegmentStream
+from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
 from cadenza.server.encoding import pcm16
-from cadenza.server.engine_stream import EngineStream, Slot
+from cadenza.server.engine_stream import SEGMENTS_IN_FLIGHT, EngineStream, Slot
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceRef, voice_ref
+from cadenza.server.markup_api import parse_lexicon, plan_document
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.duration import estimate_speech_seconds
+from cadenza.text.lexicon import MAX_ENTRIES, Lexicon
+from cadenza.text.ssml import looks_like_ssml
 
 log = logging.getLogger(__name__)
 WS_PATH = "/v1/audio/speech/stream"
@@ -64,6 +81,8 @@ class SessionConfig(BaseModel):
     timestamps: bool = False
     speed: float = Field(default=1.0, ge=0.25, le=4.0)  # the model's own range is checked once it is known
     lora: Text | None = Field(default=None, min_length=1, max_length=64)  # VoxCPM 2: a registered LoRA adapter
+    input_format: Literal["text", "ssml"] | None = None  # the session's texts (docs/server.md, "WebSocket protocol")
+    lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # over the saved voice's own
 
 
 class _Close(Exception):
@@ -76,6 +95,12 @@ class _Close(Exception):
 
 def _bad(message: str, param: str | None = None) -> _Close:
     return _Close(CLOSE_BAD_DATA, APIError(400, message, param=param, code="invalid_message"))
+
+
+def _input_error(exc: InputError) -> _Close:
+    """The text's fault (1007), naming ``lexicon`` when a lexicon entry is (a phoneme entry for a text model)."""
+    param = "lexicon" if str(exc).startswith("lexicon entry") else "text"
+    return _Close(CLOSE_BAD_DATA, APIError(400, str(exc), param=param, code="invalid_value"))
 
 
 def _close_code(error: APIError, exc: BaseException | None = None) -> int:
@@ -148,9 +173,9 @@ async def _send(sending) -> None:
         raise WebSocketDisconnect(1006) from exc
 
 
-async def _send_error(ws: WebSocket, error: APIError) -> None:
+async def _send_error(ws: WebSocket, error: APIError, fatal: bool = True) -> None:
     try:
-        await ws.send_json({"type": "error", **error.body()})
+        await ws.send_json({"type": "error", **error.body(), "fatal": fatal})
     except (RuntimeError, WebSocketDisconnect, OSError):
         pass
 
@@ -185,6 +210,12 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
     except Exception as exc:
         error = state.error(exc, param="voice")
         raise _Close(_close_code(error, exc), error) from exc
+    try:  # the session's entries over the saved voice's own, as a request's are
+        own = parse_lexicon(config.lexicon)
+        saved = None if ref is None else await anyio.to_thread.run_sync(markup.voice_lexicon, state.voices, ref,
+                                                                         limiter=state.limiter)
+    except APIError as exc:
+        raise _Close(CLOSE_BAD_DATA, exc) from exc
     await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
                               "seed": seed}))
     rates = served.capabilities.speed
@@ -193,6 +224,8 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
                    f"({'1.0 only' if rates is None else f'{rates[0]:g} to {rates[1]:g}'})", "speed")
     synthesis = _Synthesis(state, served, ref, instructions, seed, lora)
     synthesis.speed = config.speed
+    synthesis.input_format = config.input_format
+    synthesis.lexicon = saved if own is None else own.over(saved)
     if config.timestamps:
         synthesis.timer = await anyio.to_thread.run_sync(WordTimer, None, served.sample_rate, limiter=state.limiter)
     try:
@@ -239,6 +272,20 @@ class _Synthesis:
         self.seconds = 0.0  # estimated audio of the text so far
         self.timer: WordTimer | None = None  # word timestamps, when the session asked for them
         self.speed = 1.0
+        self.input_format: str | None = None  # session.config's
+        self.lexicon: Lexicon | None = None  # the session's entries over the voice's
+        self.ssml: bool | None = None  # decided by the first text with something in it
+        self.documents = 0  # SSML documents accepted so far
+
+    def plan_document(self, text: str, entries: list | None) -> tuple[list, float]:
+        """One SSML document -> (engine requests and ``Silence`` items, estimated seconds), as HTTP plans one; its
+        own ``entries`` over the session's lexicon. Blocking. ``APIError``: the document (or its entries) is bad."""
+        lexicon = self.lexicon if entries is None else parse_lexicon(entries).over(self.lexicon)
+        items, _, seconds = plan_document(self.state, self.served, text, input_format="ssml", lexicon=lexicon,
+                                          voice=self.ref, instructions=self.instructions, speed=self.speed,
+                                          seed=(self.seed + 1000 * self.documents) % 2**62, lora=self.lora,
+                                          param="text")
+        return items, seconds
 
     async def start(self, seconds: float) -> None:
         state = self.state
@@ -251,11 +298,14 @@ class _Synthesis:
         served = self.served
 
         def start():
+            if self.ssml:  # documents arrive planned (``plan_document``) and are spoken one after the other
+                return SegmentStream(with_silences(served.tts.submit), [], SEGMENTS_IN_FLIGHT, open_ended=True)
             voice = None if self.ref is None else served.prompts.resolve(self.ref, reveal_names=False)
             adapter = {} if self.lora is None else {"lora": self.lora}  # only models that take adapters get it
             rate = {} if self.speed == 1.0 else {"speed": self.speed}
-            return served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed, **adapter,
-                                               **rate)
+            stream = served.tts.open_text_stream(voice, instructions=self.instructions, seed=self.seed, **adapter,
+                                                 **rate)
+            return markup.with_lexicon(served.tts, stream, self.lexicon)
 
         try:
             self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
@@ -264,7 +314,7 @@ class _Synthesis:
             raise _Close(_close_code(error, exc), error) from exc
         self.stream = EngineStream(served.tts.submit, [], limiter=state.limiter, handle=self.handle,
                                    max_samples=int(state.config.max_audio_seconds * served.sample_rate),
-                                   mark=served.tts.mark.embedder())
+                                   mark=keep_silence(served.tts.mark.embedder()))  # breaks stay exact zeros
         self.started.set()
 
     def grow(self, seconds: float) -> None:
@@ -290,6 +340,8 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
     times: dict[str, float] = {}
     outcome: list[BaseException] = []
     pending: list[str] = []  # text received before the engine started
+    sending = anyio.Lock()  # audio and words go out from send(), a refused document's error from receive()
+    refused: list[APIError] = []  # SSML documents refused (the session went on without them)
 
     async def feed(text: str) -> None:
         if not text:
@@ -299,7 +351,9 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             return
         try:  # off the event loop: a model may plan a sentence's request here
             await anyio.to_thread.run_sync(synthesis.handle.feed, text, limiter=state.limiter)
-        except (InputError, APIError):
+        except InputError as exc:
+            raise _input_error(exc) from exc
+        except APIError:
             raise
         except Exception as exc:
             error = state.error(exc, param="text")
@@ -314,9 +368,35 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         if synthesis.handle is None:
             await synthesis.start(max(seconds, 1.0))
             text, pending[:] = "".join(pending), []
-            await feed(text)
+            await feed(text)  # (none in an SSML session: its documents are added planned)
         else:
             synthesis.grow(seconds)
+
+    async def document(text: str, entries: object, seconds: float) -> float:
+        """An SSML session's document: planned, then spoken after the ones before; refused alone when its SSML or
+        its lexicon entries are bad (the session goes on). Returns the session's estimated seconds with it."""
+        if entries is not None and not isinstance(entries, list):
+            raise _bad("lexicon must be a list of entries", "lexicon")
+        try:
+            items, more = await anyio.to_thread.run_sync(synthesis.plan_document, text, entries,
+                                                         limiter=state.limiter)
+        except Exception as exc:  # noqa: BLE001 - sorted below: the document's fault, or the session's end
+            text_fault = isinstance(exc, InputError) and "instruct" not in str(exc)
+            error = state.error(exc, param="text" if text_fault else None)
+            if error.status != 400 or error.param not in ("text", "lexicon"):
+                raise _Close(_close_code(error, exc), error) from exc
+            refused.append(error)
+            async with sending:
+                await _send_error(ws, error, fatal=False)
+            return seconds
+        synthesis.documents += 1
+        if synthesis.timer is not None:  # its words, where they are in the text as sent; no tag is a word
+            synthesis.timer.feed_text(without_markup(text))
+        deadlines.text_arrived()
+        times.setdefault("first_text", time.perf_counter())
+        await begin(seconds + more)
+        synthesis.handle.add(items)
+        return seconds + more
 
     async def receive() -> None:
         chars, seconds = 0, 0.0  # the text so far: length and estimated audio (the estimate adds up piece by piece)
@@ -341,6 +421,25 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                 chars += len(text)
                 if chars > cfg.max_input_chars:
                     raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
+                fmt = data.get("input_format", synthesis.input_format)
+                if fmt not in (None, "text", "ssml"):
+                    raise _bad(f"input_format must be 'text' or 'ssml', not {str(fmt)[:40]!r}", "input_format")
+                if synthesis.ssml is None and text.strip():
+                    synthesis.ssml = fmt == "ssml" or (fmt is None and looks_like_ssml(text))
+                if synthesis.ssml and text.strip():
+                    if fmt == "text":
+                        raise _bad("this session speaks SSML documents (its first text was one): every input.text "
+                                   "is one whole <speak> document; open another session for plain text",
+                                   "input_format")
+                    seconds = await document(text, data.get("lexicon"), seconds)
+                    continue
+                if data.get("input_format") == "ssml" and synthesis.ssml is False:
+                    raise _bad("this session streams plain text (its first text was not SSML): send SSML documents "
+                               "in a session of their own, with input_format 'ssml' in session.config",
+                               "input_format")
+                if data.get("lexicon") is not None and not synthesis.ssml:
+                    raise _bad("a lexicon on input.text applies to that SSML document alone; for streamed text give "
+                               "it in session.config (a word may arrive in several pieces)", "lexicon")
                 if synthesis.handle is None:
                     received.append(text)
                 if synthesis.timer is not None:
@@ -362,23 +461,25 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             elif kind == "input.done":
                 # Nothing speakable at all is the client's error (and the engine's bi-streaming LM would wait
                 # forever for a first text token).
-                if synthesis.handle is None and not tts.speakable("".join(received)):
-                    raise _bad("nothing to speak before input.done: the text is empty, or only punctuation or "
-                               "symbols", "text")
+                if synthesis.handle is None and (synthesis.ssml or not tts.speakable("".join(received))):
+                    why = (f"every SSML document was refused (the last: {refused[-1].message})" if refused
+                           else "the text is empty, or only punctuation or symbols")
+                    raise _bad(f"nothing to speak before input.done: {why}", "text")
                 times.setdefault("first_text", time.perf_counter())
                 if synthesis.handle is None:
                     await begin(seconds)
                 try:
                     await anyio.to_thread.run_sync(synthesis.handle.end, limiter=state.limiter)
                 except InputError as exc:
-                    raise _bad(str(exc), "text") from exc
+                    raise _input_error(exc) from exc
                 done = True
             else:
                 raise _bad(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
 
     async def send_words(words) -> None:
         for word in words:
-            await _send(ws.send_json({"type": "word", **word.to_dict()}))
+            async with sending:
+                await _send(ws.send_json({"type": "word", **word.to_dict()}))
 
     async def send() -> None:
         await synthesis.started.wait()
@@ -386,7 +487,8 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         while (chunk := await stream.next()) is not None:
             if "first_chunk" not in times:
                 times["first_chunk"] = time.perf_counter()
-            await _send(ws.send_bytes(pcm16(chunk)))
+            async with sending:
+                await _send(ws.send_bytes(pcm16(chunk)))
             if timer is not None:
                 await send_words(await anyio.to_thread.run_sync(timer.push, chunk, limiter=state.limiter))
         if timer is not None:

@@ -184,6 +184,19 @@ class PhonemeTokenizer:
         return PhonemeStreamEncoder(self)
 
 
+def _last_break(text: str) -> int:
+    """Index of the last space or clause punctuation of ``text`` outside inline phoneme spans (``<|ph:...|>``, which
+    hold ``:`` and may hold spaces; one not closed yet counts to the end), or -1."""
+    spans = [m.span() for m in PHONEME_SPAN.finditer(text)]
+    opened = text.rfind("<|")
+    if opened >= 0 and text.find("|>", opened) < 0:
+        spans.append((opened, len(text)))
+    for i in range(len(text) - 1, -1, -1):
+        if text[i] in " \n,.;:!?" and not any(a <= i < b for a, b in spans):
+            return i
+    return -1
+
+
 class PhonemeStreamEncoder:
     """Text pieces as they arrive (e.g. an upstream LLM's tokens) -> phoneme ids, a whole word at a time.
 
@@ -197,7 +210,7 @@ class PhonemeStreamEncoder:
 
     def feed(self, piece: str) -> list[int]:
         self.pending += piece
-        cut = max(self.pending.rfind(c) for c in " \n,.;:!?")
+        cut = _last_break(self.pending)
         if cut < 0:
             return []
         ready, self.pending = self.pending[: cut + 1], self.pending[cut + 1:]
