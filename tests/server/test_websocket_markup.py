@@ -200,3 +200,23 @@ def test_protocol_errors_close_the_session(live, cv2, config, texts, param, matc
     assert code == 1007 and error["fatal"] is True and error["error"]["param"] == param, messages
     assert match in error["error"]["message"]
     assert wait_until(lambda: cv2.engine.scheduler.load == (0, 0))
+
+
+def test_real_speech_words_around_a_break(builtin_tts, tmp_path):
+    """The built-in model (real speech, the aligner's own voice): words before a break end before its silence and
+    the words after it start after it."""
+    doc = '<speak>Please open the window.<break time="700ms"/>The room is warm.</speak>'
+    app = create_app(builtin_tts, VoiceStore(tmp_path / "voices"), ServerConfig(api_key=KEY))
+    with LiveServer(app) as server:
+        messages, audio, code = _session(server, [doc], seed=2, timestamps=True)
+    sr = builtin_tts.sample_rate
+    assert code == 1000 and not _errors(messages), messages
+    x = np.frombuffer(audio, "<i2")
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], (x == 0).astype(np.int8), [0]])))
+    (start, length), = [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True) if b - a >= 50]
+    assert 0 <= length - round(0.7 * sr) <= sr // 1000  # real speech: a quiet sample beside it may round to 0
+    words = {w["word"]: w for w in messages if w["type"] == "word"}
+    assert list(words) == ["Please", "open", "the", "window.", "The", "room", "is", "warm."]
+    silence = (start / sr, (start + length) / sr)
+    assert words["window."]["end"] <= silence[0] + 0.05 and words["The"]["start"] >= silence[1] - 0.05, (words, silence)
+    assert doc[words["The"]["start_char"]:words["The"]["end_char"]] == "The"
