@@ -52,6 +52,10 @@ class PrimedPrompts:
 
     def session(self, prompt: SpeakerPrompt) -> IncrementalFlow:
         """A new request's flow session for ``prompt``: a copy of its primed state (computed now on first use)."""
+        return self.cached(prompt) or self.prime(prompt)
+
+    def cached(self, prompt: SpeakerPrompt) -> IncrementalFlow | None:
+        """A copy of ``prompt``'s primed state if it is kept, else None (counted as a miss: ``prime`` it)."""
         key = prompt_digest(prompt)
         with self._lock:
             primed = self._entries.get(key)
@@ -60,6 +64,11 @@ class PrimedPrompts:
                 self.hits += 1
                 return primed.clone()
             self.misses += 1
+        return None
+
+    def prime(self, prompt: SpeakerPrompt) -> IncrementalFlow:
+        """Compute ``prompt``'s primed state, keep it (within the byte limit) and return a copy for one request."""
+        key = prompt_digest(prompt)
         primed = IncrementalFlow(self._flow, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding)
         primed.prime()  # outside the lock: another thread may prime another voice meanwhile
         if self.limit_bytes <= 0 or primed.nbytes > self.limit_bytes:

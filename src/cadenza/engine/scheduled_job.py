@@ -21,7 +21,9 @@ class Job(BoardJob):
     request: SynthesisRequest
     decoder: UnistreamDecoder | BistreamDecoder | None
     synth: StreamSynthesis | None = None
-    flow_session: IncrementalFlow | None = None  # primed flow state built at submit, taken over by ``synth``
+    flow_session: IncrementalFlow | None = None  # primed flow state of its voice, taken over by ``synth``
+    # Its voice's primed flow state is not kept: its vocoder worker computes it first, while the LM decodes.
+    needs_priming: bool = False
     ids: list[int] = field(default_factory=list)  # appended by the LM worker only; read by the vocoder worker
     lm_done: bool = False  # set after the last token is in ``ids``
     vocoder_released: bool = False  # the vocoder worker freed (or never had) ``synth``

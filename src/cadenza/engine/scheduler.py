@@ -44,6 +44,7 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker
 from cadenza.engine.vocoder_workers import VocoderWorker
+from cadenza.engine.wide_lane import WideLane
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.sampling import RasSampler
@@ -75,16 +76,14 @@ class Scheduler:
     def submit(self, request: SynthesisRequest, stream: bool = True, bistream: bool = False,
                reference_quirks: bool = False) -> StreamHandle:
         """Queue a request. ``bistream``: text arrives later through the handle's ``feed_text``/``end_text``."""
-        with torch.no_grad():  # the prompt embeddings (and a primed flow prompt) are built here, in the caller's thread
+        with torch.no_grad():  # the prompt embeddings are built here, in the caller's thread
             decoder = self._decoder(request, bistream, reference_quirks)
-            try:
-                session = self._primed.session(request.voice) if stream and self._primed is not None else None
-            except BaseException:
-                if decoder is not None:
-                    decoder.close()
-                raise
+        # A stream starts from its voice's primed flow state; one not kept yet is computed by the request's vocoder
+        # worker while the LM decodes the first chunk's tokens (not here: the LM would wait for it).
+        session = self._primed.cached(request.voice) if stream and self._primed is not None else None
         job = Job(request=request, stream=stream, decoder=decoder,
-                  first_chunk_tokens=self._first_chunk_tokens(request), flow_session=session)
+                  first_chunk_tokens=self._first_chunk_tokens(request), flow_session=session,
+                  needs_priming=stream and self._primed is not None and session is None)
         if decoder is None:
             job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
         self.board.enqueue(job, self._ensure_workers)
@@ -121,6 +120,9 @@ class Scheduler:
 
     def close(self) -> None:
         self.board.close()
+        for lane in [self.lm_worker.lane] + [w.lane for w in self.vocoders]:
+            if lane is not None:
+                lane.close()
         if self._primed is not None:
             self._primed.clear()
 
@@ -131,8 +133,14 @@ class Scheduler:
         state = self.state
         state.cores = torch.get_num_threads()
         state.vocoder_workers, state.lm_threads, state.vocoder_threads = self.config.worker_layout(state.cores)
-        self.vocoders = [VocoderWorker(w, self.model, self.token2wav, self.schedule, self.board, state)
+        self.vocoders = [VocoderWorker(w, self.model, self.token2wav, self.schedule, self.board, state, self._primed)
                          for w in range(state.vocoder_workers)]
+        # A lone request takes every core (``WideLane``) unless the thread counts were set by hand.
+        if self.config.lm_threads is None and state.lm_threads < state.cores:
+            self.lm_worker.lane = WideLane("cadenza-lm-wide", state.cores)
+        for worker in self.vocoders:
+            if self.config.vocoder_threads is None and state.vocoder_threads < state.cores:
+                worker.lane = WideLane(f"cadenza-vocoder-{worker.index}-wide", state.cores)
         loops = [("cadenza-lm", self.lm_worker.run, state.lm_threads)]
         loops += [(f"cadenza-vocoder-{w.index}", w.run, state.vocoder_threads) for w in self.vocoders]
         self.board.start(loops)

@@ -12,20 +12,40 @@ import torch
 
 from cadenza.engine.job_board import DONE, JobBoard
 from cadenza.engine.pipeline_state import PipelineState
+from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
+from cadenza.engine.wide_lane import WideLane
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
 FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)
+PRIME = object()  # marks vocoder work that primes a new stream's voice (``PrimedPrompts.prime``)
 
 
 class VocoderWorker:
     """Vocoder worker number ``index``: owns the requests admitted to it (``Job.vocoder_worker``)."""
 
     def __init__(self, index: int, model: CosyVoice2Model, token2wav: Token2Wav, schedule: StreamSchedule,
-                 board: JobBoard, state: PipelineState) -> None:
+                 board: JobBoard, state: PipelineState, primed: PrimedPrompts | None = None) -> None:
         self.index, self.model, self.token2wav, self.schedule = index, model, token2wav, schedule
+        self.primed = primed
         self.board, self.state, self.config = board, state, board.config
+        self.lane: WideLane | None = None  # set when the workers start, where there are more cores than its threads
+        self._computing = False  # inside a piece of work, counted in ``PipelineState.vocoding``
+
+    def _may_widen(self, work: list[tuple[Job, int, bool]]) -> bool:
+        """Whether this work may run on every core: the one request in the engine, no other vocoder worker at work,
+        and the LM standing still until this audio is out -- a non-streaming request's whole audio (its LM is done)
+        or a stream's first chunk while the LM pauses for it (``first_audio_pause="always"``). Only at these points,
+        which a lone request always reaches the same way, so its audio does not depend on timing (a different
+        thread count changes the last bits of the flow). Caller holds the lock."""
+        job, _, kind = work[0]
+        if (self.lane is None or len(work) > 1 or kind is FLOW_AHEAD or kind is PRIME or self.state.vocoding
+                or not self.board.alone()):  # priming runs beside the LM
+            return False
+        if not job.stream:
+            return True
+        return job.chunks_out == 0 and (job.lm_done or self.config.first_audio_pause == "always")
 
     def run(self) -> None:
         board, state = self.board, self.state
@@ -43,16 +63,27 @@ class VocoderWorker:
                         return
                     work = self._pick(mine)
                     if work:
+                        wide = self._may_widen(work)
                         state.vocoding += 1
                         break
                     board.audio_wake.wait()
+            self._computing = True
             try:
-                self.vocode(work)
+                if wide:
+                    self.lane.run(self.vocode, work)
+                else:
+                    self.vocode(work)
             finally:
                 with board.cond:
-                    state.vocoding -= 1
-                    if state.first_audio_pending:
-                        board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
+                    self._done_computing()
+
+    def _done_computing(self) -> None:
+        """This worker's cores are free. Caller holds the lock."""
+        if self._computing:
+            self._computing = False
+            self.state.vocoding -= 1
+            if self.state.first_audio_pending:
+                self.board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
 
     def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
@@ -61,6 +92,9 @@ class VocoderWorker:
         ready = []
         for job in mine:
             if job.done or job.cancelled or not self.board.room(job):
+                continue
+            if job.needs_priming:  # a stream's first work: its voice's flow prompt, while the LM decodes
+                ready.append((job, 0, PRIME))
                 continue
             lm_done = job.lm_done  # read before the ids: when it is set, every id is in
             n = len(job.ids)
@@ -122,7 +156,7 @@ class VocoderWorker:
     @staticmethod
     def _flow_frames(job: Job, n: int, final: bool) -> int | None:
         """Estimator frames of a streaming job's next flow chunk when it can join a batched flow call, else None."""
-        if not job.stream or (final and n == 0):
+        if not job.stream or final is PRIME or (final and n == 0):
             return None
         return job.synth.flow_frames(n, final)
 
@@ -141,6 +175,8 @@ class VocoderWorker:
         """Run one piece of picked work (a test may wrap this to watch or hold a worker)."""
         if work[0][2] is FLOW_AHEAD:
             self._flow_ahead(work)
+        elif work[0][2] is PRIME:
+            self._prime(work[0][0])
         elif len(work) > 1:
             self._vocoder_batch(work)
         else:
@@ -156,6 +192,16 @@ class VocoderWorker:
             return
         for job, n, _ in work:
             job.flow_ahead_tokens += n
+
+    def _prime(self, job: Job) -> None:
+        """Prime a new stream's voice (kept for the voice's next streams); the stream starts from a copy."""
+        try:
+            session = self.primed.prime(job.request.voice)
+        except Exception as exc:
+            self._end_vocoding([job], exc)
+            return
+        with self.board.cond:
+            job.flow_session, job.needs_priming = session, False  # freed with the job if it ended meanwhile
 
     def _vocoder_batch(self, work: list[tuple[Job, int, bool]]) -> None:
         """The next chunk of several streaming jobs: their flow pushes together (``flow_mels``), then their HiFT calls
@@ -196,6 +242,9 @@ class VocoderWorker:
         for job in jobs:
             job.release_vocoder()
         with self.board.cond:
+            # Free the cores before the consumer can see the end: its next request's LM steps then find them free,
+            # the same whatever the timing (the piece has nothing left to compute).
+            self._done_computing()
             for job in jobs:
                 self.board.finish(job, item)
             self.board.prune()
