@@ -11,6 +11,7 @@ import torch
 from cadenza import Cadenza
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.vocoder_workers import PRIME
+from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.engine.wide_lane import WideLane
 
 TEXT = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
@@ -129,3 +130,33 @@ def test_threads_set_by_hand_are_kept(tts):
         assert sched.lm_worker.lane is None and all(w.lane is None for w in sched.vocoders)
     finally:
         sched.close()
+
+
+def test_voxcpm2_a_lone_request_takes_every_core_and_leaves_the_default(vx2_model_dir):
+    torch.set_num_threads(2)
+    engine = VoxCPM2Engine.from_pretrained(vx2_model_dir)  # its own: the workers read the cores when they start
+    sched = engine.scheduler
+    seen: list[int] = []
+    step = sched._step
+
+    def watched(batch):
+        seen.append(torch.get_num_threads())
+        return step(batch)
+
+    sched._step = watched
+    try:
+        req = engine.build("Hello the world.", seed=2, min_len=6, max_len=6)
+        assert np.concatenate(list(engine.stream(req))).size > 0
+        assert seen and set(seen) == {2}
+        assert _first_op_threads() == 2
+        seen.clear()
+        results = []
+        ts = [threading.Thread(target=lambda s=s: results.append(engine.synthesize(
+            engine.build("Hello the world.", seed=s, min_len=12, max_len=12)))) for s in (3, 4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+        assert len(results) == 2 and 1 in seen  # two requests: each worker on its own core
+    finally:
+        engine.close()

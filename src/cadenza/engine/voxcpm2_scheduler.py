@@ -52,6 +52,7 @@ import torch
 from cadenza.engine.job_board import DONE, meet, start_worker_thread
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
+from cadenza.engine.wide_lane import WideLane
 from cadenza.errors import (
     CadenzaError,
     EngineBusyError,
@@ -308,12 +309,15 @@ class VoxCPM2Scheduler:
         torch.set_num_threads(caller)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
-        threads = self._worker_threads
-        start_worker_thread(threads)
+        start_worker_thread(self._worker_threads)
+        # A lone request's steps run on a lane with every core (``WideLane``: not ``set_num_threads`` here, which
+        # would also change the count that threads started later begin with).
+        lane = (WideLane(f"{threading.current_thread().name}-wide", self._cores)
+                if self.config.vocoder_threads is None and self._cores > self._worker_threads else None)
         meet(started)
         try:
             with torch.inference_mode():
-                self._loop(threads)
+                self._loop(lane)
         except Exception as exc:  # a bug in the worker itself: fail every request loudly instead of hanging
             log.exception("VoxCPM 2 scheduler worker failed; closing the engine")
             with self._cond:
@@ -322,8 +326,11 @@ class VoxCPM2Scheduler:
                 for job in [*self._active, *self._queued]:
                     self._finish(job, exc)
                 self._work.notify_all()
+        finally:
+            if lane is not None:
+                lane.close()
 
-    def _loop(self, threads: int) -> None:
+    def _loop(self, lane: WideLane | None) -> None:
         while True:
             with self._cond:
                 while True:
@@ -344,12 +351,11 @@ class VoxCPM2Scheduler:
                     job.claimed = True
                 self._stepping += 1
                 alone = len(self._active) == 1
-            want = self._cores if alone and self.config.vocoder_threads is None else self._worker_threads
-            if want != threads:  # a lone worker takes every core; two share them
-                threads = want
-                torch.set_num_threads(threads)
             try:
-                self._step(batch)
+                if alone and lane is not None:  # a lone worker takes every core; two share them
+                    lane.run(self._step, batch)
+                else:
+                    self._step(batch)
             finally:
                 with self._cond:
                     for job in batch:
