@@ -1,7 +1,8 @@
 """CosyVoice 2, one request alone on a multi-core CPU: every core for it (``engine/wide_lane.py``) against the fixed
 split the scheduler uses for many streams (the LM worker half the cores, each vocoder worker its share), in one run.
 
-Model: the mid-size random CosyVoice 2 of ``benchmarks/midsize.py`` (``--size full``: the release's sizes). The two
+Model: the mid-size random CosyVoice 2 of ``benchmarks/midsize.py`` (``--size full``: the release's sizes; ``--size
+builtin``: the built-in cadenza-tiny, smaller than mid-size, where a second intra-op thread gains least). The two
 engines share the weights and differ only in ``SchedulerConfig``: ``split`` sets ``lm_threads`` / ``vocoder_threads``
 by hand (what a lone request got before), ``lone`` leaves them to the scheduler. Alternating, best of ``--rounds``:
 
@@ -45,7 +46,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds of speech, non-streaming")
     parser.add_argument("--stream-seconds", type=float, default=10.0, help="seconds of speech, streaming")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per engine, alternating; the best is kept")
-    parser.add_argument("--size", choices=("mid", "full"), default="mid", help="mid-size or release-size weights")
+    parser.add_argument("--size", choices=("mid", "full", "builtin"), default="mid",
+                        help="mid-size or release-size random weights, or the built-in model")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
     parser.add_argument("--lm-int8", action="store_true", help="the LM in int8")
     args = parser.parse_args()
@@ -56,11 +58,17 @@ def main() -> None:
     precision = Precision.choose(args.dtype, "cpu", lm_int8=args.lm_int8)
     print(f"CPU: {detect_cpu().describe()}, {cores} threads, torch {torch.__version__}; {precision.describe()}")
 
-    model = apply_precision(random_model(midsize_config() if args.size == "mid" else CosyVoice2Config()), precision)
+    if args.size == "builtin":
+        import cadenza
+
+        model = cadenza.load().engine.model  # its own engine stays idle
+    else:
+        model = random_model(midsize_config() if args.size == "mid" else CosyVoice2Config())
+    model = apply_precision(model, precision)
     split = SchedulerConfig(lm_threads=max(1, cores // 2), vocoder_threads=max(1, cores // 2))
     engines = {name: CosyVoice2Engine(model, None, SpeakerStore(None), scheduler_config=config)  # the same weights
                for name, config in (("split", split), ("lone", SchedulerConfig()))}
-    print(f"model: {args.size}-size random CosyVoice 2; split = LM {split.lm_threads} thread(s), each of "
+    print(f"model: {args.size}; split = LM {split.lm_threads} thread(s), each of "
           f"{split.worker_layout(cores)[0]} vocoder workers {split.vocoder_threads}")
 
     best: dict[str, dict[str, float]] = {name: {} for name in engines}

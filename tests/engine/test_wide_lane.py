@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from cadenza import Cadenza
+from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.vocoder_workers import PRIME
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
@@ -64,6 +68,16 @@ def tts(cv2_dir) -> Cadenza:
         yield model
 
 
+class IdleMachine:
+    """Stands in for ``MachineLoad`` (the tests must not depend on what else runs on the machine)."""
+
+    def __init__(self, idle: bool = True) -> None:
+        self.is_idle = idle
+
+    def idle(self) -> bool:
+        return self.is_idle
+
+
 def _watch(sched: Scheduler) -> list[tuple[str, int, int]]:
     """Record (worker, intra-op threads, active requests) of every LM step and vocoder piece."""
     seen: list[tuple[str, int, int]] = []
@@ -90,6 +104,8 @@ def test_a_lone_request_takes_every_core_and_two_share_them(tts):
         # The workers start with the first request: start them on a short one, then watch.
         list(sched.submit(tts.request(text_ids=TEXT[:3], seed=1), stream=False))
         assert sched.state.lm_threads == 1 and sched.state.vocoder_threads == 1  # the layout on two cores
+        assert isinstance(sched.state.machine, MachineLoad)
+        machine = sched.state.machine = IdleMachine()
         seen = _watch(sched)
 
         whole = np.concatenate(list(sched.submit(tts.request(text_ids=TEXT, seed=2), stream=False)))
@@ -115,6 +131,12 @@ def test_a_lone_request_takes_every_core_and_two_share_them(tts):
         waiting.feed_text(torch.tensor([TEXT]))
         waiting.end_text()
         assert np.concatenate(list(waiting)).size > 0
+
+        # Alone again, but another process uses the cores: one core each.
+        seen.clear()
+        machine.is_idle = False
+        assert np.concatenate(list(sched.submit(tts.request(text_ids=TEXT, seed=2), stream=False))).size > 0
+        assert seen and {threads for _, threads, _ in seen} == {1}
     finally:
         sched.close()
 
@@ -136,6 +158,7 @@ def test_voxcpm2_a_lone_request_takes_every_core_and_leaves_the_default(vx2_mode
     torch.set_num_threads(2)
     engine = VoxCPM2Engine.from_pretrained(vx2_model_dir)  # its own: the workers read the cores when they start
     sched = engine.scheduler
+    sched.machine = IdleMachine()
     seen: list[int] = []
     step = sched._step
 
@@ -160,3 +183,39 @@ def test_voxcpm2_a_lone_request_takes_every_core_and_leaves_the_default(vx2_mode
         assert len(results) == 2 and 1 in seen  # two requests: each worker on its own core
     finally:
         engine.close()
+
+
+def _stat(path: Path, busy_ticks: int, idle_ticks: int) -> None:
+    # cpu user nice system idle iowait irq softirq steal (the first line of /proc/stat)
+    path.write_text(f"cpu  {busy_ticks} 0 0 {idle_ticks} 7 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+
+
+def test_machine_load_counts_other_processes_busy_time(tmp_path):
+    stat, tick = tmp_path / "stat", os.sysconf("SC_CLK_TCK")
+    _stat(stat, 1000, 5000)
+    load = MachineLoad(window_s=0.05, stat=stat)
+    assert load.others() is None and not load.idle()  # no window yet
+    time.sleep(0.1)
+    _stat(stat, 1000, 5000 + tick)  # the machine was idle
+    assert load.others() == pytest.approx(0.0, abs=0.05) and load.idle()
+    _stat(stat, 1000 + 20 * tick, 5000 + tick)  # 20 s of busy time: someone else's (this test sleeps)
+    assert load.others() == pytest.approx(0.0, abs=0.05)  # within the window: the last value
+    time.sleep(0.1)
+    value = load.others()
+    assert value > 20 / 0.5 and not load.idle(), value  # 20 s of CPU over ~0.1 s of wall: far from idle
+
+
+def test_machine_load_reads_this_machine_or_says_unknown(tmp_path):
+    load = MachineLoad(window_s=0.01)
+    load.others()
+    time.sleep(0.05)
+    value = load.others()
+    if Path("/proc/stat").is_file():
+        assert value is not None and value >= 0.0
+    else:
+        assert value is None and not load.idle()
+    bad = tmp_path / "stat"
+    bad.write_text("intr 1 2 3\n")
+    for path in (tmp_path / "missing", bad):
+        unknown = MachineLoad(window_s=0.0, stat=path)
+        assert unknown.others() is None and unknown.others() is None and not unknown.idle()

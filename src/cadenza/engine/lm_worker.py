@@ -92,7 +92,7 @@ class LMWorker:
                 inboxes = {id(j): list(j.text_inbox) for j in active if j.text_inbox}
                 for j in active:
                     j.text_inbox.clear()
-                wide = self.lane is not None and board.alone() and state.vocoding == 0
+                wide = self.lane is not None and board.alone() and state.vocoding == 0 and state.machine_idle()
             try:
                 if wide:
                     self.lane.run(self.step, active, inboxes)

@@ -36,6 +36,7 @@ import torch
 
 from cadenza.engine.job_board import JobBoard
 from cadenza.engine.lm_worker import LMWorker
+from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
@@ -135,7 +136,11 @@ class Scheduler:
         state.vocoder_workers, state.lm_threads, state.vocoder_threads = self.config.worker_layout(state.cores)
         self.vocoders = [VocoderWorker(w, self.model, self.token2wav, self.schedule, self.board, state, self._primed)
                          for w in range(state.vocoder_workers)]
-        # A lone request takes every core (``WideLane``) unless the thread counts were set by hand.
+        # A lone request takes every core (``WideLane``) while no other process uses them (``MachineLoad``), unless
+        # the thread counts were set by hand.
+        if state.machine is None:
+            state.machine = MachineLoad()
+            state.machine.others()  # starts its first window
         if self.config.lm_threads is None and state.lm_threads < state.cores:
             self.lm_worker.lane = WideLane("cadenza-lm-wide", state.cores)
         for worker in self.vocoders:

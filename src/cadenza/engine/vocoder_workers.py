@@ -35,13 +35,14 @@ class VocoderWorker:
 
     def _may_widen(self, work: list[tuple[Job, int, bool]]) -> bool:
         """Whether this work may run on every core: the one request in the engine, no other vocoder worker at work,
-        and the LM standing still until this audio is out -- a non-streaming request's whole audio (its LM is done)
-        or a stream's first chunk while the LM pauses for it (``first_audio_pause="always"``). Only at these points,
-        which a lone request always reaches the same way, so its audio does not depend on timing (a different
-        thread count changes the last bits of the flow). Caller holds the lock."""
+        no other process using the cores (``MachineLoad``), and the LM standing still until this audio is out -- a
+        non-streaming request's whole audio (its LM is done) or a stream's first chunk while the LM pauses for it
+        (``first_audio_pause="always"``). Only at these points, which a lone request always reaches the same way,
+        so on an idle machine its audio does not depend on timing (a different thread count changes the last bits
+        of the flow). Caller holds the lock."""
         job, _, kind = work[0]
         if (self.lane is None or len(work) > 1 or kind is FLOW_AHEAD or kind is PRIME or self.state.vocoding
-                or not self.board.alone()):  # priming runs beside the LM
+                or not self.board.alone() or not self.state.machine_idle()):  # priming runs beside the LM
             return False
         if not job.stream:
             return True

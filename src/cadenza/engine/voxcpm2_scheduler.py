@@ -23,8 +23,9 @@ work (``ceil(all / n)``, oldest first, counting those the others hold) and runs 
    call); a non-streaming request decodes its whole utterance when done.
 
 Two single-threaded workers beat one with two intra-op threads on two cores (docs/performance.md), but a lone request
-gains from the second core: while one request is active its worker uses all of torch's threads (as set where the
-engine was built), otherwise each ``torch threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's
+gains from the second core: while one request is active and no other process uses the cores (``MachineLoad``) its
+worker uses all of torch's threads (as set where the engine was built, on a ``WideLane``), otherwise each ``torch
+threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's
 state is touched only by the worker holding it. Workers run while there are requests (an idle engine holds no
 thread). ``exclusive()`` holds the steps back (LoRA changes). Nothing sleeps or polls: one lock, two conditions.
 
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 
 from cadenza.engine.job_board import DONE, meet, start_worker_thread
+from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.wide_lane import WideLane
@@ -122,6 +124,7 @@ class VoxCPM2Scheduler:
         # Intra-op threads as set where the engine is built (a fresh thread's count can be a worker's leftover).
         self._cores = torch.get_num_threads()
         self._workers, self._worker_threads = 1, 1
+        self.machine = MachineLoad()  # a lone request takes every core only while other processes leave them free
         me = weakref.ref(self)  # at exit, let the workers end their step: killing one inside torch aborts the process
         atexit.register(lambda: (scheduler := me()) is not None and scheduler.close())
         self.steps = 0  # steps run so far, all workers (for tests and benchmarks)
@@ -352,7 +355,7 @@ class VoxCPM2Scheduler:
                 self._stepping += 1
                 alone = len(self._active) == 1
             try:
-                if alone and lane is not None:  # a lone worker takes every core; two share them
+                if alone and lane is not None and self.machine.idle():  # a lone worker takes every core; two share
                     lane.run(self._step, batch)
                 else:
                     self._step(batch)
