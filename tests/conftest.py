@@ -67,6 +67,19 @@ def builtin_tts():
     model.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _machine_pinned_busy():
+    """An engine runs a lone request on every core only while the machine is otherwise idle (``MachineLoad``): the
+    suite pins the machine as busy, so a result does not depend on what else runs beside the tests (the tests of
+    the widening give their engines an idle machine, tests/engine/test_wide_lane.py)."""
+    from cadenza.engine.machine_load import MachineLoad
+
+    real = MachineLoad.idle
+    MachineLoad.idle = lambda self, threshold=0.3: False
+    yield
+    MachineLoad.idle = real
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -43,31 +43,37 @@ def _own_seconds() -> float:
 
 class MachineLoad:
     """``others()``: cores' worth of CPU used by other processes over the last window of at least ``window_s``
-    seconds (None while unknown). Cheap to call often (one small file read per window); thread-safe."""
+    seconds (None when unknown). The first window starts when the object is made; a call before it is complete
+    waits for it (once), so the first request decides like the ones after it. Cheap to call often (one small file
+    read per window); thread-safe."""
 
     def __init__(self, window_s: float = 0.25, stat: Path = PROC_STAT) -> None:
         self.window_s, self.stat = window_s, stat
         self._lock = threading.Lock()
-        self._last: tuple[float, float, float] | None = None  # (wall, machine busy, own) at the window's start
         self._value: float | None = None
+        self._last = self._sample()  # (wall, machine busy or None, own) at the window's start
+
+    def _sample(self) -> tuple[float, float | None, float]:
+        return time.monotonic(), _machine_busy_seconds(self.stat), _own_seconds()
 
     def others(self) -> float | None:
-        now = time.monotonic()
         with self._lock:
-            if self._last is not None and now - self._last[0] < self.window_s:
-                return self._value
-            busy = _machine_busy_seconds(self.stat)
-            own = _own_seconds()
+            start, busy0, own0 = self._last
+            if busy0 is None:
+                return None  # no /proc/stat (or unreadable): unknown for good
+            waited = time.monotonic() - start
+            if waited < self.window_s:
+                if self._value is not None:
+                    return self._value
+                time.sleep(self.window_s - waited)  # the first window: complete it
+            wall, busy, own = self._last = self._sample()
             if busy is None:
-                self._last, self._value = (now, 0.0, own), None
+                self._value = None
                 return None
-            if self._last is not None and self._last[1] > 0:
-                wall = now - self._last[0]
-                self._value = max(0.0, ((busy - self._last[1]) - (own - self._last[2])) / wall)
-            self._last = (now, busy, own)
+            self._value = max(0.0, ((busy - busy0) - (own - own0)) / (wall - start))
             return self._value
 
     def idle(self, threshold: float = 0.3) -> bool:
-        """Other processes used less than ``threshold`` of a core in the last window (False while unknown)."""
+        """Other processes used less than ``threshold`` of a core in the last window (False when unknown)."""
         value = self.others()
         return value is not None and value < threshold

@@ -64,7 +64,7 @@ class Scheduler:
                         if self.schedule.incremental and self.schedule.primed_prompt_cache_mb > 0
                         and model.flow.decoder.estimator.supports_cache else None)
         self.board = JobBoard(self.config)
-        self.state = PipelineState()
+        self.state = PipelineState(machine=MachineLoad())  # its first window starts now
         self.lm_worker = LMWorker(model, self.board, self.state)
         self.vocoders: list[VocoderWorker] = []  # made when the workers start (their number depends on the cores)
 
@@ -138,9 +138,6 @@ class Scheduler:
                          for w in range(state.vocoder_workers)]
         # A lone request takes every core (``WideLane``) while no other process uses them (``MachineLoad``), unless
         # the thread counts were set by hand.
-        if state.machine is None:
-            state.machine = MachineLoad()
-            state.machine.others()  # starts its first window
         if self.config.lm_threads is None and state.lm_threads < state.cores:
             self.lm_worker.lane = WideLane("cadenza-lm-wide", state.cores)
         for worker in self.vocoders:

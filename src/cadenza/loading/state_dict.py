@@ -43,7 +43,8 @@ def read_torch_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _listing(title: str, keys: Iterable[str]) -> str:
+def key_listing(title: str, keys: Iterable[str]) -> str:
+    """An error message's line naming ``keys`` (the first few, sorted), or "" for none."""
     keys = sorted(keys)
     if not keys:
         return ""
@@ -94,10 +95,10 @@ def load_into(module: nn.Module, state_dict: dict[str, torch.Tensor], source: st
     if missing or unexpected or mismatched or mistyped or non_finite:
         raise CheckpointError(
             f"{source} does not match the model built from the config"
-            + _listing("missing keys", missing)
-            + _listing("unexpected keys", unexpected)
-            + _listing("shape mismatches (checkpoint != model)", mismatched)
-            + _listing("wrong dtypes", mistyped)
-            + _listing("tensors with NaN or infinite values", non_finite)
+            + key_listing("missing keys", missing)
+            + key_listing("unexpected keys", unexpected)
+            + key_listing("shape mismatches (checkpoint != model)", mismatched)
+            + key_listing("wrong dtypes", mistyped)
+            + key_listing("tensors with NaN or infinite values", non_finite)
         )
     module.load_state_dict(given, strict=True, assign=any(p.is_meta for p in module.parameters()))

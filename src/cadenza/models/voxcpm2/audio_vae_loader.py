@@ -12,7 +12,7 @@ model directory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from cadenza.errors import CheckpointError
 from cadenza.layers.snake import Snake
 from cadenza.layers.weight_norm import LEGACY_G, LEGACY_V, PARAM_G, PARAM_V, fold_weight_norm, weight_norm_key_shapes
 from cadenza.loading import load_into, read_torch_state_dict
+from cadenza.loading.state_dict import key_listing
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("audiovae.safetensors", "audiovae.pth")  # priority order of the reference loader
 CONFIG_FILE = "config.json"
-_SHOW = 12  # offending keys listed per category
 
 
 def weight_norm_module_names(vae: nn.Module) -> list[str]:
@@ -61,14 +61,6 @@ def _legacy_name(key: str) -> str:
     return key
 
 
-def _listing(title: str, items: Iterable[str]) -> str:
-    items = sorted(items)
-    if not items:
-        return ""
-    more = f" ... and {len(items) - _SHOW} more" if len(items) > _SHOW else ""
-    return f"\n  {title} ({len(items)}): " + ", ".join(items[:_SHOW]) + more
-
-
 def check_checkpoint_keys(vae: AudioVAE, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Raise :class:`CheckpointError` unless ``state_dict`` has exactly the release's keys and shapes for ``vae``."""
     expected = checkpoint_key_shapes(vae)
@@ -80,9 +72,9 @@ def check_checkpoint_keys(vae: AudioVAE, state_dict: Mapping[str, torch.Tensor],
     if missing or unexpected or mismatched:
         raise CheckpointError(
             f"{source} does not match the AudioVAE built from the config"
-            + _listing("missing keys", missing)
-            + _listing("unexpected keys", unexpected)
-            + _listing("shape mismatches (checkpoint != model)", mismatched)
+            + key_listing("missing keys", missing)
+            + key_listing("unexpected keys", unexpected)
+            + key_listing("shape mismatches (checkpoint != model)", mismatched)
         )
 
 

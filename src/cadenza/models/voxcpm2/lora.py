@@ -36,10 +36,10 @@ from torch import nn
 
 from cadenza.errors import CheckpointError
 from cadenza.loading import read_torch_state_dict
+from cadenza.loading.state_dict import key_listing
 
 CONFIG_FILE = "lora_config.json"
 WEIGHT_FILES = ("lora_weights.safetensors", "lora_weights.ckpt")
-_SHOW = 12
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class LoRALinear(nn.Module):
                 f"enabled={self.enabled}, merged={self.merged}")
 
 
-def _targets(model: nn.Module, config: LoRAConfig) -> list[str]:
+def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
     """Qualified names of the ``nn.Linear`` modules the config selects."""
     names: list[str] = []
 
@@ -183,7 +183,7 @@ def apply_lora(model: nn.Module, config: LoRAConfig) -> list[str]:
     """Wrap the config's target layers (adapters start at zero: B = 0). Returns the wrapped module names."""
     if lora_modules(model):
         raise CheckpointError("this model already has LoRA layers: call remove_lora(model) first")
-    names = _targets(model, config)
+    names = lora_targets(model, config)
     if not names:
         raise CheckpointError("the LoRA config selects no layer (enable_lm / enable_dit / enable_proj are all off?)")
     for name in names:
@@ -205,14 +205,6 @@ def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             for p in ("lora_A", "lora_B")}
 
 
-def _listing(title: str, keys) -> str:
-    keys = sorted(keys)
-    if not keys:
-        return ""
-    more = f" ... and {len(keys) - _SHOW} more" if len(keys) > _SHOW else ""
-    return f"\n  {title} ({len(keys)}): " + ", ".join(keys[:_SHOW]) + more
-
-
 @torch.no_grad()
 def load_lora_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Copy adapter tensors into the model's LoRA layers strictly (unknown, missing and mis-shaped keys raise)."""
@@ -226,9 +218,9 @@ def load_lora_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor
     if unknown or missing or mismatched:
         raise CheckpointError(
             f"{source} does not match the model's LoRA layers"
-            + _listing("unknown LoRA keys", unknown)
-            + _listing("missing LoRA keys", missing)
-            + _listing("shape mismatches (checkpoint != model)", mismatched)
+            + key_listing("unknown LoRA keys", unknown)
+            + key_listing("missing LoRA keys", missing)
+            + key_listing("shape mismatches (checkpoint != model)", mismatched)
         )
     modules = lora_modules(model)
     for key, value in state_dict.items():
@@ -279,7 +271,7 @@ def load_lora(model: nn.Module, path: str | Path, config: LoRAConfig | None = No
     if config is None:
         raise CheckpointError(f"{path}: no {CONFIG_FILE} next to the weights; pass the LoRAConfig explicitly")
     existing = lora_modules(model)
-    if existing and (sorted(existing) != sorted(_targets(model, config)) or any(
+    if existing and (sorted(existing) != sorted(lora_targets(model, config)) or any(
             m.r != config.r or m.scaling != config.scaling for m in existing.values())):
         raise CheckpointError(f"{path}: the model's LoRA layers have another configuration; call remove_lora first")
     if not existing:

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import CheckpointError, UnknownLoRAError
-from cadenza.models.voxcpm2.lora import LoRAConfig, LoRALinear, _listing, _targets, read_lora_checkpoint
+from cadenza.loading.state_dict import key_listing
+from cadenza.models.voxcpm2.lora import LoRAConfig, LoRALinear, lora_targets, read_lora_checkpoint
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_ADAPTERS = 64
@@ -134,7 +135,7 @@ class LoRABank:
             raise CheckpointError(f"a LoRA adapter named {name!r} is already registered (remove it first)")
         if len(self._adapters) >= self.max_adapters:
             raise CheckpointError(f"this model already holds {self.max_adapters} LoRA adapters, the most allowed")
-        layers = _targets(self.model, config)
+        layers = lora_targets(self.model, config)
         if not layers:
             raise CheckpointError(f"{source}: the LoRA config selects no layer (enable_lm / enable_dit / enable_proj "
                                   "are all off?)")
@@ -148,11 +149,11 @@ class LoRABank:
                       if tuple(state[k].shape) != expected[k]]
         if unknown or missing or mismatched:
             raise CheckpointError(f"{source} does not match this model's layers for its LoRA config"
-                                  + _listing("unknown LoRA keys", unknown) + _listing("missing LoRA keys", missing)
-                                  + _listing("shape mismatches (checkpoint != model)", mismatched))
+                                  + key_listing("unknown LoRA keys", unknown) + key_listing("missing LoRA keys", missing)
+                                  + key_listing("shape mismatches (checkpoint != model)", mismatched))
         bad = sorted(k for k, v in state.items() if not v.is_floating_point() or not torch.isfinite(v).all())
         if bad:
-            raise CheckpointError(f"{source}: tensors that are not finite floating-point numbers" + _listing("tensors", bad))
+            raise CheckpointError(f"{source}: tensors that are not finite floating-point numbers" + key_listing("tensors", bad))
         weight = self.model.get_submodule(layers[0]).weight
         self._weights[name] = {layer: tuple(state[f"{layer}.lora_{p}"].to(device=weight.device, dtype=weight.dtype)
                                             for p in ("A", "B")) for layer in layers}
