@@ -351,7 +351,8 @@ class Cadenza:
                 return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
             return self.mark.stream(stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs)))
         kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
-        return self.mark.stream(self._bistream(iter(text), **kwargs))
+        pieces = markup.lexicon_pieces(self, iter(text), input_format, lexicon, kwargs.get("speaker"))
+        return self.mark.stream(self._bistream(pieces, **kwargs))
 
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
                   instruct=None, speaker=None, seed=None, speed: float = 1.0,

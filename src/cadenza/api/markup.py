@@ -183,6 +183,32 @@ def with_lexicon(tts, text_stream, lexicon: Lexicon | None):
     return LexiconTextStream(text_stream, lexicon, traits_of(tts).phonemes)
 
 
+def lexicon_pieces(tts, pieces: Iterator[str], input_format: str | None, lexicon: LexiconLike,
+                   speaker: object) -> Iterator[str]:
+    """Text pieces of a bi-stream (``synthesize_stream`` over an iterator) with ``lexicon`` (over the saved voice
+    ``speaker``'s own) applied as they come; ``pieces`` themselves when there is none. SSML cannot come in pieces
+    (it is parsed as one whole document): ``input_format="ssml"`` is an ``InputError``."""
+    if check_input_format(input_format) == "ssml":
+        raise InputError("SSML is read as one whole document: pass it as one string, not as pieces")
+    lexicon = as_lexicon(lexicon)
+    saved = voice_lexicon(tts.voices, speaker)
+    lexicon = saved if lexicon is None else lexicon.over(saved)
+    if not lexicon:
+        return pieces
+    stream = LexiconStream(lexicon, traits_of(tts).phonemes)
+
+    def respelled() -> Iterator[str]:
+        for piece in pieces:
+            if not isinstance(piece, str):
+                yield piece  # the bi-stream's own check names it
+            elif ready := stream.feed(piece):
+                yield ready
+        if rest := stream.flush():
+            yield rest
+
+    return respelled()
+
+
 def voice_lexicon(store, speaker: object) -> Lexicon | None:
     """The lexicon saved with the store's voice ``speaker`` (by id or name), or None."""
     if store is None or not isinstance(speaker, str):
