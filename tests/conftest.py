@@ -69,9 +69,10 @@ def builtin_tts():
 
 @pytest.fixture(autouse=True, scope="session")
 def _machine_pinned_busy():
-    """An engine runs a lone request on every core only while the machine is otherwise idle (``MachineLoad``): the
-    suite pins the machine as busy, so a result does not depend on what else runs beside the tests (the tests of
-    the widening give their engines an idle machine, tests/engine/test_wide_lane.py)."""
+    """The VoxCPM 2 engine runs a lone request on every core only while the machine is otherwise idle
+    (``MachineLoad``): the suite pins the machine as busy, so a result does not depend on what else runs beside the
+    tests (tests that need the widening give their engine an idle machine: tests/engine/test_lone_request.py,
+    test_vx2_scheduler.py)."""
     from cadenza.engine.machine_load import MachineLoad
 
     real = MachineLoad.idle

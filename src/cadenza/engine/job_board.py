@@ -155,11 +155,6 @@ class JobBoard:
         """Whether the job's consumer has room for another chunk. Caller holds the lock."""
         return len(job.buffer) < self.config.max_buffered_chunks
 
-    def alone(self) -> bool:
-        """One request in the engine, none waiting: its workers may take every core (``WideLane``). Caller holds the
-        lock."""
-        return len(self.active) == 1 and not self.queued
-
     def prune(self) -> None:
         """Drop released jobs: their slot is free at once. Caller holds the lock."""
         if any(j.released for j in self.active):

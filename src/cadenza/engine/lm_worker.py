@@ -3,8 +3,7 @@ one LM step for every request that has LM work -- prompts (several new positions
 decode steps together in one batched forward (per-request KV caches of any length).
 
 While a request has the tokens of its first chunk but no audio yet, it steps only requests that lack them too, so the
-vocoder workers get the cores for that first chunk (``SchedulerConfig.first_audio_pause``). A lone request's steps
-run on every core while no vocoder worker computes (``WideLane``).
+vocoder workers get the cores for that first chunk (``SchedulerConfig.first_audio_pause``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import torch
 from cadenza.engine.job_board import DONE, JobBoard
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.scheduled_job import Job
-from cadenza.engine.wide_lane import WideLane
 from cadenza.errors import RequestCancelledError
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
@@ -27,7 +25,6 @@ class LMWorker:
     def __init__(self, model: CosyVoice2Model, board: JobBoard, state: PipelineState) -> None:
         self.model, self.board, self.state = model, board, state
         self.config = board.config
-        self.lane: WideLane | None = None  # set when the workers start, where there are more cores than LM threads
 
     def _least_loaded_vocoder(self) -> int:
         """The vocoder worker with the fewest unfinished requests (a new request's flow and HiFT state lives in
@@ -92,12 +89,8 @@ class LMWorker:
                 inboxes = {id(j): list(j.text_inbox) for j in active if j.text_inbox}
                 for j in active:
                     j.text_inbox.clear()
-                wide = self.lane is not None and board.alone() and state.vocoding == 0 and state.machine_idle()
             try:
-                if wide:
-                    self.lane.run(self.step, active, inboxes)
-                else:
-                    self.step(active, inboxes)
+                self.step(active, inboxes)
             except Exception as exc:  # a bug in batched LM work: fail those requests, keep serving
                 log.exception("LM step failed")
                 board.end(active, exc)

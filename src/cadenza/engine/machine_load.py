@@ -1,11 +1,10 @@
 """``MachineLoad``: how many cores' worth of CPU other processes use, so a lone request takes every core only when
-they are free.
+they are free (the VoxCPM 2 scheduler's lone worker).
 
-Why: a worker that runs its ops on every core (``WideLane``) waits at each op's end for its slowest thread. When
-another process holds one of those cores, that thread runs only when the scheduler gives it a slice, and every op
-waits for it: measured on two cores with two other busy processes, a mid-size LM step went from 3.4 ms on one
-thread to 100-290 ms on two. One thread per worker (the split layout) is immune, so the engine widens only while
-the rest of the machine is idle.
+Why: an op split over every core waits at its end for its slowest thread. When another process holds one of those
+cores, that thread runs only when the OS gives it a slice, and every op waits for it: measured on two cores with
+other busy processes, a mid-size LM decode step went from 3.4 ms on one thread to 100-290 ms on two
+(docs/performance.md, "Tried and dropped: a lone request on every core"). One thread per worker is immune.
 
 How: the machine's busy time (``/proc/stat``: everything but idle and iowait; a VM's stolen time counts as busy)
 minus this process's CPU time (``os.times``), over windows of at least ``window_s``. Where ``/proc/stat`` cannot

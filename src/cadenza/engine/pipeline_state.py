@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cadenza.engine.machine_load import MachineLoad
-
 
 @dataclass
 class PipelineState:
@@ -20,11 +18,6 @@ class PipelineState:
     cores: int = 1
     lm_threads: int = 1
     vocoder_threads: int = 1
-    machine: MachineLoad | None = None  # other processes' CPU use: a lone request widens only on an idle machine
-
-    def machine_idle(self) -> bool:
-        """Whether other processes leave the cores free (a worker may then run on all of them, ``WideLane``)."""
-        return self.machine is not None and self.machine.idle()
 
     def lm_competes(self, starting: int = 0) -> bool:
         """Whether the LM and the vocoder workers at work (plus ``starting`` more) need more threads than there are

@@ -36,7 +36,6 @@ import torch
 
 from cadenza.engine.job_board import JobBoard
 from cadenza.engine.lm_worker import LMWorker
-from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
@@ -45,7 +44,6 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker
 from cadenza.engine.vocoder_workers import VocoderWorker
-from cadenza.engine.wide_lane import WideLane
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.sampling import RasSampler
@@ -64,7 +62,7 @@ class Scheduler:
                         if self.schedule.incremental and self.schedule.primed_prompt_cache_mb > 0
                         and model.flow.decoder.estimator.supports_cache else None)
         self.board = JobBoard(self.config)
-        self.state = PipelineState(machine=MachineLoad())  # its first window starts now
+        self.state = PipelineState()
         self.lm_worker = LMWorker(model, self.board, self.state)
         self.vocoders: list[VocoderWorker] = []  # made when the workers start (their number depends on the cores)
 
@@ -121,9 +119,6 @@ class Scheduler:
 
     def close(self) -> None:
         self.board.close()
-        for lane in [self.lm_worker.lane] + [w.lane for w in self.vocoders]:
-            if lane is not None:
-                lane.close()
         if self._primed is not None:
             self._primed.clear()
 
@@ -136,13 +131,6 @@ class Scheduler:
         state.vocoder_workers, state.lm_threads, state.vocoder_threads = self.config.worker_layout(state.cores)
         self.vocoders = [VocoderWorker(w, self.model, self.token2wav, self.schedule, self.board, state, self._primed)
                          for w in range(state.vocoder_workers)]
-        # A lone request takes every core (``WideLane``) while no other process uses them (``MachineLoad``), unless
-        # the thread counts were set by hand.
-        if self.config.lm_threads is None and state.lm_threads < state.cores:
-            self.lm_worker.lane = WideLane("cadenza-lm-wide", state.cores)
-        for worker in self.vocoders:
-            if self.config.vocoder_threads is None and state.vocoder_threads < state.cores:
-                worker.lane = WideLane(f"cadenza-vocoder-{worker.index}-wide", state.cores)
         loops = [("cadenza-lm", self.lm_worker.run, state.lm_threads)]
         loops += [(f"cadenza-vocoder-{w.index}", w.run, state.vocoder_threads) for w in self.vocoders]
         self.board.start(loops)

@@ -15,7 +15,6 @@ from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
-from cadenza.engine.wide_lane import WideLane
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
 FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)
@@ -30,23 +29,6 @@ class VocoderWorker:
         self.index, self.model, self.token2wav, self.schedule = index, model, token2wav, schedule
         self.primed = primed
         self.board, self.state, self.config = board, state, board.config
-        self.lane: WideLane | None = None  # set when the workers start, where there are more cores than its threads
-        self._computing = False  # inside a piece of work, counted in ``PipelineState.vocoding``
-
-    def _may_widen(self, work: list[tuple[Job, int, bool]]) -> bool:
-        """Whether this work may run on every core: the one request in the engine, no other vocoder worker at work,
-        no other process using the cores (``MachineLoad``), and the LM standing still until this audio is out -- a
-        non-streaming request's whole audio (its LM is done) or a stream's first chunk while the LM pauses for it
-        (``first_audio_pause="always"``). Only at these points, which a lone request always reaches the same way,
-        so on an idle machine its audio does not depend on timing (a different thread count changes the last bits
-        of the flow). Caller holds the lock."""
-        job, _, kind = work[0]
-        if (self.lane is None or len(work) > 1 or kind is FLOW_AHEAD or kind is PRIME or self.state.vocoding
-                or not self.board.alone() or not self.state.machine_idle()):  # priming runs beside the LM
-            return False
-        if not job.stream:
-            return True
-        return job.chunks_out == 0 and (job.lm_done or self.config.first_audio_pause == "always")
 
     def run(self) -> None:
         board, state = self.board, self.state
@@ -64,27 +46,16 @@ class VocoderWorker:
                         return
                     work = self._pick(mine)
                     if work:
-                        wide = self._may_widen(work)
                         state.vocoding += 1
                         break
                     board.audio_wake.wait()
-            self._computing = True
             try:
-                if wide:
-                    self.lane.run(self.vocode, work)
-                else:
-                    self.vocode(work)
+                self.vocode(work)
             finally:
                 with board.cond:
-                    self._done_computing()
-
-    def _done_computing(self) -> None:
-        """This worker's cores are free. Caller holds the lock."""
-        if self._computing:
-            self._computing = False
-            self.state.vocoding -= 1
-            if self.state.first_audio_pending:
-                self.board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
+                    state.vocoding -= 1
+                    if state.first_audio_pending:
+                        board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
 
     def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
@@ -243,9 +214,6 @@ class VocoderWorker:
         for job in jobs:
             job.release_vocoder()
         with self.board.cond:
-            # Free the cores before the consumer can see the end: its next request's LM steps then find them free,
-            # the same whatever the timing (the piece has nothing left to compute).
-            self._done_computing()
             for job in jobs:
                 self.board.finish(job, item)
             self.board.prune()

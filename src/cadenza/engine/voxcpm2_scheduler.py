@@ -23,9 +23,9 @@ work (``ceil(all / n)``, oldest first, counting those the others hold) and runs 
    call); a non-streaming request decodes its whole utterance when done.
 
 Two single-threaded workers beat one with two intra-op threads on two cores (docs/performance.md), but a lone request
-gains from the second core: while one request is active and no other process uses the cores (``MachineLoad``) its
-worker uses all of torch's threads (as set where the engine was built, on a ``WideLane``), otherwise each ``torch
-threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's
+gains from the second core: while one request is active and no other process uses the cores (``MachineLoad``: a
+split op waits at its end for a thread the OS has not scheduled) its worker uses all of torch's threads (as set where
+the engine was built), otherwise each ``torch threads / n`` (``SchedulerConfig.vocoder_threads`` fixes it). A request's
 state is touched only by the worker holding it. Workers run while there are requests (an idle engine holds no
 thread). ``exclusive()`` holds the steps back (LoRA changes). Nothing sleeps or polls: one lock, two conditions.
 
@@ -54,7 +54,6 @@ from cadenza.engine.job_board import DONE, meet, start_worker_thread
 from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
-from cadenza.engine.wide_lane import WideLane
 from cadenza.errors import (
     CadenzaError,
     EngineBusyError,
@@ -312,15 +311,12 @@ class VoxCPM2Scheduler:
         torch.set_num_threads(caller)  # a worker's count leaks into the process-wide default: give it back
 
     def _worker(self, started: threading.Barrier) -> None:
-        start_worker_thread(self._worker_threads)
-        # A lone request's steps run on a lane with every core (``WideLane``: not ``set_num_threads`` here, which
-        # would also change the count that threads started later begin with).
-        lane = (WideLane(f"{threading.current_thread().name}-wide", self._cores)
-                if self.config.vocoder_threads is None and self._cores > self._worker_threads else None)
+        threads = self._worker_threads
+        start_worker_thread(threads)
         meet(started)
         try:
             with torch.inference_mode():
-                self._loop(lane)
+                self._loop(threads)
         except Exception as exc:  # a bug in the worker itself: fail every request loudly instead of hanging
             log.exception("VoxCPM 2 scheduler worker failed; closing the engine")
             with self._cond:
@@ -329,11 +325,8 @@ class VoxCPM2Scheduler:
                 for job in [*self._active, *self._queued]:
                     self._finish(job, exc)
                 self._work.notify_all()
-        finally:
-            if lane is not None:
-                lane.close()
 
-    def _loop(self, lane: WideLane | None) -> None:
+    def _loop(self, threads: int) -> None:
         while True:
             with self._cond:
                 while True:
@@ -354,11 +347,13 @@ class VoxCPM2Scheduler:
                     job.claimed = True
                 self._stepping += 1
                 alone = len(self._active) == 1
+            want = (self._cores if alone and self.config.vocoder_threads is None and self.machine.idle()
+                    else self._worker_threads)
+            if want != threads:  # a lone worker takes every core; two share them
+                threads = want
+                torch.set_num_threads(threads)
             try:
-                if alone and lane is not None and self.machine.idle():  # a lone worker takes every core; two share
-                    lane.run(self._step, batch)
-                else:
-                    self._step(batch)
+                self._step(batch)
             finally:
                 with self._cond:
                     for job in batch:
