@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
 
 
 def _fixture_dir(env: str, default: str) -> Path:
@@ -85,11 +85,3 @@ def _machine_pinned_busy():
 def _deterministic_threads():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield
-
-
-def assert_close(actual, expected, atol: float, name: str = "") -> None:
-    a = actual.detach().cpu().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
-    e = np.asarray(expected)
-    assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
-    diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
-    assert diff <= atol, f"{name}: max |diff| {diff:.3g} > {atol:g}"

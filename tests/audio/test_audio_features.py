@@ -14,8 +14,7 @@ from cadenza.audio.mel import flow_prompt_mel
 from cadenza.audio.whisper_mel import WHISPER_HOP, whisper_log_mel
 from cadenza.errors import AudioError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, MelConfig
-
-from conftest import assert_close
+from helpers import assert_close
 
 
 @pytest.fixture(scope="module")

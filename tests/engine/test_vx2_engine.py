@@ -21,8 +21,7 @@ from safetensors.torch import load_file
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import AudioError, InputError, TextError
 from cadenza.models.voxcpm2.prompt import build_voice_prompt, encode_patches, load_prompt_audio
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 GEN_TOL = 2e-3  # README: whole autoregressive generations
 VAE_TOL = 1e-5  # README: single blocks (the AudioVAE encoder)

@@ -20,8 +20,7 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import CadenzaError, EngineBusyError, InputError, RequestCancelledError
 from cadenza.models.voxcpm2.retry import generate_with_retry
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 # Not bit for bit: batched requests differ from their runs alone by float rounding, because CPU GEMM kernels (MKL)
 # sum in another order for another number of rows (a batch-invariant product would give up the batching gain).

@@ -25,24 +25,11 @@ from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, LiveServer, speech_prompt, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TRANSCRIPT = "Just by listening a few minutes a day."
 BREAKS = '<speak>Hi there.<break time="250ms"/>Good day.<break strength="strong"/>Bye.</speak>'
-
-
-@pytest.fixture(scope="module")
-def cv2(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def vx2(vx2_model_dir):
-    with cadenza.load(vx2_model_dir) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")

@@ -18,31 +18,16 @@ import pytest
 import soundfile as sf
 from websockets.sync.client import connect
 
-import cadenza
-from cadenza import Cadenza
 from cadenza.server import ServerConfig, create_app
 from cadenza.server.encoding import pcm16
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, LiveServer, speech_prompt, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TEXT = "Hello there, how are you today?"
 TRANSCRIPT = "Just by listening a few minutes a day."
-
-
-@pytest.fixture(scope="module")
-def vx2(vx2_model_dir):
-    with cadenza.load(vx2_model_dir) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def cv2(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")

@@ -16,31 +16,16 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-import cadenza
-from cadenza import Cadenza
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY = "ws-markup-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TRANSCRIPT = "Just by listening a few minutes a day."
 LEXICON = [{"word": "Cadenza", "respelling": "ka den za"}, {"word": "SQL", "respelling": "sequel",
                                                              "case_sensitive": True}]
-
-
-@pytest.fixture(scope="module")
-def cv2(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def vx2(vx2_model_dir):
-    with cadenza.load(vx2_model_dir) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")

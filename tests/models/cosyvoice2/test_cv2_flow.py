@@ -13,8 +13,7 @@ from cadenza.layers.masks import chunk_mask
 from cadenza.layers.relpos_attention import RelPositionMultiHeadedAttention, rel_shift
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
-
-from conftest import assert_close
+from helpers import assert_close
 
 TOL_FEATURES = 1e-4  # encoder / mu / speaker projection / one estimator call
 TOL_MEL = 1e-3  # 10 Euler steps amplify round-off

@@ -22,8 +22,7 @@ from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
-
-from conftest import assert_close
+from helpers import assert_close
 
 TOL_BATCHED = 1e-5  # batched vs separate pushes: only the row count of the matrix products differs
 

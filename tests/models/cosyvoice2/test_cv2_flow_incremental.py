@@ -27,8 +27,7 @@ from cadenza.models.cosyvoice2.config import (
 )
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
-
-from conftest import assert_close
+from helpers import assert_close
 
 TOL_INCREMENTAL = 1e-4  # against our own full recomputation (measured ~2e-6: only reduction order differs)
 TOL_MEL = 1e-3  # against the reference fixtures (README tolerance)

@@ -21,8 +21,7 @@ from cadenza.layers.weight_norm import fold_weight_norm, weight_from_g_v, weight
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.hift import HiFTGenerator
 from cadenza.models.cosyvoice2.nsf_source import SourceNoise, draw_source_noise
-
-from conftest import assert_close
+from helpers import assert_close
 
 WAV_TOL = 1e-4
 F0_TOL = 1e-3

@@ -16,8 +16,7 @@ from cadenza.layers.kv_cache import KVCache
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.lm import TIED_LM_HEAD_KEY, TextSpeechLM, drop_tied_lm_head
 from cadenza.models.cosyvoice2.sampling import RasSampler, nucleus_size, ras_sampling, top_probabilities
-
-from conftest import assert_close
+from helpers import assert_close
 
 ATOL = 1e-4
 GREEDY_CASES = {  # name -> (prompt text array, prompt speech array); None = empty prompt part

@@ -48,8 +48,8 @@ from cadenza.models.cosyvoice2.config import (
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
+from helpers import assert_close
 
-from conftest import assert_close
 from small_model import voice
 
 TOL = 1e-4  # incremental vs recomputed frames under the same chunk masks (as tests/models/cosyvoice2/test_cv2_flow_incremental.py)

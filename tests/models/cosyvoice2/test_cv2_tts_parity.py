@@ -14,8 +14,7 @@ import torch
 from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker, crossfade_windows
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
-
-from conftest import assert_close
+from helpers import assert_close
 
 WAV_TOL = 1e-4
 

@@ -28,8 +28,7 @@ from cadenza.models.voxcpm2.audio_vae_loader import (
     load_audio_vae_state_dict,
 )
 from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 # README: <= 1e-5 abs for single blocks. The VAE is a pure conv stack (no recurrence); we measure < 1.1e-6.
 VAE_TOL = 1e-5

@@ -35,8 +35,7 @@ from cadenza.models.voxcpm2.config import SpecialTokens, VoxCPM2Config
 from cadenza.models.voxcpm2.layouts import build_layout
 from cadenza.models.voxcpm2.loader import load_voxcpm2
 from cadenza.models.voxcpm2.model import VoxCPM2Model
-
-from conftest import assert_close
+from helpers import assert_close
 
 SPECIAL = SpecialTokens()
 PROMPT_RATE = 16000

@@ -29,8 +29,7 @@ from cadenza.models.voxcpm2.layouts import (
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.text import clean_text
 from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
-
-from conftest import assert_close
+from helpers import assert_close
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STACK_TOL = 1e-4

@@ -20,8 +20,7 @@ from cadenza.models.voxcpm2 import lora
 from cadenza.models.voxcpm2.generate import GenerationOptions, generate_latents
 from cadenza.models.voxcpm2.layouts import SequenceLayout
 from cadenza.models.voxcpm2.loader import load_model
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 GEN_TOL = 2e-3  # README: whole generations
 MERGE_TOL = 1e-4  # merged weights change float rounding only

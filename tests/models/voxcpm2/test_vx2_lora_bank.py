@@ -24,9 +24,8 @@ from cadenza.errors import CheckpointError, LoRAInUseError, UnknownLoRAError
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.lora import LoRAConfig
 from cadenza.models.voxcpm2.lora_bank import LoRABank, lora_rows
+from helpers import REPO_ROOT, assert_close
 from vx2_lora_helpers import make_adapter
-
-from conftest import REPO_ROOT, assert_close
 
 # Per-row products see other row counts than the model-wide LoRALinear of a request alone (GEMMs sum in another
 # order): ~1e-7 per product in float32, measured below 1e-6 on whole waveforms here.

@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError
 from cadenza.models.voxcpm2.retry import RetryPolicy
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 GEN_TOL = 2e-3  # README: whole generations
 STREAM_TOL = 1e-5  # streamed vs one-shot decoding of the same latents

@@ -22,8 +22,7 @@ from cadenza.models.voxcpm2.generate import GenerationOptions, generate_latents
 from cadenza.models.voxcpm2.layouts import SequenceLayout
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.streaming import PatchDecoder, stream_waveform
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 GEN_TOL = 2e-3  # README: whole generations
 STREAM_TOL = 1e-5  # streamed vs one-shot decoding of the same latents (float rounding only)

@@ -19,8 +19,7 @@ from cadenza.models.voxcpm2.cfm import time_grid, zero_init_steps
 from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.minicpm4 import MiniCPMModel
-
-from conftest import assert_close
+from helpers import assert_close
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BLOCK_TOL = 1e-5

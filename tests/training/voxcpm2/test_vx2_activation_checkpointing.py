@@ -16,8 +16,7 @@ from cadenza.models.voxcpm2.minicpm4 import MiniCPMDecoderLayer, MiniCPMModel
 from cadenza.training.voxcpm2.losses import ItemNoise
 from cadenza.training.voxcpm2.packer import EncodedSample
 from cadenza.training.voxcpm2.stage import VoxCPM2Stage
-
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 REL_TOL = 1e-6
 STACKS = ("base_lm", "residual_lm", "feat_encoder.encoder", "feat_decoder.estimator.decoder")

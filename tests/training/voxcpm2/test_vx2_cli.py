@@ -17,8 +17,7 @@ from safetensors.torch import load_file
 
 from cadenza.cli.main import main
 from cadenza.models.voxcpm2.lora import LoRAConfig
-
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 TEXT = "Hello the world."
 

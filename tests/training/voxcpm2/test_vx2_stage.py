@@ -25,8 +25,7 @@ from cadenza.training.launcher import train
 from cadenza.training.metrics import read_metrics
 from cadenza.training.voxcpm2 import TrainingNoise, VoxCPM2Packer
 from cadenza.training.voxcpm2.stage import MicroBatch, VoxCPM2Stage
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 LOSS_TOL = 1e-5
 

@@ -17,8 +17,7 @@ from cadenza.models.voxcpm2 import lora
 from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.training.voxcpm2 import PackedBatch, TrainingNoise, TrainingSample, VoxCPM2Packer, voxcpm2_losses
-
-from conftest import REPO_ROOT, assert_close
+from helpers import REPO_ROOT, assert_close
 
 FEAT_TOL = 1e-5  # README: single blocks (AudioVAE encoder)
 LOSS_TOL = 1e-5  # a few stack passes reduced to two scalars

@@ -1,0 +1,23 @@
+"""What test modules import by name: the repository root and a tolerance check.
+
+These live here, not in ``conftest.py``: with more than one ``conftest.py`` under ``tests/`` the name ``conftest``
+means whichever was imported last, so ``from helpers import ...`` would depend on the order tests are collected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_close(actual, expected, atol: float, name: str = "") -> None:
+    """Assert ``max |actual - expected| <= atol`` (float64 difference) and equal shapes; ``name`` labels the failure."""
+    a = actual.detach().cpu().numpy() if isinstance(actual, torch.Tensor) else np.asarray(actual)
+    e = np.asarray(expected)
+    assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
+    diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
+    assert diff <= atol, f"{name}: max |diff| {diff:.3g} > {atol:g}"
