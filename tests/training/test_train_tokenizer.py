@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from cadenza.audio.whisper_mel import whisper_log_mel
 from cadenza.errors import CheckpointError, InputError
+from cadenza.evaluation.wer import edit_distance
 from cadenza.layers.fsq_codes import codes_to_index, fsq_codebook_size, index_to_codes
 from cadenza.models.speech_tokenizer import (
     CONFIG_NAME,
@@ -27,12 +28,7 @@ from cadenza.models.speech_tokenizer import (
     load_speech_tokenizer,
     save_speech_tokenizer,
 )
-from cadenza.training.speech_tokenizer_stage import (
-    SpeechTokenizerStage,
-    code_statistics,
-    collate_mels,
-    edit_distance,
-)
+from cadenza.training.speech_tokenizer_stage import SpeechTokenizerStage, code_statistics, collate_mels
 
 SR = 16000
 TONES = {"a": 300.0, "b": 520.0, "c": 800.0, "d": 1250.0, "e": 1900.0, "f": 2900.0}

@@ -59,8 +59,9 @@ def words(text: str) -> list[str]:
     return normalize_text(text).split()
 
 
-def edit_distance(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
-    """Levenshtein distance between two word sequences: substitutions + deletions + insertions (unit costs)."""
+def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
+    """Levenshtein distance between two sequences (words, characters, label ids): substitutions + deletions +
+    insertions (unit costs)."""
     previous = list(range(len(hypothesis) + 1))  # distance from reference[:0] to hypothesis[:j]
     for i, ref_word in enumerate(reference, start=1):
         current = [i] + [0] * len(hypothesis)

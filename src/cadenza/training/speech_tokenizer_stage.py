@@ -24,7 +24,6 @@ and ``speech_tokenizer.json`` (the held-out figures and the vocabulary go into i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +34,12 @@ import torch.nn.functional as F
 
 from cadenza.audio.whisper_mel import WHISPER_HOP, WHISPER_SAMPLE_RATE, whisper_log_mel
 from cadenza.errors import InputError
+from cadenza.evaluation.wer import edit_distance
 from cadenza.models.speech_tokenizer.char_vocab import BLANK, CharVocab
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
 from cadenza.models.speech_tokenizer.inference import load_speech_tokenizer, save_speech_tokenizer
 from cadenza.models.speech_tokenizer.model import SupervisedSpeechTokenizer
+from cadenza.training.char_ctc import CharVocabCheckpoint, ctc_greedy, json_metrics
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.optim import Optimization
 from cadenza.training.stage import TrainingStage, Wrap, register
@@ -106,27 +107,6 @@ def masked_mel_l1(pred: torch.Tensor, mel: torch.Tensor, mel_lengths: torch.Tens
     return diff.sum() / (valid.sum() * mel.shape[1]).clamp_min(1.0)
 
 
-def ctc_greedy(log_probs: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    """Best-path decoding: argmax per frame, repeats merged, blanks dropped. ``[B, T, V]`` -> label id lists."""
-    best = log_probs.argmax(-1).cpu()
-    out = []
-    for b in range(best.shape[0]):
-        seq = torch.unique_consecutive(best[b, : int(lengths[b])]).tolist()
-        out.append([i for i in seq if i != BLANK])
-    return out
-
-
-def edit_distance(a: Sequence[int], b: Sequence[int]) -> int:
-    """Levenshtein distance (substitutions, insertions, deletions all cost 1)."""
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, start=1):
-        current = [i]
-        for j, y in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
-
-
 def code_statistics(ids: torch.Tensor, codebook_size: int) -> dict[str, float]:
     """Utilisation (fraction of ids used at least once) and perplexity (exp entropy) of the id histogram."""
     counts = torch.bincount(ids.flatten().to(torch.int64), minlength=codebook_size).double()
@@ -137,7 +117,7 @@ def code_statistics(ids: torch.Tensor, codebook_size: int) -> dict[str, float]:
 
 
 @register
-class SpeechTokenizerStage(TrainingStage):
+class SpeechTokenizerStage(CharVocabCheckpoint, TrainingStage):
     name = "tokenizer"
 
     def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
@@ -232,20 +212,10 @@ class SpeechTokenizerStage(TrainingStage):
         stats["utterances"] = float(len(items))
         return {prefix + k: v for k, v in stats.items()}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "optim": self.opt.state_dict(), "vocab": self.vocab.to_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if CharVocab.from_dict(state["vocab"]).to_dict() != self.vocab.to_dict():
-            raise InputError("the checkpoint's character vocabulary differs from the one built from this data")
-        self.model.load_state_dict(state["model"], strict=True)
-        self.opt.load_state_dict(state["optim"])
-
     def export(self, out_dir: Path) -> None:
         """``speech_tokenizer.safetensors`` + ``speech_tokenizer.json`` with the evaluation figures in ``metadata``."""
         metrics = self.evaluate()
-        metadata = {**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()},
+        metadata = {**json_metrics(metrics),
                     "codebook_size": self.cfg.codebook_size, "token_rate_hz": WHISPER_SAMPLE_RATE / WHISPER_HOP / self.cfg.downsample,
                     "mel_hop_samples": WHISPER_HOP, "asr_vocab": self.vocab.to_dict()}
         save_speech_tokenizer(self.model.tokenizer, out_dir, metadata)

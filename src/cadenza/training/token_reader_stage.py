@@ -20,7 +20,6 @@ Exports ``token_reader.safetensors`` + ``token_reader.json`` (vocabulary and hel
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +30,12 @@ import torch.nn.functional as F
 
 from cadenza.data.dataset import ShardDataset
 from cadenza.errors import InputError
+from cadenza.evaluation.wer import edit_distance
 from cadenza.models.speech_tokenizer.char_vocab import BLANK, CharVocab
+from cadenza.training.char_ctc import CharVocabCheckpoint, ctc_greedy, json_metrics
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.distributed import global_mean_count
 from cadenza.training.optim import Optimization
-from cadenza.training.speech_tokenizer_stage import ctc_greedy, edit_distance
 from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.token_reader import TokenReader, TokenReaderConfig, save_token_reader
 from cadenza.training.wav_manifest import heldout_split
@@ -100,7 +100,7 @@ def collate_tokens(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 @register
-class TokenReaderStage(TrainingStage):
+class TokenReaderStage(CharVocabCheckpoint, TrainingStage):
     name = "token_reader"
 
     def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
@@ -202,18 +202,8 @@ class TokenReaderStage(TrainingStage):
         return {prefix + "ctc": total / max(chars, 1), prefix + "cer": edits / max(chars, 1),
                 prefix + "items": float(len(items))}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "optim": self.opt.state_dict(), "vocab": self.vocab.to_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if CharVocab.from_dict(state["vocab"]).to_dict() != self.vocab.to_dict():
-            raise InputError("the checkpoint's character vocabulary differs from the one built from this data")
-        self.model.load_state_dict(state["model"], strict=True)
-        self.opt.load_state_dict(state["optim"])
-
     def export(self, out_dir: Path) -> None:
         """``token_reader.safetensors`` + ``token_reader.json`` with the held-out figures in ``metadata``."""
         metrics = self.evaluate()
-        metadata = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+        metadata = json_metrics(metrics)
         save_token_reader(self.model, self.vocab, out_dir, metadata)
