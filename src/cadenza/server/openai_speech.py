@@ -10,8 +10,9 @@ this request alone; ``model: "<model>:<adapter>"`` selects one too) and ``timest
 a ``speech.word`` event with each word's start and end, sent with the audio; docs/controls.md). Which fields each family honours: docs/server.md;
 a field a model cannot honour is a 400 naming it.
 
-Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): CosyVoice 2 stretches each chunk's mel in
-time before its vocoder, VoxCPM 2's output goes through a pitch-preserving time-scale (WSOLA). Values OpenAI allows
+Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): the output goes through a pitch-preserving
+time-scale (WSOLA; a CosyVoice 2 model loaded with ``speed_method="mel"`` stretches each chunk's mel before its
+vocoder instead). Values OpenAI allows
 outside that range are refused with 400 rather than faked by resampling (which would shift the pitch).
 """
 
