@@ -14,7 +14,14 @@ from cadenza.cli.args import DTYPES, precision_arguments
 from cadenza.cli.main import build_parser
 from cadenza.engine import precision as precision_module
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
-from cadenza.engine.precision import DTYPE_CHOICES, CpuCapability, Precision, apply_precision, detect_cpu
+from cadenza.engine.precision import (
+    DTYPE_CHOICES,
+    CpuCapability,
+    Precision,
+    apply_precision,
+    detect_cpu,
+    lm_int8_scheme,
+)
 from cadenza.errors import CadenzaError, InputError
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
@@ -100,7 +107,7 @@ def test_precision_checks_itself():
     with pytest.raises(InputError, match="not a torch device"):
         Precision.choose("float32", "no-such-device")
     assert Precision.choose(Precision.bfloat16(), "cpu", lm_int8=True) == Precision.bfloat16(lm_int8=True)
-    assert Precision.bfloat16(lm_int8=True).describe() == "flow bfloat16, HiFT bfloat16, LM int8 (dynamic)"
+    assert Precision.bfloat16(lm_int8=True).describe() == f"flow bfloat16, HiFT bfloat16, LM int8 ({lm_int8_scheme()})"
 
 
 # -- float32 is untouched ---------------------------------------------------------------------------------------

@@ -140,7 +140,8 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
                         "BF16 and on bf16 GPUs, else float32), float32 (the parity mode) or bfloat16; VoxCPM 2 "
                         "models take float32/bfloat16, auto leaves them their own default (default %(default)s)")
     parser.add_argument("--lm-int8", action="store_true",
-                        help="CosyVoice 2 on CPU: run the LM's linear layers in int8 (dynamic quantization)")
+                        help="CosyVoice 2 on CPU: the LM's linear layers with int8 weights (int8 x bfloat16 where the CPU has "
+                             "AMX / AVX-512 BF16, else dynamic quantization)")
 
 
 def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = False, device: str = "cpu") -> dict:

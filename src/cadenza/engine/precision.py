@@ -10,8 +10,9 @@ decides per component; measured speed and accuracy: docs/performance.md, "CPU fa
   output as a whole stays float32: the ODE state of the Euler steps and the time embedding's input, the token and
   speaker embeddings and projections, HiFT's f0 predictor, harmonic source and STFTs. The LM stays float32 (at
   batch 1 its decode step reads every weight once; bfloat16 was slower there, and changed greedy tokens).
-* ``lm_int8`` (opt-in, CPU only) quantizes the LM's linear layers to int8 (dynamic quantization: int8 weights,
-  activations quantized per call).
+* ``lm_int8`` (opt-in, CPU only) stores the LM's linear layers' weights as int8: on a CPU with fast bfloat16 as
+  int8 weights times bfloat16 activations (``layers/int8_linear.py``: the weights alone are rounded), elsewhere by
+  dynamic quantization (int8 weights, activations quantized per call: a larger error).
 * ``auto``: ``bfloat16`` on a CPU with AMX-BF16 or AVX-512 BF16 and on a CUDA device with bfloat16 support,
   ``float32`` anywhere else.
 """
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from cadenza.errors import InputError
+from cadenza.layers.int8_linear import int8_weight_linears, int8_weights_supported
 
 if TYPE_CHECKING:
     from cadenza.models.cosyvoice2.model import CosyVoice2Model
@@ -107,7 +109,7 @@ class Precision:
 
     ``flow``: dtype of the flow encoder and the CFM estimator; ``hift``: dtype of HiFT's convolution stack (both
     float32 or bfloat16; the tensors passed between components stay float32); ``lm_int8``: the LM's linear layers
-    as dynamic int8 (CPU only).
+    with int8 weights (CPU only; ``lm_int8_scheme``).
     """
 
     flow: torch.dtype = torch.float32
@@ -174,7 +176,7 @@ class Precision:
 
     def describe(self) -> str:
         """e.g. ``flow bfloat16, HiFT bfloat16, LM float32``."""
-        lm = "int8 (dynamic)" if self.lm_int8 else "float32"
+        lm = f"int8 ({lm_int8_scheme()})" if self.lm_int8 else "float32"
         return f"flow {_dtype_name(self.flow)}, HiFT {_dtype_name(self.hift)}, LM {lm}"
 
 
@@ -195,9 +197,18 @@ def apply_precision(model: CosyVoice2Model, precision: Precision) -> CosyVoice2M
     return model
 
 
-def quantize_lm(lm: torch.nn.Module) -> torch.nn.Module:
-    """Every ``nn.Linear`` of ``lm`` (attention, MLP, the speech-token head) as a dynamically quantized int8
-    linear: int8 per-channel weights, activations quantized per call. Embeddings stay float32."""
+def lm_int8_scheme(cpu: CpuCapability | None = None) -> str:
+    """How ``lm_int8`` quantizes on this CPU: ``"weights"`` (int8 weights x bfloat16 activations, where bfloat16 is
+    fast and torch has the product) or ``"dynamic"`` (torch's dynamic quantization)."""
+    return "weights" if (cpu or detect_cpu()).fast_bf16 and int8_weights_supported() else "dynamic"
+
+
+def quantize_lm(lm: torch.nn.Module, cpu: CpuCapability | None = None) -> torch.nn.Module:
+    """Every ``nn.Linear`` of ``lm`` (attention, MLP, the speech-token head) with int8 weights, by
+    ``lm_int8_scheme(cpu)``: per-channel int8 weights either way; activations bfloat16 (``"weights"``) or quantized
+    per call (``"dynamic"``). Embeddings stay float32."""
+    if lm_int8_scheme(cpu) == "weights":
+        return int8_weight_linears(lm)
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
