@@ -56,12 +56,12 @@ def _drain(ws) -> tuple[list[dict], bytes, int | None]:
         return events, audio, closed.rcvd.code if closed.rcvd else None
 
 
-def _python_bistream(tts, live, seed: int) -> bytes | None:
+def _python_bistream(tts, live, seed: int, pieces: list[str] = PIECES) -> bytes | None:
     """What the Python API's bi-streaming says for the same voice, pieces and seed (None: the random-weight LM
     emitted a special token mid-text for this seed, which the engine reports as an error)."""
     samples, sr = live.store.audio(live.store.get("alice").id)
     try:
-        chunks = list(tts.synthesize_stream(iter(PIECES), prompt_wav=(samples, sr), prompt_text=TRANSCRIPT, seed=seed))
+        chunks = list(tts.synthesize_stream(iter(pieces), prompt_wav=(samples, sr), prompt_text=TRANSCRIPT, seed=seed))
     except CadenzaError:
         return None
     return pcm16(np.concatenate(chunks))
@@ -81,6 +81,26 @@ def test_bistream_session(tts, live):
     assert events[-1]["audio_seconds"] == pytest.approx(len(audio) / 2 / 24000, abs=1e-3)
     assert audio == expected
     assert wait_until(lambda: tts.engine.scheduler.load == (0, 0))
+
+
+def test_whitespace_pieces_keep_the_words_apart(tts, live):
+    """A client (an LLM's tokens) may send the space between two words as a piece of its own. It must not be lost
+    ("Hellothere") nor encoded alone: it goes with the next word, as in the whole text (" there", one BPE token), so
+    the server and the Python API say what pieces with the spaces in front of the words say."""
+    split = [part for piece in PIECES for part in (piece.rstrip(), " ")]  # "Hello", " ", "there,", " ", ...
+    joined = [PIECES[0].rstrip()] + [" " + piece.rstrip() for piece in PIECES[1:]]  # "Hello", " there,", ...
+    assert "".join(split).rstrip() == "".join(joined) == "".join(PIECES).rstrip()
+    seed, expected = next((s, e) for s in range(1, 12) if (e := _python_bistream(tts, live, s, joined)) is not None)
+    assert _python_bistream(tts, live, seed, split) == expected
+    with _connect(live) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "alice", "seed": seed}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "audio.start"
+        for piece in split:
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
+        ws.send(json.dumps({"type": "input.done"}))
+        events, audio, code = _drain(ws)
+    assert code == 1000 and events[-1]["type"] == "audio.done", events
+    assert audio == expected
 
 
 @pytest.mark.parametrize(

@@ -61,13 +61,25 @@ def check_speakable(text: str, what: str = "text") -> str:
 
 
 class _PieceEncoder:
+    """BPE over pieces: each piece encoded as it comes, except a piece of whitespace alone.
+
+    An upstream LLM may send the space between two words as a piece of its own ("Hello", " ", "there"). Encoded
+    alone it becomes a token the model never reads in a whole text, where the space starts the next word's token
+    (" there"); so it is held and goes out in front of the next piece (at the end of the text, nowhere)."""
+
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+        self.spacing = ""
 
     def feed(self, piece: str) -> list[int]:
+        if not piece.strip():
+            self.spacing += piece
+            return []
+        piece, self.spacing = self.spacing + piece, ""
         return self.tokenizer.encode(piece)
 
     def flush(self) -> list[int]:
+        self.spacing = ""
         return []
 
 
@@ -108,7 +120,8 @@ class CosyVoice2Frontend:
 
     def text_stream_encoder(self):
         """An object with ``feed(piece) -> ids`` and ``flush() -> ids`` for text that arrives in pieces: BPE encodes
-        each piece as it comes (as the reference does); phonemes wait for whole words."""
+        each piece as it comes (as the reference does; whitespace alone joins the next piece); phonemes wait for
+        whole words."""
         tokenizer = self.tokenizer
         if isinstance(tokenizer, PhonemeTokenizer):
             return tokenizer.stream_encoder()
