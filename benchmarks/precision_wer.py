@@ -18,8 +18,7 @@ import torch
 
 import cadenza
 from cadenza.engine.precision import Precision, detect_cpu
-from cadenza.evaluation.asr import load_asr
-from cadenza.evaluation.audio import to_16k_mono
+from cadenza.evaluation.asr import load_asr, transcribe
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,9 +28,7 @@ def scores_of(tts, lines: list[str], asr) -> list:
     out = []
     for k, text in enumerate(lines):
         audio = np.concatenate(list(tts.synthesize_stream(text, seed=k)))
-        segments, _ = asr.transcribe(to_16k_mono(audio, tts.sample_rate), language="en", beam_size=5,
-                                     temperature=0.0)
-        out.append(score(text, " ".join(s.text.strip() for s in segments).strip()))
+        out.append(score(text, transcribe(audio, tts.sample_rate, model=asr, deterministic=True)))
     return out
 
 

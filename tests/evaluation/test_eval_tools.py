@@ -86,6 +86,22 @@ def test_asr_recognises_real_english_speech(whisper, audio_dir, transcripts):
     assert wer(transcripts[EN_CLIP], hypothesis) < 0.3, hypothesis
 
 
+def test_deterministic_asr_decodes_at_temperature_zero_only(whisper, audio_dir, transcripts):
+    """``deterministic=True`` turns off Whisper's sampling fallback (benchmarks compare the same speech A/B)."""
+    samples, sr = _read(audio_dir / EN_CLIP)
+    calls = []
+
+    class Recording:  # the real model; records what each call asked for
+        def transcribe(self, audio, **kwargs):
+            calls.append(kwargs)
+            return whisper.transcribe(audio, **kwargs)
+
+    text = asr.transcribe(samples, sr, model=Recording(), deterministic=True)
+    assert calls[-1]["temperature"] == 0.0 and wer(transcripts[EN_CLIP], text) < 0.3, text
+    asr.transcribe(samples[: sr * 2], sr, model=Recording())
+    assert "temperature" not in calls[-1]  # the default keeps Whisper's fallback
+
+
 def test_same_speaker_halves_are_more_similar_than_different_speakers(audio_dir):
     halves = {}
     for name in SPEAKER_CLIPS:

@@ -134,12 +134,15 @@ def _load_whisper(folder: str, device: str, compute_type: str, cpu_threads: int)
 
 
 def transcribe(wav: np.ndarray | torch.Tensor, sr: int, *, language: str = "en", beam_size: int = 5,
-               model=None) -> str:
+               model=None, deterministic: bool = False) -> str:
     """Recognise speech. ``wav``: ``[samples]`` (or ``[channels, samples]``) at ``sr`` Hz -> the text, segments
-    joined by spaces. ``model``: a ``WhisperModel`` (default ``load_asr()``)."""
+    joined by spaces. ``model``: a ``WhisperModel`` (default ``load_asr()``). ``deterministic``: decode at
+    temperature 0 only; by default Whisper falls back to sampling at higher temperatures on audio it finds hard,
+    which makes the same audio read differently from run to run (A/B comparisons of the same speech want it off)."""
     audio = to_16k_mono(wav, sr)
     model = model if model is not None else load_asr()
-    segments, _info = model.transcribe(audio, language=language, beam_size=beam_size)
+    extra = {"temperature": 0.0} if deterministic else {}
+    segments, _info = model.transcribe(audio, language=language, beam_size=beam_size, **extra)
     return " ".join(s.text.strip() for s in segments).strip()
 
 
