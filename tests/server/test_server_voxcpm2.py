@@ -184,6 +184,24 @@ def test_concurrent_requests_say_what_each_says_alone(live):
         _same_audio(b, _pcm(a) / 32767.0)
 
 
+def _until_done(ws, audio: list[bytes]) -> dict:
+    """Collect binary messages into ``audio`` until the first JSON message, which is returned."""
+    while True:
+        message = ws.recv(timeout=60)
+        if not isinstance(message, bytes):
+            return json.loads(message)
+        audio.append(message)
+
+
+def _two_sentences(live, vx2) -> np.ndarray:
+    """What "Hello there. How are you today?" is, said by rita with seed 11, sentence by sentence, marked once."""
+    voice = live.state.models["vx2"].prompts.resolve("rita").prompt
+    # One output, one watermark across both sentences (each sentence alone would start the mark afresh).
+    raw = [np.concatenate(list(vx2.engine.stream(vx2.request(text, voice=voice, seed=seed))))
+           for text, seed in (("Hello there.", 11), ("How are you today?", 1011))]
+    return vx2.mark.whole(np.concatenate(raw))
+
+
 def test_websocket_speaks_each_sentence_once_it_is_complete(live, vx2):
     with connect(f"{live.ws_url}/v1/audio/speech/stream", additional_headers=AUTH, open_timeout=30) as ws:
         ws.send(json.dumps({"type": "session.config", "model": "vx2", "voice": "rita", "seed": 11}))
@@ -194,18 +212,25 @@ def test_websocket_speaks_each_sentence_once_it_is_complete(live, vx2):
         assert isinstance(first, bytes) and len(first) > 0
         ws.send(json.dumps({"type": "input.text", "text": " you today?"}))
         ws.send(json.dumps({"type": "input.done"}))
-        audio, done = [first], None
-        while done is None:
-            message = ws.recv(timeout=60)
-            if isinstance(message, bytes):
-                audio.append(message)
-            else:
-                done = json.loads(message)
+        audio = [first]
+        done = _until_done(ws, audio)
     assert done["type"] == "audio.done"
-    voice = live.state.models["vx2"].prompts.resolve("rita").prompt
-    # One output, one watermark across both sentences (each sentence alone would start the mark afresh).
-    raw = [np.concatenate(list(vx2.engine.stream(vx2.request(text, voice=voice, seed=seed))))
-           for text, seed in (("Hello there.", 11), ("How are you today?", 1011))]
-    expected = vx2.mark.whole(np.concatenate(raw))
+    expected = _two_sentences(live, vx2)
     _same_audio(b"".join(audio), expected)
     assert done["audio_seconds"] == pytest.approx(expected.size / 48000, abs=1e-3)
+
+
+def test_websocket_whitespace_pieces_keep_the_words_apart(live, vx2):
+    """Spaces sent as pieces of their own (as LLM token streams do) are word boundaries, not nothing: the sentences
+    are "Hello there." and "How are you today?", not "Hellothere." and "Howareyoutoday?"."""
+    pieces = ["Hello", " ", "there.", " ", "How", " ", "are", " ", "you", " ", "today?"]
+    with connect(f"{live.ws_url}/v1/audio/speech/stream", additional_headers=AUTH, open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": "vx2", "voice": "rita", "seed": 11}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio.start"
+        for piece in pieces:
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
+        ws.send(json.dumps({"type": "input.done"}))
+        audio: list[bytes] = []
+        done = _until_done(ws, audio)
+    assert done["type"] == "audio.done"
+    _same_audio(b"".join(audio), _two_sentences(live, vx2))
