@@ -133,4 +133,6 @@ def test_websocket_speed(live):
     lengths = {speed: len(_ws_session(live, pieces, seed=4, speed=speed)[1]) for speed in (1.0, 2.0)}
     assert abs(lengths[2.0] / lengths[1.0] * 2 - 1) < 0.05, lengths
     messages, _, code = _ws_session(live, pieces, speed=3.0)
-    assert code == 1007 and messages[-1]["error"]["param"] == "speed" and "0.5 to 2" in messages[-1]["error"]["message"]
+    # refused at once, before audio.start (no text is sent into a session that will not speak)
+    assert code == 1007 and len(messages) == 1 and messages[0]["type"] == "error", messages
+    assert messages[0]["error"]["param"] == "speed" and "0.5 to 2" in messages[0]["error"]["message"]

@@ -216,12 +216,13 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
                                                                          limiter=state.limiter)
     except APIError as exc:
         raise _Close(CLOSE_BAD_DATA, exc) from exc
-    await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
-                              "seed": seed}))
+    # Refused before audio.start: a session that is told it started is one the client may stream text into.
     rates = served.capabilities.speed
     if config.speed != 1.0 and (rates is None or not rates[0] <= config.speed <= rates[1]):
         raise _bad(f"speed {config.speed:g} is outside what this model supports "
                    f"({'1.0 only' if rates is None else f'{rates[0]:g} to {rates[1]:g}'})", "speed")
+    await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
+                              "seed": seed}))
     synthesis = _Synthesis(state, served, ref, instructions, seed, lora)
     synthesis.speed = config.speed
     synthesis.input_format = config.input_format
