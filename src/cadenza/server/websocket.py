@@ -403,7 +403,6 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         chars, seconds = 0, 0.0  # the text so far: length and estimated audio (the estimate adds up piece by piece)
         done = False
         received: list[str] = []  # kept only to decide when the text first has something to speak
-        spacing = ""  # whitespace-only pieces since the last piece with text
         while True:
             try:
                 data = await _receive_json(ws, deadlines.timeout(idle=not done))
@@ -447,11 +446,13 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                 if synthesis.timer is not None:
                     synthesis.timer.feed_text(text)
                 if not text.strip():
-                    # Neither starts work nor moves the deadline, but it is the boundary between the words on
-                    # either side ("Hello", " ", "there"): kept for the next piece (dropping it said "Hellothere").
-                    spacing += text
+                    # Neither starts work nor moves the deadline, but in streamed text it is the boundary between
+                    # the words on either side ("Hello", " ", "there"; dropping it said "Hellothere"): passed on like
+                    # any piece (the text stream decides what a lone space is; before the engine starts it waits in
+                    # ``pending``). Before the first text, or in an SSML session, it means nothing.
+                    if synthesis.ssml is False:
+                        await feed(text)
                     continue
-                text, spacing = spacing + text, ""
                 deadlines.text_arrived()
                 times.setdefault("first_text", time.perf_counter())
                 seconds += estimate_speech_seconds(text)
