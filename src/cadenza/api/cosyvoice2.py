@@ -41,7 +41,7 @@ from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import TokenTextStream
-from cadenza.engine.token2wav import SPEED_METHODS, StreamSchedule
+from cadenza.engine.token2wav import StreamSchedule
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.loading.hub import folder_name
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
@@ -103,8 +103,10 @@ class Cadenza:
         encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
-        if speed_method not in SPEED_METHODS:
-            raise InputError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {str(speed_method)[:40]!r}")
+        try:  # the schedule checks its own fields
+            schedule = StreamSchedule(speed_method=speed_method)
+        except ValueError as exc:
+            raise InputError(str(exc)[:200]) from exc
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
@@ -119,7 +121,7 @@ class Cadenza:
             raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
                                   f"of spk2info.pt (saved: {known})")
         voices = VoiceStore(voices_dir) if voices_dir is not None else None
-        tts = cls(CosyVoice2Engine(model, frontend, speakers, schedule=StreamSchedule(speed_method=speed_method),
+        tts = cls(CosyVoice2Engine(model, frontend, speakers, schedule=schedule,
                                    scheduler_config=scheduler, precision=precision), directory, voices, watermark)
         tts._owns_voices = voices is not None
         return tts
