@@ -16,7 +16,7 @@ import torch
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler import SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.models.cosyvoice2.config import (
     CosyVoice2Config,
     EstimatorConfig,

@@ -11,7 +11,8 @@ import torch
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
+from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.token2wav import StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
 from small_model import small_model, voice

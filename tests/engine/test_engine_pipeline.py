@@ -12,7 +12,7 @@ import torch
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.engine.vocoder_workers import VocoderWorker
 from cadenza.errors import RequestCancelledError
 from cadenza.models.cosyvoice2.speakers import SpeakerStore

@@ -11,7 +11,7 @@ import torch
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.primed_prompts import PrimedPrompts, prompt_digest
 from cadenza.engine.scheduler_config import SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
 from small_model import small_model, voice

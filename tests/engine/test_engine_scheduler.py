@@ -11,7 +11,7 @@ import torch
 
 from cadenza import Cadenza
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.errors import EngineBusyError, RequestCancelledError
 
 TEXTS = [[5, 17, 42, 99, 3], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22], [30, 31, 32, 33, 34, 35, 36]]

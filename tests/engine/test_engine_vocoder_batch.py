@@ -16,7 +16,8 @@ import torch
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, flow_mels, vocode_many
+from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.token2wav import StreamSynthesis, flow_mels, vocode_many
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise

@@ -40,8 +40,8 @@ from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.engine.text_stream import TokenTextStream
-from cadenza.engine.token2wav import StreamSchedule
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.loading.hub import folder_name
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable

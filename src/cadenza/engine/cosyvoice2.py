@@ -12,7 +12,8 @@ from cadenza.engine.precision import Precision, apply_precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
-from cadenza.engine.token2wav import StreamSchedule, Token2Wav
+from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.token2wav import Token2Wav
 from cadenza.errors import InputError, TextError
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
 from cadenza.models.cosyvoice2.model import CosyVoice2Model

@@ -42,7 +42,8 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduled_job import Job
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_handle import StreamHandle
-from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker
+from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker
+from cadenza.engine.token2wav import Token2Wav
 from cadenza.engine.vocoder_workers import VocoderWorker
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model

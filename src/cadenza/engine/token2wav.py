@@ -1,11 +1,7 @@
 """Speech tokens -> waveform for CosyVoice 2: flow (tokens -> mel) then HiFT (mel -> 24 kHz), whole or in chunks.
 
-Chunks follow the reference schedule (docs/design.md, "CosyVoice 2 streaming schedule"): hops of ``25 + prompt_pad``
-tokens, then doubling up to 100; 3 look-ahead tokens; HiFT continues from cached mel frames and NSF source samples and
-cross-fades the overlap. The hop lives in the per-request ``TokenChunker`` (the reference keeps it on the shared model,
-so one request changes the next one's schedule).
-
-Two flavours (``StreamSchedule``):
+Chunks follow the ``StreamSchedule`` of ``engine/stream_schedule.py`` (docs/design.md, "CosyVoice 2 streaming
+schedule"); HiFT continues from cached mel frames and NSF source samples and cross-fades the overlap. Two flavours:
 * ``StreamSchedule.reference()`` reproduces the reference exactly: every chunk re-runs the flow over prompt + all
   tokens so far (cost grows with the chunk index), the last chunk is recomputed without chunk masks, and the
   cross-fade windows sum to ~1.08.
@@ -19,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -27,90 +22,12 @@ import torch.nn.functional as F
 
 from cadenza.audio.frame_stretch import FrameStretch
 from cadenza.audio.wsola import Wsola, time_scale
+from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker, crossfade_windows
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
 log = logging.getLogger(__name__)
 GeneratorForCall = Callable[[int], torch.Generator | None]
-
-
-SPEED_METHODS = ("wsola", "mel")
-
-
-@dataclass(frozen=True)
-class StreamSchedule:
-    """How a request is cut into chunks and how chunks are computed and joined."""
-
-    token_hop_len: int = 25  # must equal the flow's training chunk
-    token_max_hop_len: int = 100
-    stream_scale_factor: int = 2
-    mel_cache_len: int = 8  # mel frames of left context HiFT re-reads per chunk
-    crossfade: str = "hann"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to 1
-    incremental: bool = True  # cached flow (each chunk computed once) instead of re-running the prefix
-    final_full_attention: bool = False  # reference: the last chunk is computed without chunk masks
-    # A request whose cached flow state grows past this many MiB continues by recomputing the prefix (the same mel
-    # within float round-off, no cache kept, cost growing with length): bounds the memory of very long streams
-    # (the released flow caches ~4.4 MiB of estimator keys/values per mel frame, 50 frames a second). None: no bound.
-    flow_cache_limit_mb: float | None = 4096.0
-    # Primed prompts (``engine/primed_prompts.py``): the flow state of each voice's prompt, kept for the voice's next
-    # requests up to this many MiB in all (0: off). Saves a saved voice's prompt frames in every first chunk.
-    primed_prompt_cache_mb: float = 1024.0
-    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "wsola" time-scales the audio (pitch kept;
-    # measured more intelligible on the built-in model at every speed), "mel" stretches the flow's mel before HiFT
-    # (what the release's non-streaming speed does).
-    speed_method: str = "wsola"
-
-    def __post_init__(self) -> None:
-        if self.crossfade not in ("hamming", "hann"):
-            raise ValueError(f"crossfade must be 'hamming' or 'hann', not {self.crossfade!r}")
-        if self.speed_method not in SPEED_METHODS:
-            raise ValueError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {self.speed_method!r}")
-        if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
-            raise ValueError("bad hop lengths")
-        if self.primed_prompt_cache_mb < 0:
-            raise ValueError(f"primed_prompt_cache_mb must be >= 0, not {self.primed_prompt_cache_mb}")
-        if self.flow_cache_limit_mb is not None and self.flow_cache_limit_mb < 0:
-            raise ValueError(f"flow_cache_limit_mb must be >= 0 or None, not {self.flow_cache_limit_mb}")
-
-    @classmethod
-    def reference(cls) -> StreamSchedule:
-        """Bit-for-bit the reference's streaming (parity mode)."""
-        return cls(crossfade="hamming", incremental=False, final_full_attention=True, speed_method="mel")
-
-
-def crossfade_windows(n: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(fade-in, fade-out) float64 weights of length ``n``."""
-    if kind == "hamming":
-        w = np.hamming(2 * n)  # reference: the halves sum to 1.08 at the centre, so the overlap is ~8 % louder
-    else:
-        w = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(2 * n) / (2 * n))  # periodic Hann: w[i] + w[i+n] == 1
-    return w[:n], w[n:]
-
-
-@dataclass
-class TokenChunker:
-    """Decides when enough speech tokens exist for the next flow call; owned by one request."""
-
-    schedule: StreamSchedule
-    prompt_tokens: int
-    lookahead: int
-    offset: int = 0  # tokens already turned into audio
-    base_hop: int = field(init=False)
-    hop: int = field(init=False)  # tokens the next chunk covers
-
-    def __post_init__(self) -> None:
-        chunk = self.schedule.token_hop_len
-        pad = math.ceil(self.prompt_tokens / chunk) * chunk - self.prompt_tokens
-        self.base_hop = chunk
-        self.hop = chunk + pad  # the first chunk ends on a chunk boundary of prompt + generated tokens
-
-    def ready(self, n_tokens: int) -> bool:
-        return n_tokens >= self.offset + self.hop + self.lookahead
-
-    def advance(self) -> None:
-        self.offset += self.hop
-        self.base_hop = min(self.schedule.token_max_hop_len, self.base_hop * self.schedule.stream_scale_factor)
-        self.hop = self.base_hop
 
 
 class Token2Wav:

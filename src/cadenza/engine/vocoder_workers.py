@@ -14,7 +14,8 @@ from cadenza.engine.job_board import DONE, JobBoard
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.scheduled_job import Job
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
+from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.token2wav import StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
 FLOW_AHEAD = object()  # marks vocoder work that computes a chunk's flow ahead (``_pick_flow_ahead``)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cadenza.engine.token2wav import StreamSchedule, TokenChunker
+from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker
 from cadenza.errors import InputError
 from cadenza.layers.masks import chunk_mask
 from cadenza.layers.positional import EspnetRelPositionalEncoding

@@ -34,7 +34,8 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.engine.token2wav import StreamSchedule, StreamSynthesis, Token2Wav
+from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.token2wav import StreamSynthesis, Token2Wav
 from cadenza.models.cosyvoice2.config import (
     CFMConfig,
     CosyVoice2Config,

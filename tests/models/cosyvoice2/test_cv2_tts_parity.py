@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.engine.token2wav import StreamSchedule, Token2Wav, TokenChunker, crossfade_windows
+from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker, crossfade_windows
+from cadenza.engine.token2wav import Token2Wav
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 from helpers import assert_close
