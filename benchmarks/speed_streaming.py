@@ -83,17 +83,23 @@ def capped_wer(scores: list) -> float:
 
 
 def table(title: str, rows: dict[float, dict]) -> None:
+    """One row per speed; the WER columns only when the ASR ran (not with ``--no-asr``)."""
     base = rows[1.0]
+    with_asr = bool(base["scores"])
     print(f"\n{title}")
-    print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} {'WER':>6} {'WER-WER@1':>9} {'90% interval':>16} "
-          f"{'capped-@1':>9} {'stream-whole s':>14}")
+    print(f"{'speed':>5} {'dur/dur@1':>9} {'goal':>6} {'F0/F0@1':>8} "
+          + (f"{'WER':>6} {'WER-WER@1':>9} {'90% interval':>16} {'capped-@1':>9} " if with_asr else "")
+          + f"{'stream-whole s':>14}")
     for speed, r in rows.items():
         extra = f"{r['stream_minus_whole_s']:14.3f}" if "stream_minus_whole_s" in r else f"{'-':>14}"
-        low, high = paired_interval(r["scores"], base["scores"]) if r["scores"] else (np.nan, np.nan)
-        capped = capped_wer(r["scores"]) - capped_wer(base["scores"])
+        heard_cols = ""
+        if with_asr:
+            low, high = paired_interval(r["scores"], base["scores"])
+            capped = capped_wer(r["scores"]) - capped_wer(base["scores"])
+            heard_cols = (f"{r['wer']:6.3f} {r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} "
+                          f"{capped:9.3f} ")
         print(f"{speed:5.2f} {r['seconds'] / base['seconds']:9.3f} {1 / speed:6.3f} "
-              f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {r['wer']:6.3f} "
-              f"{r['wer'] - base['wer']:9.3f} {f'{low:+.3f}..{high:+.3f}':>16} {capped:9.3f} {extra}")
+              f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {heard_cols}{extra}")
 
 
 def heard(scores: list, text: str, audio: np.ndarray, sr: int, asr) -> None:
