@@ -14,9 +14,10 @@ on a shared machine do not decide the ratio), after a warm-up:
 
 Accuracy of the fast path in the same run: SNR of its mel and of HiFT's waveform against float32 (the same mel in,
 the same source noise), and the greedy LM tokens' agreement with float32 under teacher forcing (with ``--lm-int8``).
+``--flow-int8``: the fast path's flow in float32 with int8 estimator linear layers (``Precision.flow_int8``).
 The last line is ``cpu_fast_path_over_fp32: X``: end-to-end float32 seconds / fast-path seconds (above 1: faster).
 
-    python benchmarks/cpu_precision.py [--seconds 5] [--rounds 3] [--threads 1] [--dtype auto] [--lm-int8]
+    python benchmarks/cpu_precision.py [--seconds 5] [--rounds 3] [--threads 1] [--dtype auto] [--lm-int8] [--flow-int8]
 """
 
 from __future__ import annotations
@@ -86,14 +87,16 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
                         help="the fast path to compare (default: what auto picks on this CPU)")
     parser.add_argument("--lm-int8", action="store_true", help="the fast path also runs the LM in int8")
+    parser.add_argument("--flow-int8", action="store_true", help="the fast path's flow: float32 with int8 linears")
     parser.add_argument("--size", choices=("mid", "full"), default="mid", help="mid-size or release-size weights")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     cpu = detect_cpu()
-    fast = Precision.choose(args.dtype, "cpu", lm_int8=args.lm_int8)
+    fast = Precision.choose(args.dtype, "cpu", lm_int8=args.lm_int8, flow_int8=args.flow_int8)
     print(f"CPU: {cpu.describe()}, {torch.get_num_threads()} thread(s), torch {torch.__version__}")
-    print(f"fast path ({args.dtype}{' + --lm-int8' if args.lm_int8 else ''}): {fast.describe()}")
+    flags = "".join(f" + --{n}" for n, on in (("lm-int8", args.lm_int8), ("flow-int8", args.flow_int8)) if on)
+    print(f"fast path ({args.dtype}{flags}): {fast.describe()}")
     if fast.is_float32:
         print("note: this CPU has no fast bfloat16 (AMX / AVX-512 BF16): the fast path is float32 itself")
 

@@ -1,6 +1,6 @@
 """The CPU fast path's intelligibility gate on the built-in model: WER of float32 against a faster precision.
 
-Run: ``python benchmarks/precision_wer.py [--sentences 120] [--dtype auto] [--lm-int8]`` (needs the eval extra's
+Run: ``python benchmarks/precision_wer.py [--sentences 120] [--dtype auto] [--lm-int8] [--flow-int8]`` (needs the eval extra's
 ASR). Each of the first ``--sentences`` lines of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training) is
 streamed with the default voice and seed = line number by the float32 model and by the ``--dtype`` one, transcribed
 by Whisper base (beam 5, temperature 0), and scored against the text. Prints both pooled WERs, the paired
@@ -37,8 +37,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=120)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--lm-int8", action="store_true")
+    parser.add_argument("--flow-int8", action="store_true")
     args = parser.parse_args()
-    precision = Precision.choose(args.dtype, "cpu", lm_int8=args.lm_int8)
+    precision = Precision.choose(args.dtype, "cpu", lm_int8=args.lm_int8, flow_int8=args.flow_int8)
     print(f"CPU: {detect_cpu().describe()}; torch {torch.__version__}; fast path: {precision.describe()}")
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]

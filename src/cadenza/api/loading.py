@@ -28,7 +28,7 @@ class Family:
     repository be recognised from its file list and downloaded without the files the family never reads.
     ``chooses_precision``: its ``dtype`` takes ``"auto"`` / a ``cadenza.engine.precision.Precision`` (per-component
     choice by CPU capability); otherwise ``"auto"`` means the family's own device-based default and is not passed.
-    ``int8_lm``: it can run its LM's linear layers in int8 (``--lm-int8``).
+    ``int8``: it can run its LM's and its flow's linear layers in int8 (``--lm-int8``, ``--flow-int8``).
     """
 
     name: str
@@ -38,7 +38,7 @@ class Family:
     accepts: frozenset[str] = frozenset()
     files: str | None = None
     chooses_precision: bool = False
-    int8_lm: bool = False
+    int8: bool = False
 
     def _function(self, spec: str):
         module, _, attr = spec.partition(":")
@@ -62,7 +62,7 @@ FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
            "cadenza.api.cosyvoice2:Cadenza.from_pretrained",
            frozenset({"dtype", "voices_dir", "scheduler", "watermark", "speed_method"}),
-           "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8_lm=True),
+           "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8=True),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
            "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"}),
            "cadenza.models.voxcpm2.loader:RELEASE_FILES"),

@@ -134,7 +134,7 @@ DEFAULT_DTYPE = "auto"
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--dtype`` and ``--lm-int8`` (docs/performance.md, "CPU fast path")."""
+    """``--dtype``, ``--lm-int8`` and ``--flow-int8`` (docs/performance.md, "CPU fast path")."""
     parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,
                         help="CosyVoice 2 compute precision: auto (bfloat16 flow + HiFT on CPUs with AMX or AVX-512 "
                         "BF16 and on bf16 GPUs, else float32), float32 (the parity mode) or bfloat16; VoxCPM 2 "
@@ -142,29 +142,35 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm-int8", action="store_true",
                         help="CosyVoice 2 on CPU: the LM's linear layers with int8 weights (int8 x bfloat16 where the CPU has "
                              "AMX / AVX-512 BF16, else dynamic quantization)")
+    parser.add_argument("--flow-int8", action="store_true",
+                        help="CosyVoice 2 on CPU: the flow in float32 with its estimator's linear layers in int8 "
+                             "(dynamic quantization; for CPUs without fast bfloat16, e.g. AVX2 only)")
 
 
-def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = False, device: str = "cpu") -> dict:
-    """The keyword arguments ``cadenza.api.load`` gets for ``--dtype`` / ``--lm-int8`` on the model folder ``model``
-    (None: the built-in one). ``auto`` means a CosyVoice 2 model's capability-based choice; other families choose
-    by device themselves, so they get no dtype for it (``Family.chooses_precision``). Raises ``CadenzaError`` for
-    ``--lm-int8`` on a family without an int8 LM and the loader's error for a folder that is not a model."""
-    if dtype is None and not lm_int8:
+def precision_arguments(model: str | None, dtype: str | None, lm_int8: bool = False, device: str = "cpu",
+                        flow_int8: bool = False) -> dict:
+    """The keyword arguments ``cadenza.api.load`` gets for ``--dtype`` / ``--lm-int8`` / ``--flow-int8`` on the model
+    folder ``model`` (None: the built-in one). ``auto`` means a CosyVoice 2 model's capability-based choice; other
+    families choose by device themselves, so they get no dtype for it (``Family.chooses_precision``). Raises
+    ``CadenzaError`` for an int8 flag on a family without int8 layers and the loader's error for a folder that is
+    not a model."""
+    if dtype is None and not lm_int8 and not flow_int8:
         return {}
     from cadenza.api.loading import FAMILIES, family_of
     from cadenza.builtin import resolve_model_path
     from cadenza.errors import CadenzaError
 
     family = family_of(resolve_model_path(model))
-    if lm_int8 and not family.int8_lm:
-        takers = " / ".join(f.title for f in FAMILIES if f.int8_lm)
-        raise CadenzaError(f"--lm-int8 applies to {takers} models only, not {family.title}")
+    for flag, wanted in (("--lm-int8", lm_int8), ("--flow-int8", flow_int8)):
+        if wanted and not family.int8:
+            takers = " / ".join(f.title for f in FAMILIES if f.int8)
+            raise CadenzaError(f"{flag} applies to {takers} models only, not {family.title}")
     if not family.chooses_precision:
         return {} if dtype in (None, "auto") else {"dtype": dtype}
-    if lm_int8:
+    if lm_int8 or flow_int8:
         from cadenza.engine.precision import Precision
 
-        return {"dtype": Precision.choose(dtype or "auto", device, lm_int8=True)}
+        return {"dtype": Precision.choose(dtype or "auto", device, lm_int8=lm_int8, flow_int8=flow_int8)}
     return {"dtype": dtype}
 
 

@@ -151,9 +151,9 @@ def _load(args):
         voices = str(default_voices_dir()) if default_voices_dir().is_dir() else None
     # A hub name is resolved (downloaded) once, here; everything below reads the folder.
     model = resolve_model_path(args.model or None, args.revision)
-    # --dtype / --lm-int8 exist on the commands that speak; `speakers` keeps each family's default precision.
+    # --dtype / --lm-int8 / --flow-int8 exist on the commands that speak; `speakers` keeps each family's default.
     precision = precision_arguments(model, getattr(args, "dtype", None), getattr(args, "lm_int8", False),
-                                    args.device)
+                                    args.device, getattr(args, "flow_int8", False))
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
     mark = watermark_argument(args)  # the flags exist on the commands that speak

@@ -153,7 +153,7 @@ def run_serve(args: argparse.Namespace) -> None:
     try:
         for name, path in specs:
             folder = resolve_model_path(path)  # None: the built-in one; a hub name (owner/name[@rev]): downloaded
-            precision = precision_arguments(folder, args.dtype, args.lm_int8, args.device)
+            precision = precision_arguments(folder, args.dtype, args.lm_int8, args.device, args.flow_int8)
             tts = load(folder, device=args.device, scheduler=scheduler, **precision, **mark)
             name = name or model_name_of(tts.directory)
             if name in models:

@@ -13,6 +13,9 @@ decides per component; measured speed and accuracy: docs/performance.md, "CPU fa
 * ``lm_int8`` (opt-in, CPU only) stores the LM's linear layers' weights as int8: on a CPU with fast bfloat16 as
   int8 weights times bfloat16 activations (``layers/int8_linear.py``: the weights alone are rounded), elsewhere by
   dynamic quantization (int8 weights, activations quantized per call: a larger error).
+* ``flow_int8`` (opt-in, CPU only, with a float32 flow) quantizes the CFM estimator's linear layers dynamically (int8
+  per-channel weights, activations per call): for CPUs without fast bfloat16 (AVX2), where the flow is otherwise at
+  the reference's float32 speed. Where bfloat16 is fast, the ``bfloat16`` flow is the faster choice.
 * ``auto``: ``bfloat16`` on a CPU with AMX-BF16 or AVX-512 BF16 and on a CUDA device with bfloat16 support,
   ``float32`` anywhere else.
 """
@@ -109,20 +112,26 @@ class Precision:
 
     ``flow``: dtype of the flow encoder and the CFM estimator; ``hift``: dtype of HiFT's convolution stack (both
     float32 or bfloat16; the tensors passed between components stay float32); ``lm_int8``: the LM's linear layers
-    with int8 weights (CPU only; ``lm_int8_scheme``).
+    with int8 weights (CPU only; ``lm_int8_scheme``); ``flow_int8``: the CFM estimator's linear layers dynamically
+    quantized to int8 (CPU only; ``flow`` must be float32).
     """
 
     flow: torch.dtype = torch.float32
     hift: torch.dtype = torch.float32
     lm_int8: bool = False
+    flow_int8: bool = False
 
     def __post_init__(self) -> None:
         for name in ("flow", "hift"):
             value = getattr(self, name)
             if value not in _COMPUTE_DTYPES:
                 raise InputError(f"Precision.{name} must be torch.float32 or torch.bfloat16, not {value!r}")
-        if not isinstance(self.lm_int8, bool):
-            raise InputError(f"Precision.lm_int8 must be True or False, not {self.lm_int8!r}")
+        for name in ("lm_int8", "flow_int8"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"Precision.{name} must be True or False, not {getattr(self, name)!r}")
+        if self.flow_int8 and self.flow != torch.float32:
+            raise InputError("Precision.flow_int8 quantizes a float32 flow: it cannot be combined with a bfloat16 flow "
+                             "(where bfloat16 is fast, the bfloat16 flow is the faster choice)")
 
     @classmethod
     def bfloat16(cls, lm_int8: bool = False) -> Precision:
@@ -136,26 +145,30 @@ class Precision:
 
     @classmethod
     def choose(cls, dtype: str | torch.dtype | Precision = "auto", device: str | torch.device = "cpu",
-               lm_int8: bool = False, cpu: CpuCapability | None = None) -> Precision:
+               lm_int8: bool = False, cpu: CpuCapability | None = None, flow_int8: bool = False) -> Precision:
         """The precision for ``dtype`` on ``device``.
 
         ``dtype``: ``"auto"`` (by the hardware, see the module docstring), ``"float32"`` / ``torch.float32`` (the
         parity mode), ``"bfloat16"`` / ``torch.bfloat16`` (the fast path whatever the hardware), or a
-        ``Precision`` (taken as it is). ``lm_int8``: also quantize the LM (CPU only). ``cpu``: the capability to
-        decide by (default: this machine's, ``detect_cpu()``). Anything else is an ``InputError`` naming the
-        choices.
+        ``Precision`` (taken as it is). ``lm_int8``: also quantize the LM (CPU only). ``flow_int8``: the flow in
+        float32 with int8 linear layers (CPU only; HiFT still follows ``dtype``). ``cpu``: the capability to decide
+        by (default: this machine's, ``detect_cpu()``). Anything else is an ``InputError`` naming the choices.
         """
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError) as exc:
             raise InputError(f"not a torch device: {str(device)[:80]!r}") from exc
         if isinstance(dtype, Precision):
-            chosen = dtype if not lm_int8 else cls(dtype.flow, dtype.hift, True)
+            chosen = dtype
         else:
             compute = cls._compute_dtype(dtype, device, cpu)
-            chosen = cls(compute, compute, bool(lm_int8))
-        if chosen.lm_int8 and device.type != "cpu":
-            raise InputError(f"the int8 LM (lm_int8) runs on the CPU only, not on {device}")
+            chosen = cls(compute, compute)
+        if lm_int8 or flow_int8:
+            flow = torch.float32 if flow_int8 else chosen.flow
+            chosen = cls(flow, chosen.hift, chosen.lm_int8 or bool(lm_int8), chosen.flow_int8 or bool(flow_int8))
+        for name, part in (("lm_int8", "LM"), ("flow_int8", "flow")):
+            if getattr(chosen, name) and device.type != "cpu":
+                raise InputError(f"the int8 {part} ({name}) runs on the CPU only, not on {device}")
         return chosen
 
     @staticmethod
@@ -177,7 +190,8 @@ class Precision:
     def describe(self) -> str:
         """e.g. ``flow bfloat16, HiFT bfloat16, LM float32``."""
         lm = f"int8 ({lm_int8_scheme()})" if self.lm_int8 else "float32"
-        return f"flow {_dtype_name(self.flow)}, HiFT {_dtype_name(self.hift)}, LM {lm}"
+        flow = "float32 + int8 linear layers (dynamic)" if self.flow_int8 else _dtype_name(self.flow)
+        return f"flow {flow}, HiFT {_dtype_name(self.hift)}, LM {lm}"
 
 
 def apply_precision(model: CosyVoice2Model, precision: Precision) -> CosyVoice2Model:
@@ -194,6 +208,8 @@ def apply_precision(model: CosyVoice2Model, precision: Precision) -> CosyVoice2M
         model.hift.set_compute_dtype(precision.hift)
     if precision.lm_int8:
         model.lm = quantize_lm(model.lm)
+    if precision.flow_int8:
+        quantize_flow(model.flow)
     return model
 
 
@@ -216,3 +232,20 @@ def quantize_lm(lm: torch.nn.Module, cpu: CpuCapability | None = None) -> torch.
         # plain torch install has.
         warnings.simplefilter("ignore")
         return quantize_dynamic(lm, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+
+
+def quantize_flow(flow: torch.nn.Module) -> torch.nn.Module:
+    """The linear layers of ``flow``'s CFM estimator (every transformer block's attention and feed-forward, the
+    resnet blocks' time projections) by dynamic int8 quantization, in place: per-channel int8 weights, activations
+    quantized per call. The time embedding MLP stays float32 (its output shifts every layer's input, and it is one
+    row per step: nothing to gain), as do the encoder (run once per chunk, a few % of the flow) and the convolutions.
+    Returns ``flow``."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    estimator = flow.decoder.estimator
+    spec = {name: per_channel_dynamic_qconfig for name, module in estimator.named_modules()
+            if isinstance(module, torch.nn.Linear) and not name.startswith("time_mlp")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.10+: eager-mode quantization announced to move to torchao
+        quantize_dynamic(estimator, spec, inplace=True)
+    return flow
