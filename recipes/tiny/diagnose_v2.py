@@ -11,9 +11,10 @@ For each sentence of ``WORK/corpus_v2/test/everyday.lst`` and the teacher's own 
 * ``tts``             text -> LM -> flow -> HiFT with the default voice, no prompt given (what `cadenza synth`
                       does: milestone M2).
 
-Prints one line per utterance and stage, then per stage the mean WER (Whisper base), the pooled WER (errors over all
-reference words), the share of reference words the ASR heard, and (for ``vc``) the tokenizer's frame accuracy against
-the alignment; writes WORK/eval/diagnose_v2.json (``--out``). A v1 folder works for the ``tts`` stage (its default
+Prints one line per utterance and stage, then per stage the mean WER (Whisper base at temperature 0, so that two
+models compare on the same footing), the pooled WER (errors over all reference words), the share of reference words
+the ASR heard, the share of voiced 10 ms frames (YIN from 60 Hz: the breathiness measure; the teacher's own share is
+the target) and (for ``vc``) the tokenizer's frame accuracy against the alignment; writes WORK/eval/diagnose_v2.json (``--out``). A v1 folder works for the ``tts`` stage (its default
 voice), which gives the v1 baseline on the same sentences.
 """
 
@@ -34,6 +35,7 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: t
     from cadenza.api import Cadenza
     from cadenza.audio.io import load_audio
     from cadenza.audio.mel import flow_prompt_mel
+    from cadenza.audio.pitch import yin_f0
     from cadenza.audio.resample import resample
     from cadenza.engine.request import SynthesisRequest
     from cadenza.evaluation.asr import transcribe
@@ -53,10 +55,12 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: t
     started = time.time()
 
     def score(stage: str, item, samples: np.ndarray, sr: int) -> None:
-        hyp = transcribe(samples, sr)
+        hyp = transcribe(samples, sr, deterministic=True)
         hits, n_words = recognized_words(item.target_text, hyp)
         s = word_score(item.target_text, hyp)
-        results.setdefault(stage, []).append((s.wer, hits / n_words, s.errors, s.ref_words))
+        f0 = yin_f0(torch.from_numpy(np.ascontiguousarray(samples, np.float32)), sr, sr // 100, fmin=60.0)
+        voiced = float((f0 > 0).float().mean())
+        results.setdefault(stage, []).append((s.wer, hits / n_words, s.errors, s.ref_words, voiced))
         print(f"{stage:10s} {results[stage][-1][0]:5.2f} | {item.target_text} | {hyp}", flush=True)
 
     for item in items:
@@ -84,14 +88,15 @@ def diagnose(work: Path, model: str | None, limit: int, seed: int = 0, stages: t
     tts.close()
     summary = {stage: {"wer_mean": float(np.mean([r[0] for r in rows])),
                        "wer_pooled": sum(r[2] for r in rows) / max(sum(r[3] for r in rows), 1),
-                       "words_heard": float(np.mean([r[1] for r in rows])), "n": len(rows)}
+                       "words_heard": float(np.mean([r[1] for r in rows])),
+                       "voiced_frames": float(np.mean([r[4] for r in rows])), "n": len(rows)}
                for stage, rows in results.items()}
     if frame_acc:
         summary["vc"]["tokenizer_frame_acc"] = float(np.mean(frame_acc))
     for stage, s in summary.items():
         extra = f"  tokenizer frame accuracy {s['tokenizer_frame_acc']:.1%}" if "tokenizer_frame_acc" in s else ""
         print(f"{stage:10s} WER {s['wer_mean']:.3f} (pooled {s['wer_pooled']:.3f})  words heard {s['words_heard']:.0%}"
-              f"  (n={s['n']}){extra}")
+              f"  voiced {s['voiced_frames']:.0%}  (n={s['n']}){extra}")
     out = out or work / "eval" / "diagnose_v2.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model, "limit": limit, "seed": seed, "stages": summary,

@@ -32,7 +32,10 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               runs/speaker                                        -> WORK/data_p
   lm_phoneme + flow_phoneme (in parallel; the flow warm-started from runs/flow_v3, a new token embedding), then
   frame_tokenizer (the phoneme-per-frame ids from audio, for prompts)
-  package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1)
+  package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1, or hift_joe)
+  --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
+  flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
+  hift_joe (--more-hift) the shipped HiFT continued as a GAN on joe -> WORK/runs/hift_joe
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -47,6 +50,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SHIPPED = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"  # the built-in model folder
 STAGES = ("tokenizer", "speaker", "hift", "lm", "flow")
 EXTRA_MINUTES = 50  # third round: more minutes per fast teacher (flite, festival, Piper), new sentences only
 
@@ -83,6 +87,7 @@ class Recipe:
 
         text = (HERE / "configs" / f"{name}.yaml").read_text().replace("WORK/", f"{self.work}/")
         text = text.replace("init_flow: SHIPPED", f"init_flow: {self.work / 'runs' / 'flow_phoneme'}")
+        text = text.replace("init_hift: SHIPPED", f"init_hift: {SHIPPED}")
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
         if "adversarial_start" in cfg.get("hift", {}):
@@ -216,16 +221,18 @@ class Recipe:
             (self.work / "runs" / run / "from_model.txt").write_text(f"copied from {model}\n")
             self.mark_done(run)
 
-    def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False) -> None:
+    def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
+           more_hift: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
-        of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow."""
+        of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the shipped vocoder
+        continued as a GAN on joe's corpus (configs/hift_joe.yaml), beside the flow round."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
         if from_shipped:
-            shipped = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
+            shipped = SHIPPED
             blank = ("cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "CosyVoice-BlankEN/phonemes.json")
             self.seed_runs(shipped, {"lm_phoneme": ("llm.pt", *blank), "flow_phoneme": ("flow.pt", *blank),
                                      "frame_tokenizer": ("speech_tokenizer.safetensors", "speech_tokenizer.json")})
@@ -255,11 +262,10 @@ class Recipe:
         if tok is not None:
             self.wait(tok)
         self.mark_done("frame_tokenizer")
-        if more_flow:
-            more = self.train("flow", "flow_phoneme_r2", "data_p")
-            if more is not None:
-                self.wait(more)
-            self.mark_done("flow_phoneme_r2")
+        rounds = {"flow_phoneme_r2": more_flow and self.train("flow", "flow_phoneme_r2", "data_p"),
+                  "hift_joe": more_hift and self.train("hift", "hift_joe", "data_p")}
+        self.wait(*(p for p in rounds.values() if p))
+        self.mark_done(*(name for name, wanted in (("flow_phoneme_r2", more_flow), ("hift_joe", more_hift)) if wanted))
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
@@ -281,12 +287,14 @@ def main() -> None:
                    help="with --design v2: the shipped v2 weights stand in for the first v2 round (continue from them)")
     p.add_argument("--more-flow", action="store_true",
                    help="with --design v2: one more flow round (configs/flow_phoneme_r2.yaml) from the newest v2 flow")
+    p.add_argument("--more-hift", action="store_true",
+                   help="with --design v2: the shipped HiFT continued as a GAN on joe's corpus (configs/hift_joe.yaml)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
-        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow)
+        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift)
 
 
 if __name__ == "__main__":
