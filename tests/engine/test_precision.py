@@ -42,6 +42,16 @@ def snr_db(actual: torch.Tensor | np.ndarray, reference: torch.Tensor | np.ndarr
     return float(10 * torch.log10((r**2).sum() / ((a - r) ** 2).sum().clamp(min=1e-30)))
 
 
+def chunked_flow_snr(m32, fast, tokens: torch.Tensor, v) -> float:
+    """SNR of ``fast``'s cached, chunked flow (a 25-token chunk with 3 look-ahead, then the rest) against the float32
+    model's streamed (chunk-masked) flow of the same tokens."""
+    streamed32 = m32.flow.inference(tokens, v.flow_prompt_speech, v.prompt_mel, v.embedding, streaming=True)
+    with IncrementalFlow(fast.flow, v.flow_prompt_speech, v.prompt_mel, v.embedding) as session:
+        first = session.push(tokens[:, :25], tokens[:, 25:28])
+        rest = session.push(tokens[:, 25:], None, final=True)
+    return snr_db(torch.cat([first, rest], dim=2), streamed32)
+
+
 @pytest.fixture(scope="module")
 def models():
     """(float32, bfloat16) copies of the same small model."""
@@ -183,11 +193,7 @@ def test_bfloat16_flow_and_hift_are_close_to_float32(models, seed):
         assert wav16.dtype == source16.dtype == torch.float32
         assert snr_db(wav16, wav32) >= WAVE_SNR_DB
         # The cached, chunked flow runs in bfloat16 too (its caches hold bfloat16 keys: half the memory).
-        streamed32 = m32.flow.inference(tokens, v.flow_prompt_speech, v.prompt_mel, v.embedding, streaming=True)
-        with IncrementalFlow(m16.flow, v.flow_prompt_speech, v.prompt_mel, v.embedding) as session:
-            first = session.push(tokens[:, :25], tokens[:, 25:28])
-            rest = session.push(tokens[:, 25:], None, final=True)
-        assert snr_db(torch.cat([first, rest], dim=2), streamed32) >= INCREMENTAL_SNR_DB
+        assert chunked_flow_snr(m32, m16, tokens, v) >= INCREMENTAL_SNR_DB
 
 
 def test_bfloat16_engine_speaks_like_float32():
@@ -270,11 +276,7 @@ def test_int8_flow_quantizes_the_estimator_and_stays_close(seed):
         mel8 = m8.flow.inference(tokens, v.flow_prompt_speech, v.prompt_mel, v.embedding)
         assert mel8.shape == mel32.shape and snr_db(mel8, mel32) >= FLOW_INT8_MEL_SNR_DB
         assert snr_db(mel8, mel32) < 200  # quantized: not the float32 computation itself
-        streamed32 = m32.flow.inference(tokens, v.flow_prompt_speech, v.prompt_mel, v.embedding, streaming=True)
-        with IncrementalFlow(m8.flow, v.flow_prompt_speech, v.prompt_mel, v.embedding) as session:
-            first = session.push(tokens[:, :25], tokens[:, 25:28])
-            rest = session.push(tokens[:, 25:], None, final=True)
-        assert snr_db(torch.cat([first, rest], dim=2), streamed32) >= FLOW_INT8_STREAM_SNR_DB
+        assert chunked_flow_snr(m32, m8, tokens, v) >= FLOW_INT8_STREAM_SNR_DB
 
 
 def test_int8_flow_engine_streams_like_float32():
