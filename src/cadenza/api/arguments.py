@@ -113,3 +113,16 @@ def pcm_to_float(samples: object) -> np.ndarray:
         offset = half if arr.dtype.kind == "u" else 0.0  # unsigned PCM (8-bit WAV) is centred on 2**(bits-1)
         return ((arr.astype(np.float64) - offset) / half).astype(np.float32)
     raise AudioError(f"prompt audio samples must be numbers (float in [-1, 1] or integer PCM), got dtype {arr.dtype}")
+
+
+def reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids):
+    """``reference_wav`` (a voice to copy, no transcript) is CosyVoice 2's cross-lingual ``prompt_wav``."""
+    if reference_wav is None:
+        return prompt_wav
+    if prompt_wav is not None:
+        raise InputError("CosyVoice 2 clones from one recording: give prompt_wav (with prompt_text: zero-shot) or "
+                         "reference_wav (its voice only: cross-lingual), not both")
+    if prompt_text is not None or prompt_text_ids is not None:
+        raise InputError("reference_wav copies a voice without its transcript: for zero-shot cloning with a "
+                         "transcript pass the recording as prompt_wav")
+    return reference_wav

@@ -26,6 +26,7 @@ from cadenza.api.arguments import (
     check_speed,
     check_text_arg,
     pcm_to_float,
+    reference_as_prompt,
     short_repr,
 )
 from cadenza.api.audio import Audio, PromptAudio
@@ -268,7 +269,7 @@ class Cadenza:
         ``reference_wav``: a recording whose voice to copy without its transcript, i.e. ``prompt_wav`` alone
         (cross-lingual); the name VoxCPM 2 models use for the same thing.
         """
-        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+        prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         eng = self.engine
         self._check_args(text, text_ids, prompt_text, seed, speed)
         if text is not None and normalize:
@@ -300,7 +301,7 @@ class Cadenza:
                  speaker: str | None = None, seed: int | None = None, speed: float = 1.0,
                  reference_wav: PromptAudio | None = None) -> list[SynthesisRequest]:
         """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
-        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+        prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         self._check_args(text, text_ids, prompt_text, seed, speed)
         if normalize and prompt_text is not None and prompt_text.strip():
             prompt_text = normalize_text(prompt_text)
@@ -364,7 +365,7 @@ class Cadenza:
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
                   instruct=None, speaker=None, seed=None, speed: float = 1.0,
                   reference_wav=None) -> Iterator[np.ndarray]:
-        prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+        prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         check_seed(seed)
         speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
@@ -491,16 +492,3 @@ class Cadenza:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids):
-    """``reference_wav`` (a voice to copy, no transcript) is CosyVoice 2's cross-lingual ``prompt_wav``."""
-    if reference_wav is None:
-        return prompt_wav
-    if prompt_wav is not None:
-        raise InputError("CosyVoice 2 clones from one recording: give prompt_wav (with prompt_text: zero-shot) or "
-                         "reference_wav (its voice only: cross-lingual), not both")
-    if prompt_text is not None or prompt_text_ids is not None:
-        raise InputError("reference_wav copies a voice without its transcript: for zero-shot cloning with a "
-                         "transcript pass the recording as prompt_wav")
-    return reference_wav

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cadenza.api.arguments import check_seed, check_speed, check_text_arg
+from cadenza.api.arguments import check_seed, check_speed, check_text_arg, reference_as_prompt
 from cadenza.api.audio import Audio
 from cadenza.engine.long_form import SegmentStream, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
@@ -227,9 +227,7 @@ def wanted(tts, text: object, input_format: str | None, lexicon: LexiconLike, sp
 def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, prompt_text=None,
                          prompt_text_ids=None, instruct=None, speaker=None, reference_wav=None,
                          normalize: bool = True) -> list:
-    from cadenza.api.cosyvoice2 import _reference_as_prompt
-
-    prompt_wav = _reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+    prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
     check_seed(seed)
     check_text_arg(prompt_text, "prompt_text", optional=True)
     if normalize and prompt_text is not None and prompt_text.strip():

@@ -1,4 +1,5 @@
-"""Request field types the JSON and WebSocket endpoints share: text that is valid Unicode, voices, JSON-only bodies.
+"""Request field types the JSON and WebSocket endpoints share: text that is valid Unicode, voices, JSON-only bodies,
+and the bound on how much speech one request's text may ask for.
 
 Models are strict (``"stream": "yes"`` or ``"speed": "1.0"`` are type errors, not guesses) and refuse unknown
 fields. Strings must be encodable as UTF-8: JSON can carry lone surrogates (``"\\ud800"``), which would otherwise
@@ -7,7 +8,7 @@ fail deep inside the tokenizer or the database as a server error.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Request
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -15,6 +16,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from cadenza.api.arguments import check_chars
 from cadenza.errors import TextError
 from cadenza.server.errors import APIError
+from cadenza.text.duration import estimate_speech_seconds
+
+if TYPE_CHECKING:
+    from cadenza.server.state import ServerState
 
 
 def unicode_text(value: str) -> str:
@@ -60,3 +65,19 @@ async def require_json(request: Request) -> None:
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise APIError(415, f"send the request body as JSON with 'Content-Type: application/json' (got "
                        f"{media[:60] or 'none'!r})", code="unsupported_media_type")
+
+
+def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
+    """Seconds of audio the normalised ``segments`` should make; a 400 naming ``param`` when the text or that
+    estimate is over the server's limits (before any synthesis work)."""
+    cfg = state.config
+    n_chars = sum(len(s) for s in segments)
+    if n_chars > cfg.max_normalized_chars:
+        raise APIError(400, f"{param} reads out to {n_chars} characters (numbers and symbols spelled out); the limit "
+                       f"is {cfg.max_normalized_chars}", param=param, code="string_above_max_length")
+    seconds = sum(estimate_speech_seconds(s) for s in segments)
+    if seconds > cfg.max_audio_seconds:
+        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio; one request may make at most "
+                       f"{cfg.max_audio_seconds:g} s: split it into several requests", param=param,
+                       code="audio_above_max_duration")
+    return seconds

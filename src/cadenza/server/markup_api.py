@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from cadenza.api import markup
 from cadenza.errors import InputError, TextError, UnknownSpeakerError
 from cadenza.server.errors import APIError
-from cadenza.server.fields import STRICT, require_json, voice_ref
+from cadenza.server.fields import STRICT, bound_text, require_json, voice_ref
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.lexicon import MAX_ENTRIES, Lexicon
 from cadenza.voices.lexicons import lexicons_of
@@ -58,8 +58,6 @@ def plan_document(state: ServerState, served: ServedModel, text: str, *, input_f
     """``text`` (SSML or plain, ``lexicon`` applied) -> (engine requests with ``Silence`` items, text tokens,
     estimated seconds): the HTTP request's path, and each SSML document of a WebSocket session. A 400 names the SSML
     tag and its line and column (``param``: the text's field) or the lexicon entry (``lexicon``). Blocking."""
-    from cadenza.server.openai_speech import bound_text
-
     ssml = markup.is_ssml(text, input_format)
     try:
         script = markup.make_script(served.tts, text, input_format=input_format, lexicon=lexicon,

@@ -38,10 +38,9 @@ from cadenza.errors import TextError
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
-from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, require_json, voice_ref
+from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, bound_text, require_json, voice_ref
 from cadenza.server.markup_api import plan_markup
 from cadenza.server.state import ServedModel, ServerState
-from cadenza.text.duration import estimate_speech_seconds
 from cadenza.text.lexicon import MAX_ENTRIES
 
 log = logging.getLogger(__name__)
@@ -72,22 +71,6 @@ class SpeechRequest(BaseModel):
     lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # extension: docs/text.md, "Lexicons"
     lora: Text | None = Field(default=None, min_length=1, max_length=64)
     timestamps: bool = False  # extension: speech.word SSE events (docs/controls.md, "Word timestamps")
-
-
-def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
-    """Seconds of audio the normalised ``segments`` should make; a 400 naming ``param`` when the text or that
-    estimate is over the server's limits (before any synthesis work)."""
-    cfg = state.config
-    n_chars = sum(len(s) for s in segments)
-    if n_chars > cfg.max_normalized_chars:
-        raise APIError(400, f"{param} reads out to {n_chars} characters (numbers and symbols spelled out); the limit "
-                       f"is {cfg.max_normalized_chars}", param=param, code="string_above_max_length")
-    seconds = sum(estimate_speech_seconds(s) for s in segments)
-    if seconds > cfg.max_audio_seconds:
-        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio; one request may make at most "
-                       f"{cfg.max_audio_seconds:g} s: split it into several requests", param=param,
-                       code="audio_above_max_duration")
-    return seconds
 
 
 def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: int,
