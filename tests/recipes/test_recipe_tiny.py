@@ -64,6 +64,11 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     assert flow_p["init_flow"] == f"{tmp_path.resolve()}/runs/flow_v3" and flow_p["init_reinit"] == ["input_embedding."]
     r2 = yaml.safe_load(recipe.config("flow_phoneme_r2").read_text())["flow"]
     assert r2["init_flow"] == f"{tmp_path.resolve()}/runs/flow_phoneme" and r2["init_reinit"] == []
+    # --more-hift continues the vocoder shipped in the package (a model folder: the stage reads its hift.pt).
+    hift_joe = yaml.safe_load(recipe.config("hift_joe").read_text())["hift"]
+    shipped = RECIPE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
+    assert Path(hift_joe["init_hift"]) == shipped and (shipped / "hift.pt").is_file()
+    assert hift_joe["adversarial_start"] == 0
     lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
     assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
     assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
