@@ -23,12 +23,28 @@ def tts(builtin_tts):
     return builtin_tts
 
 
-def _f0_median(audio: np.ndarray, sr: int) -> float:
+def _f0_frames(audio: np.ndarray, sr: int) -> torch.Tensor:
     # Breathy voice: a permissive threshold. It speaks around 200 Hz (harmonics at 200, 400, 600 Hz), and where two
     # periods match better than one a search from 70 Hz reads ~100 Hz, flipping the median between octaves with
     # small changes of the audio: search from 120 Hz (benchmarks/speed_streaming.py, TINY_F0_FLOOR).
     f0 = yin_f0(torch.from_numpy(audio), sr, sr // 100, fmin=120.0, threshold=0.45)
-    return float(f0[f0 > 0].median())
+    return f0[f0 > 0]
+
+
+def _f0_median(audio: np.ndarray, sr: int) -> float:
+    return float(_f0_frames(audio, sr).median())
+
+
+# The pitch against speed 1 is read over the voiced frames of three sentences: one sentence's median on this breathy
+# voice swings by up to ±10 % between runs of the same speed (measured with the 2026-12-04 flow: 1.098, 0.976, 0.942 at
+# 2.0 for three sentences, each pooled ratio within 2.2 %); the 30-sentence benchmark reads 0.99-1.00.
+PITCH_TEXTS = (TEXT, "Please call me back when you get this message.", "We are meeting at the station at nine tomorrow.")
+
+
+def _pooled_f0(model, speed: float) -> float:
+    frames = [_f0_frames(np.concatenate(list(model.synthesize_stream(t, seed=7, speed=speed))), model.sample_rate)
+              for t in PITCH_TEXTS]
+    return float(torch.cat(frames).median())
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +70,11 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel
     # streamed = non-streamed length within one chunk (the first chunk's length)
     assert abs(fast.size - whole.size) <= chunks[0].size
     # Pitch: streaming keeps what the whole utterance's rate change gives (within 3 %); WSOLA keeps speed 1's
-    # within 5 %. The mel stretch (opt-in) moves it more: HiFT rebuilds the pitch from frames fed at another rate
-    # (docs/controls.md, "Speed").
-    f0 = _f0_median(fast, sr)
-    assert abs(f0 / _f0_median(whole, sr) - 1) < 0.03
-    assert abs(f0 / _f0_median(base, sr) - 1) < (0.05 if method == "wsola" else MEL_F0_TOLERANCE)
+    # within 5 % (three sentences pooled). The mel stretch (opt-in) moves it more: HiFT rebuilds the pitch from
+    # frames fed at another rate (docs/controls.md, "Speed").
+    assert abs(_f0_median(fast, sr) / _f0_median(whole, sr) - 1) < 0.03
+    ratio = _pooled_f0(model, speed) / _pooled_f0(tts, 1.0)
+    assert abs(ratio - 1) < (0.05 if method == "wsola" else MEL_F0_TOLERANCE)
     # The first chunk covers the same tokens as at speed 1 (it is not delayed).
     if method == "wsola":  # its audio time-scaled, less the look-ahead WSOLA holds for the next chunk
         w = Wsola(speed, sr)
