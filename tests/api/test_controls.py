@@ -48,6 +48,12 @@ def _pooled_f0(model, speed: float) -> float:
 
 
 @pytest.fixture(scope="module")
+def base_pitch(tts):
+    """The pooled F0 of ``PITCH_TEXTS`` at speed 1 (computed once for every speed and method)."""
+    return _pooled_f0(tts, 1.0)
+
+
+@pytest.fixture(scope="module")
 def base_chunks(tts):
     return list(tts.synthesize_stream(TEXT, seed=7))
 
@@ -60,7 +66,8 @@ def tts_mel():
 
 
 @pytest.mark.parametrize(("method", "speed"), [("wsola", 0.5), ("wsola", 2.0), ("mel", 0.5), ("mel", 2.0)])
-def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel, base_chunks, method, speed):
+def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel, base_chunks, base_pitch, method,
+                                                                  speed):
     model = tts if method == "wsola" else tts_mel
     sr = model.sample_rate
     chunks = list(model.synthesize_stream(TEXT, seed=7, speed=speed))
@@ -73,7 +80,7 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel
     # within 5 % (three sentences pooled). The mel stretch (opt-in) moves it more: HiFT rebuilds the pitch from
     # frames fed at another rate (docs/controls.md, "Speed").
     assert abs(_f0_median(fast, sr) / _f0_median(whole, sr) - 1) < 0.03
-    ratio = _pooled_f0(model, speed) / _pooled_f0(tts, 1.0)
+    ratio = _pooled_f0(model, speed) / base_pitch
     assert abs(ratio - 1) < (0.05 if method == "wsola" else MEL_F0_TOLERANCE)
     # The first chunk covers the same tokens as at speed 1 (it is not delayed).
     if method == "wsola":  # its audio time-scaled, less the look-ahead WSOLA holds for the next chunk
