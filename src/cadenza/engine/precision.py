@@ -225,13 +225,7 @@ def quantize_lm(lm: torch.nn.Module, cpu: CpuCapability | None = None) -> torch.
     per call (``"dynamic"``). Embeddings stay float32."""
     if lm_int8_scheme(cpu) == "weights":
         return int8_weight_linears(lm)
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():
-        # torch 2.10+ announces the move of eager-mode quantization to torchao; the API still works and is what a
-        # plain torch install has.
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(lm, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    return _quantize_dynamic(lm, lambda name: True)
 
 
 def quantize_flow(flow: torch.nn.Module) -> torch.nn.Module:
@@ -240,12 +234,19 @@ def quantize_flow(flow: torch.nn.Module) -> torch.nn.Module:
     quantized per call. The time embedding MLP stays float32 (its output shifts every layer's input, and it is one
     row per step: nothing to gain), as do the encoder (run once per chunk, a few % of the flow) and the convolutions.
     Returns ``flow``."""
+    _quantize_dynamic(flow.decoder.estimator, lambda name: not name.startswith("time_mlp"))
+    return flow
+
+
+def _quantize_dynamic(module: torch.nn.Module, wanted) -> torch.nn.Module:
+    """torch's dynamic quantization (per-channel int8 weights, activations per call), in place, of the ``nn.Linear``
+    layers of ``module`` whose qualified name ``wanted(name)`` accepts. Returns ``module``."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    estimator = flow.decoder.estimator
-    spec = {name: per_channel_dynamic_qconfig for name, module in estimator.named_modules()
-            if isinstance(module, torch.nn.Linear) and not name.startswith("time_mlp")}
+    spec = {name: per_channel_dynamic_qconfig for name, layer in module.named_modules()
+            if isinstance(layer, torch.nn.Linear) and wanted(name)}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch 2.10+: eager-mode quantization announced to move to torchao
-        quantize_dynamic(estimator, spec, inplace=True)
-    return flow
+        # torch 2.10+ announces the move of eager-mode quantization to torchao; the API still works and is what a
+        # plain torch install has.
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(module, spec, inplace=True)
