@@ -232,9 +232,8 @@ class Recipe:
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
         if from_shipped:
-            shipped = SHIPPED
             blank = ("cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "CosyVoice-BlankEN/phonemes.json")
-            self.seed_runs(shipped, {"lm_phoneme": ("llm.pt", *blank), "flow_phoneme": ("flow.pt", *blank),
+            self.seed_runs(SHIPPED, {"lm_phoneme": ("llm.pt", *blank), "flow_phoneme": ("flow.pt", *blank),
                                      "frame_tokenizer": ("speech_tokenizer.safetensors", "speech_tokenizer.json")})
         if v1_model is not None:
             self.seed_runs(v1_model, {"speaker": ("speaker_encoder.safetensors", "speaker_encoder.json"),
@@ -262,10 +261,10 @@ class Recipe:
         if tok is not None:
             self.wait(tok)
         self.mark_done("frame_tokenizer")
-        rounds = {"flow_phoneme_r2": more_flow and self.train("flow", "flow_phoneme_r2", "data_p"),
-                  "hift_joe": more_hift and self.train("hift", "hift_joe", "data_p")}
-        self.wait(*(p for p in rounds.values() if p))
-        self.mark_done(*(name for name, wanted in (("flow_phoneme_r2", more_flow), ("hift_joe", more_hift)) if wanted))
+        rounds = [(name, stage) for name, stage, wanted in (("flow_phoneme_r2", "flow", more_flow),
+                                                             ("hift_joe", "hift", more_hift)) if wanted]
+        self.wait(*(p for p in (self.train(stage, name, "data_p") for name, stage in rounds) if p is not None))
+        self.mark_done(*(name for name, _ in rounds))
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
