@@ -22,9 +22,10 @@ import statistics
 import time
 
 import torch
-from midsize import fixed_length_request, midsize_config, random_model, stream_together
+from midsize import TOKENS_PER_SECOND, fixed_length_request, midsize_config, random_model, stream_together
 
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
+from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.precision import Precision
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
@@ -40,6 +41,75 @@ def peak_memory_gib(device: torch.device) -> float:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+LM_STEPS = {"auto": {}, "per-row": {"lm_kv_pool": False}, "pool": {"lm_kv_pool": True, "lm_cuda_graphs": False},
+            "graphs": {"lm_kv_pool": True, "lm_cuda_graphs": True}}
+
+
+def timed(device: torch.device, fn, repeats: int = 5) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after one warm-up (device work waited for)."""
+    fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_decode(step: DecodeStep, lm, device: torch.device, batch: int, hidden: int) -> float:
+    """Seconds of one decode step of ``batch`` requests, each with a 200-position cache (median of 20)."""
+    gen = torch.Generator().manual_seed(0)
+    caches = []
+    for _ in range(batch):
+        cache = step.new_cache()
+        lm.forward_hidden(torch.randn(1, 200, hidden, generator=gen).to(device), cache=cache)
+        caches.append(cache)
+    embeds = torch.randn(batch, 1, hidden, generator=gen).to(device)
+
+    def decode() -> None:
+        step(embeds, caches)
+        for c in caches:  # back to 200 positions: every timed step sees the same length
+            c.crop(200)
+
+    try:
+        return timed(device, decode, 20)
+    finally:
+        for c in caches:
+            c.free()
+
+
+@torch.inference_mode()
+def stage_times(engine: CosyVoice2Engine, device: torch.device, seconds: float, batches: list[int]) -> None:
+    """Where a stream's time goes, stage by stage: the LM's batched decode step (ms per step at each batch size,
+    every request with a 200-position cache; per-request caches attended row by row, against the engine's own step:
+    pooled and graph-captured on CUDA), the flow and HiFT over ``seconds`` of speech (non-streaming)."""
+    model, cfg = engine.model, engine.config
+    lm, hidden = model.lm, cfg.lm.llm_input_size
+    engine_step = engine.scheduler.decode_step
+    mode = ("KV pool + CUDA graphs" if engine_step.cuda_graphs else "KV pool" if engine_step.pool is not None
+            else "per-request caches")
+    for b in batches:
+        per_row = time_decode(DecodeStep(lm), lm, device, b, hidden)
+        ours = time_decode(engine_step, lm, device, b, hidden)
+        print(f"LM decode step, batch {b:>3}: per-row {1000 * per_row:8.2f} ms, engine ({mode}) {1000 * ours:8.2f} ms"
+              f" (x{per_row / ours:.1f})", flush=True)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, cfg.flow.vocab_size, (1, int(seconds * TOKENS_PER_SECOND)), generator=gen)
+    prompt = engine.empty_voice()
+    flow = model.flow
+
+    def run_flow() -> torch.Tensor:
+        return flow.inference(tokens, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding)
+
+    mel = run_flow()
+    t_flow = timed(device, run_flow)
+    t_hift = timed(device, lambda: model.hift.inference(mel, generator=torch.Generator().manual_seed(1)))
+    print(f"flow, {seconds:g} s of speech (10 Euler steps, CFG): {1000 * t_flow:8.1f} ms; "
+          f"HiFT: {1000 * t_hift:8.1f} ms", flush=True)
 
 
 def run_level(engine: CosyVoice2Engine, n: int, seconds: float) -> dict[str, float]:
@@ -59,23 +129,32 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="audio per stream")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
     parser.add_argument("--threads", type=int, default=0, help="CPU torch threads (0: torch's default)")
+    parser.add_argument("--lm-step", choices=tuple(LM_STEPS), default="auto",
+                        help="the LM's batched decode step: auto (KV pool + CUDA graphs on CUDA, per-request caches "
+                             "elsewhere), per-row, pool (eager), graphs")
+    parser.add_argument("--stages", default="1,8,32,64",
+                        help="LM decode batch sizes timed stage by stage before the levels ('' = skip the stages)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     levels = [int(v) for v in args.levels.split(",")]
+    stages = [int(v) for v in args.stages.split(",")] if args.stages else []
     precision = Precision.choose(args.dtype, device.type)
 
     config = midsize_config() if args.size == "mid" else CosyVoice2Config()
     model = random_model(config).to(device)
     engine = CosyVoice2Engine(model, None, SpeakerStore(None), precision=precision,
-                              scheduler_config=SchedulerConfig(max_active=max(levels), max_queued=4 * max(levels)))
+                              scheduler_config=SchedulerConfig(max_active=max(levels + stages),
+                                                               max_queued=4 * max(levels), **LM_STEPS[args.lm_step]))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device: {device} ({name}), {args.size}-size random CosyVoice 2, precision {precision.describe()}, "
           f"{args.seconds:g} s per stream, torch {torch.__version__}")
     try:
         engine.synthesize(fixed_length_request(engine, 1.0, seed=1))  # warm-up
         synchronize(device)
+        if args.stages:
+            stage_times(engine, device, args.seconds, stages)
         start = time.perf_counter()
         audio = engine.synthesize(fixed_length_request(engine, args.seconds, seed=2))
         synchronize(device)

@@ -13,6 +13,7 @@ import logging
 import torch
 
 from cadenza.engine.job_board import DONE, JobBoard
+from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.scheduled_job import Job
 from cadenza.errors import RequestCancelledError
@@ -22,8 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class LMWorker:
-    def __init__(self, model: CosyVoice2Model, board: JobBoard, state: PipelineState) -> None:
+    def __init__(self, model: CosyVoice2Model, board: JobBoard, state: PipelineState,
+                 decode_step: DecodeStep | None = None) -> None:
+        """decode_step: the batched single-token step (``engine/lm_decode.py``; default: per-request caches)."""
         self.model, self.board, self.state = model, board, state
+        self.decode_step = decode_step or DecodeStep(model.lm)
         self.config = board.config
 
     def _least_loaded_vocoder(self) -> int:
@@ -122,13 +126,14 @@ class LMWorker:
         for job in singles:
             try:
                 hidden = lm.forward_hidden(job.decoder.next_input(), cache=job.decoder.cache)
-                self._accept(job, lm.log_probs(hidden[:, -1])[0])
+                self._accept(job, lm.log_probs(hidden[:, -1])[0].cpu())
             except Exception as exc:
                 board.end([job], exc)
         if batch:
             embeds = torch.cat([j.decoder.next_input() for j in batch], dim=0)
-            hidden = lm.forward_hidden(embeds, cache=[j.decoder.cache for j in batch])
-            logp = lm.log_probs(hidden[:, -1])
+            # On the CPU whatever the model's device: each request's generator is a CPU one (the same draws on
+            # every device) and the ids are needed on the host anyway; one copy for the whole batch.
+            logp = self.decode_step(embeds, [j.decoder.cache for j in batch])
             for i, job in enumerate(batch):
                 try:
                     self._accept(job, logp[i].clone())

@@ -35,6 +35,7 @@ import logging
 import torch
 
 from cadenza.engine.job_board import JobBoard
+from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.lm_worker import LMWorker
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
@@ -45,6 +46,7 @@ from cadenza.engine.stream_handle import StreamHandle
 from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker
 from cadenza.engine.token2wav import Token2Wav
 from cadenza.engine.vocoder_workers import VocoderWorker
+from cadenza.layers.kv_pool import KVPool
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, UnistreamDecoder
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.sampling import RasSampler
@@ -64,7 +66,8 @@ class Scheduler:
                         and model.flow.decoder.estimator.supports_cache else None)
         self.board = JobBoard(self.config)
         self.state = PipelineState()
-        self.lm_worker = LMWorker(model, self.board, self.state)
+        self.decode_step = lm_decode_step(model, self.config)
+        self.lm_worker = LMWorker(model, self.board, self.state, self.decode_step)
         self.vocoders: list[VocoderWorker] = []  # made when the workers start (their number depends on the cores)
 
     @property
@@ -96,11 +99,12 @@ class Scheduler:
             return None
         sampler = RasSampler(self.model.config.lm.sampling, request.generator)
         lm = self.model.lm
+        cache = self.decode_step.new_cache()
         if bistream:
             return BistreamDecoder(lm, request.lm_prompt_text, request.lm_prompt_speech, sampler,
-                                   reference_quirks=reference_quirks, capacity=request.max_tokens)
+                                   reference_quirks=reference_quirks, capacity=request.max_tokens, cache=cache)
         return UnistreamDecoder(lm, request.text_ids, request.lm_prompt_text, request.lm_prompt_speech,
-                                sampler, request.min_tokens, request.max_tokens)
+                                sampler, request.min_tokens, request.max_tokens, cache=cache)
 
     def _first_chunk_tokens(self, request: SynthesisRequest) -> int:
         """Speech tokens a streaming request needs for its first chunk (first hop + look-ahead)."""
@@ -135,3 +139,20 @@ class Scheduler:
         loops = [("cadenza-lm", self.lm_worker.run, state.lm_threads)]
         loops += [(f"cadenza-vocoder-{w.index}", w.run, state.vocoder_threads) for w in self.vocoders]
         self.board.start(loops)
+
+
+def lm_decode_step(model: CosyVoice2Model, config: SchedulerConfig) -> DecodeStep:
+    """The LM worker's batched decode step: a KV pool (and CUDA graphs) where ``config`` asks for them or, left
+    unset, where the model is on a CUDA device (``SchedulerConfig.lm_kv_pool``)."""
+    lm = model.lm
+    on_cuda = lm.device.type == "cuda"
+    use_pool = config.lm_kv_pool if config.lm_kv_pool is not None else on_cuda
+    graphs = config.lm_cuda_graphs if config.lm_cuda_graphs is not None else on_cuda and use_pool
+    if graphs and not (on_cuda and use_pool):
+        raise ValueError("lm_cuda_graphs needs the LM on a CUDA device and lm_kv_pool")
+    if not use_pool:
+        return DecodeStep(lm)
+    qwen = model.config.lm.qwen
+    pool = KVPool(qwen.num_hidden_layers, qwen.num_key_value_heads, qwen.head_dim, config.max_active,
+                  config.lm_pool_positions, dtype=lm.llm_embedding.weight.dtype, device=lm.device)
+    return DecodeStep(lm, pool, cuda_graphs=graphs)

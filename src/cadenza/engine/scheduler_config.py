@@ -32,6 +32,13 @@ class SchedulerConfig:
     # where the flow's attention chunks end and the look-ahead has arrived (the same mel: ``StreamSynthesis.
     # flow_ahead``), so that chunk is quicker once its last token comes. Not while a request awaits its first audio.
     flow_ahead: bool = True
+    # Batched LM decoding on an accelerator (docs/performance.md, "GPU"): every active request's keys and values in
+    # one preallocated pool (``layers/kv_pool.py``), so a decode step of B requests is one batched attention instead
+    # of B, and on CUDA that step is replayed from CUDA graphs (``engine/lm_decode.py``). None = on when the model is
+    # on a CUDA device; a CPU keeps per-request caches (there the per-row attention costs nothing extra).
+    lm_kv_pool: bool | None = None
+    lm_cuda_graphs: bool | None = None
+    lm_pool_positions: int = 4096  # per request; one that grows past it moves to a cache of its own (slower, no error)
 
     def worker_layout(self, cores: int) -> tuple[int, int, int]:
         """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:
@@ -49,6 +56,8 @@ class SchedulerConfig:
         if self.first_audio_pause not in FIRST_AUDIO_PAUSES:
             raise ValueError(f"first_audio_pause must be one of {', '.join(FIRST_AUDIO_PAUSES)}, "
                              f"not {self.first_audio_pause!r}")
+        if self.lm_pool_positions < 64:
+            raise ValueError(f"lm_pool_positions must be >= 64, got {self.lm_pool_positions}")
         for name in ("vocoder_workers", "lm_threads", "vocoder_threads"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")

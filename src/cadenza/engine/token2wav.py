@@ -48,7 +48,7 @@ class Token2Wav:
         if speed != 1.0 and self.schedule.speed_method == "mel":
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         speech, _ = self.model.hift.inference(mel, generator=generator)
-        audio = speech[0].float().numpy()
+        audio = speech[0].float().cpu().numpy()
         if speed != 1.0 and self.schedule.speed_method == "wsola":
             audio = time_scale(audio, speed, self.model.config.hift.sampling_rate)
         return audio
@@ -116,7 +116,7 @@ class _RecomputeFlow:
         return self._mel(ids, streaming=not self.final_full_attention, finalize=True)
 
     def _empty(self) -> torch.Tensor:
-        return torch.zeros(1, self.flow.cfg.output_size, 0)
+        return torch.zeros(1, self.flow.cfg.output_size, 0, device=self.flow.spk_embed_affine_layer.weight.device)
 
     def close(self) -> None:
         pass
@@ -417,7 +417,7 @@ class _StreamingVocoder:
         """HiFT's ``speech [1, L]`` / ``source [1, 1, L]`` for the ``prepare`` d ``mel`` -> this chunk's audio (the
         overlap with the previous chunk cross-faded; the tail of a non-final chunk held back); updates the caches."""
         self.calls += 1
-        out = speech[0].float().numpy().copy()
+        out = speech[0].float().cpu().numpy().copy()  # copy: on CPU .numpy() shares the tensor's memory
         if self.tail is not None:
             n = self.tail.size
             fade_in, fade_out = ((self.fade_in, self.fade_out) if n == self.overlap

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.layers.kv_cache import KVCache
+from cadenza.layers.kv_pool import PooledStep
 from cadenza.layers.rotary import apply_rotary
 
 
@@ -46,7 +47,7 @@ class GQASelfAttention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | list[KVCache] | None = None,
+        cache: KVCache | list[KVCache] | PooledStep | None = None,
         layer_idx: int = 0,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -62,6 +63,12 @@ class GQASelfAttention(nn.Module):
         k = self.k_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        gqa = self.num_heads != self.num_kv_heads
+        if isinstance(cache, PooledStep):  # B requests in one pool: one store, one gather, one masked attention
+            keys, values, mask = cache.attend_inputs(layer_idx, k, v)
+            out = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask,
+                                                 enable_gqa=gqa)
+            return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
         if isinstance(cache, list):
             out = self._attend_per_row(q, k, v, cache, layer_idx)
             return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
@@ -76,8 +83,7 @@ class GQASelfAttention(nn.Module):
             elif n > 1:  # SDPA's is_causal aligns the triangle top-left, wrong when keys include a past
                 attn_mask = causal_mask_with_past(n, past, x.device)
             # n == 1 with a past: the single query sees every key, no mask needed
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
 
     def _attend_per_row(self, q, k, v, caches: list[KVCache], layer_idx: int) -> torch.Tensor:

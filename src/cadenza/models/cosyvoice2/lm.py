@@ -136,7 +136,8 @@ class TextSpeechLM(nn.Module):
         if step_log is not None:
             step_log.append([embeds.shape[1], cache.length, cache.length + embeds.shape[1]])
         hidden = self.llm(embeds, cache=cache)
-        return self.llm_decoder(hidden[:, -1]).log_softmax(dim=-1)[0]
+        # On the CPU for the sampler (its generator is a CPU one, and the id is needed on the host).
+        return self.llm_decoder(hidden[:, -1]).log_softmax(dim=-1)[0].cpu()
 
     # ---- decoding ---------------------------------------------------------------------------------------------
     def _drive(self, decoder: UnistreamDecoder | BistreamDecoder, step_log: StepLog | None) -> Iterator[int]:

@@ -32,11 +32,13 @@ class UnistreamDecoder:
     """
 
     def __init__(self, lm, text: torch.Tensor, prompt_text: torch.Tensor | None, prompt_speech: torch.Tensor | None,
-                 sampler: Sampler, min_len: int, max_len: int) -> None:
+                 sampler: Sampler, min_len: int, max_len: int, cache=None) -> None:
+        """cache: where the keys and values go (default: a new ``KVCache`` of the LM; the scheduler may give a
+        pooled one, ``layers/kv_pool.py``)."""
         self.lm, self.sampler = lm, sampler
         self.min_len, self.max_len = min_len, max_len
         self._pending: torch.Tensor | None = lm.build_input(text, prompt_text, prompt_speech)
-        self.cache = lm.new_cache(capacity=self._pending.shape[1] + min_len)
+        self.cache = cache if cache is not None else lm.new_cache(capacity=self._pending.shape[1] + min_len)
         self.out: list[int] = []
         self.finished = max_len <= 0
 
@@ -78,14 +80,14 @@ class BistreamDecoder:
 
     def __init__(self, lm, prompt_text: torch.Tensor | None, prompt_speech: torch.Tensor | None, sampler: Sampler,
                  max_len_ratio: float | None = None, max_len: int | None = None, reference_quirks: bool = True,
-                 capacity: int | None = None) -> None:
+                 capacity: int | None = None, cache=None) -> None:
         self.lm, self.sampler = lm, sampler
         self.n_text, self.n_speech = lm.cfg.mix_ratio
         self.max_len_ratio = lm.cfg.max_token_text_ratio if max_len_ratio is None else max_len_ratio
         self.fixed_max_len = max_len
         self.capacity = capacity  # hard cap on speech tokens (e.g. what the flow's noise buffer can hold)
         self.reference_quirks = reference_quirks
-        self.cache = lm.new_cache()
+        self.cache = cache if cache is not None else lm.new_cache()  # (see UnistreamDecoder)
         self.out: list[int] = []  # every id produced, fills included (they are part of the RAS history)
         self.n_received = 0
         self.text_done = False

@@ -22,6 +22,7 @@ from torch import nn
 
 from cadenza.layers.attention import GQASelfAttention
 from cadenza.layers.kv_cache import KVCache
+from cadenza.layers.kv_pool import PooledStep
 from cadenza.layers.rms_norm import RMSNorm
 from cadenza.layers.rotary import RotaryEmbedding
 from cadenza.layers.swiglu import SwiGLU
@@ -45,7 +46,7 @@ class Qwen2DecoderLayer(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | list[KVCache] | None,
+        cache: KVCache | list[KVCache] | PooledStep | None,
         layer_idx: int,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -75,17 +76,20 @@ class Qwen2Model(nn.Module):
         self,
         inputs_embeds: torch.Tensor,
         positions: torch.Tensor | None = None,
-        cache: KVCache | list[KVCache] | None = None,
+        cache: KVCache | list[KVCache] | PooledStep | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """inputs_embeds ``[B, n, hidden]`` -> hidden states after the final norm ``[B, n, hidden]``.
 
         positions ``[B, n]`` (int) default to ``past .. past + n - 1`` where ``past`` = cached length (0 without a
         cache). With a cache the n new keys/values are appended to it. A list of B caches (one per row, any
-        lengths) runs one batched decode step (n = 1) for B independent requests.
+        lengths) runs one batched decode step (n = 1) for B independent requests; so does a ``PooledStep`` (their
+        caches in one ``KVPool``: ``layers/kv_pool.py``).
         """
         b, n, _ = inputs_embeds.shape
-        if isinstance(cache, list) and positions is None:
+        if isinstance(cache, PooledStep) and positions is None:
+            positions = cache.positions[:, None]
+        elif isinstance(cache, list) and positions is None:
             positions = torch.tensor([[c.length] for c in cache], device=inputs_embeds.device)
         elif positions is None:
             past = cache.length if cache is not None else 0
@@ -128,7 +132,7 @@ class Qwen2Encoder(nn.Module):
         self,
         inputs_embeds: torch.Tensor,
         positions: torch.Tensor | None = None,
-        cache: KVCache | list[KVCache] | None = None,
+        cache: KVCache | list[KVCache] | PooledStep | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``[B, n, hidden]`` -> last hidden state ``[B, n, hidden]`` (see ``Qwen2Model.forward``)."""
