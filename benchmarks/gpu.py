@@ -112,6 +112,56 @@ def stage_times(engine: CosyVoice2Engine, device: torch.device, seconds: float, 
           f"HiFT: {1000 * t_hift:8.1f} ms", flush=True)
 
 
+def timeline(engine: CosyVoice2Engine, device: torch.device, n: int, seconds: float) -> None:
+    """Where ``n`` concurrent streams' time goes: calls and wall seconds of each engine stage (the LM worker's step,
+    each kind of vocoder-worker work), each call waited for on the device, and when each first ended, against the
+    median first chunk. The waits add a little time; the point is the split."""
+    from cadenza.engine import vocoder_workers
+    from cadenza.engine.lm_worker import LMWorker
+    from cadenza.engine.token2wav import StreamSynthesis
+    from cadenza.engine.vocoder_workers import VocoderWorker
+
+    spans: dict[str, list[tuple[float, float]]] = {}
+    originals = []
+
+    def wrap(cls, name: str, label: str) -> None:  # a class's method or a module's function
+        original = getattr(cls, name)
+        originals.append((cls, name, original))
+
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                synchronize(device)
+                spans.setdefault(label, []).append((start, time.perf_counter()))
+
+        setattr(cls, name, timed_call)
+
+    wrap(LMWorker, "step", "LM step (prefills + one batched decode)")
+    wrap(VocoderWorker, "_prime", "flow priming of a voice")
+    wrap(VocoderWorker, "_flow_ahead", "flow ahead of a chunk")
+    wrap(VocoderWorker, "_vocoder_batch", "chunks of several streams (flow + HiFT)")
+    wrap(VocoderWorker, "_vocoder_step", "chunk of one stream (flow + HiFT)")
+    wrap(StreamSynthesis, "flow_mel", "  of which the flow")
+    wrap(StreamSynthesis, "vocode", "  of which HiFT")
+    wrap(vocoder_workers, "flow_mels", "  of which the batched flow")
+    wrap(vocoder_workers, "vocode_many", "  of which the batched HiFT")
+    try:
+        start = time.perf_counter()
+        produced, first, elapsed = stream_together(
+            engine, [fixed_length_request(engine, seconds, seed=300 + i) for i in range(n)])
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+    print(f"timeline, {n} stream(s) of {seconds:g} s: first chunk {statistics.median(first):.3f} s, all done "
+          f"{elapsed:.3f} s")
+    for label, calls in spans.items():
+        busy = sum(b - a for a, b in calls)
+        print(f"  {label:<42} {len(calls):>5} calls {busy:8.3f} s busy, mean {1000 * busy / len(calls):7.1f} ms, "
+              f"first ends at {min(b for _, b in calls) - start:.3f} s", flush=True)
+
+
 def run_level(engine: CosyVoice2Engine, n: int, seconds: float) -> dict[str, float]:
     produced, first, elapsed = stream_together(engine, [fixed_length_request(engine, seconds, seed=100 + i)
                                                         for i in range(n)])
@@ -132,6 +182,7 @@ def main() -> None:
     parser.add_argument("--lm-step", choices=tuple(LM_STEPS), default="auto",
                         help="the LM's batched decode step: auto (KV pool + CUDA graphs on CUDA, per-request caches "
                              "elsewhere), per-row, pool (eager), graphs")
+    parser.add_argument("--timeline", default="", help="stream counts whose per-stage split is printed (e.g. 1,8)")
     parser.add_argument("--stages", default="1,8,32,64",
                         help="LM decode batch sizes timed stage by stage before the levels ('' = skip the stages)")
     args = parser.parse_args()
@@ -161,6 +212,8 @@ def main() -> None:
         nonstream = time.perf_counter() - start
         print(f"non-streaming: {nonstream:.3f} s to audio for {len(audio) / config.sample_rate:.2f} s "
               f"(RTF {nonstream * config.sample_rate / len(audio):.3f})")
+        for n in [int(v) for v in args.timeline.split(",")] if args.timeline else []:
+            timeline(engine, device, n, args.seconds)
         print(f"{'streams':>8}{'first chunk (s)':>17}{'RTF per stream':>16}{'audio s / s':>13}{'peak mem (GiB)':>16}")
         rows = {}
         for n in levels:
