@@ -35,7 +35,7 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1, or hift_joe)
   --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
   flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
-  hift_joe (--more-hift) the shipped HiFT continued as a GAN on joe -> WORK/runs/hift_joe
+  hift_joe (--more-hift [CONFIG]) the shipped HiFT continued on joe   -> WORK/runs/hift_joe
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -96,13 +96,15 @@ class Recipe:
         out.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return out
 
-    def train(self, stage: str, name: str | None = None, data: str = "data") -> subprocess.Popen | None:
-        """Start stage ``stage`` with ``configs/<name>.yaml`` (default: the stage's own) into ``runs/<name>``."""
+    def train(self, stage: str, name: str | None = None, data: str = "data",
+              config: str | None = None) -> subprocess.Popen | None:
+        """Start stage ``stage`` with ``configs/<config or name>.yaml`` (default: the stage's own) into
+        ``runs/<name>``."""
         name = name or stage
         out = self.work / "runs" / name
         if (out / "done").is_file():
             return None
-        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(name)), "--data", str(self.work / data),
+        cmd = [*self.cadenza, "train", stage, "--config", str(self.config(config or name)), "--data", str(self.work / data),
                "--out", str(out)]
         if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
             cmd.append("--resume")
@@ -222,12 +224,13 @@ class Recipe:
             self.mark_done(run)
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
-           more_hift: bool = False) -> None:
+           more_hift: str | None = None) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
-        of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the shipped vocoder
-        continued as a GAN on joe's corpus (configs/hift_joe.yaml), beside the flow round."""
+        of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the config (``hift_joe``,
+        ``hift_joe_source``) that continues the shipped vocoder on joe's corpus into runs/hift_joe, beside the flow
+        round."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -263,7 +266,9 @@ class Recipe:
         self.mark_done("frame_tokenizer")
         rounds = [(name, stage) for name, stage, wanted in (("flow_phoneme_r2", "flow", more_flow),
                                                              ("hift_joe", "hift", more_hift)) if wanted]
-        self.wait(*(p for p in (self.train(stage, name, "data_p") for name, stage in rounds) if p is not None))
+        configs = {"hift_joe": more_hift}  # the HiFT round's config may be another one; its run is runs/hift_joe
+        self.wait(*(p for p in (self.train(stage, name, "data_p", config=configs.get(name)) for name, stage in rounds)
+                    if p is not None))
         self.mark_done(*(name for name, _ in rounds))
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
@@ -286,8 +291,9 @@ def main() -> None:
                    help="with --design v2: the shipped v2 weights stand in for the first v2 round (continue from them)")
     p.add_argument("--more-flow", action="store_true",
                    help="with --design v2: one more flow round (configs/flow_phoneme_r2.yaml) from the newest v2 flow")
-    p.add_argument("--more-hift", action="store_true",
-                   help="with --design v2: the shipped HiFT continued as a GAN on joe's corpus (configs/hift_joe.yaml)")
+    p.add_argument("--more-hift", nargs="?", const="hift_joe", default=None, metavar="CONFIG",
+                   help="with --design v2: the shipped HiFT continued on joe's corpus (configs/CONFIG.yaml, default "
+                        "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

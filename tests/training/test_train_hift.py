@@ -22,7 +22,7 @@ from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
 from cadenza.training.hift.config import DiscriminatorConfig
 from cadenza.training.hift.data import crop_batch
 from cadenza.training.hift.discriminators import HiFTDiscriminator
-from cadenza.training.hift.losses import tpr_loss
+from cadenza.training.hift.losses import multi_resolution_stft_loss, tpr_loss
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 
@@ -273,3 +273,40 @@ def test_adversarial_start_trains_the_generator_alone_first(data_dir):
         assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
     with pytest.raises(InputError, match="adversarial_start"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, data_dir)
+
+
+def test_stft_loss_sees_harmonics_the_mel_loss_blurs():
+    """Two 85 Hz voices with the same spectral envelope, one harmonic and one noise-excited: the fine resolution of the
+    multi-resolution STFT loss tells them apart far more than the coarse one, and a signal against itself is 0."""
+    torch.manual_seed(0)
+    n = SR // 2
+    voiced = _harmonic(torch.full((n,), 85.0), harmonics=40)[None]
+    noise = torch.randn(1, n)
+    # noise shaped to the voiced signal's coarse envelope (256-point STFT magnitudes, random phase)
+    window = torch.hann_window(256)
+    env = torch.stft(voiced, 256, 64, 256, window, return_complex=True).abs()
+    shaped = torch.istft(env * torch.stft(noise, 256, 64, 256, window, return_complex=True).sgn(), 256, 64, 256,
+                         window, length=n)
+    assert multi_resolution_stft_loss(voiced, voiced, ((512, 128, 512),)) == 0
+    coarse = multi_resolution_stft_loss(voiced, shaped, ((256, 64, 256),))
+    fine = multi_resolution_stft_loss(voiced, shaped, ((2048, 512, 2048),))
+    assert fine > 1.5 * coarse
+
+
+def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
+    mix = [0.5, 0.25, 0.12, 0.06, 0.03, 0.0, 0.0, 0.0, 0.0]
+    cfg = {**CONFIG, "hift": {**CONFIG["hift"], "source_mix": mix, "freeze_source_mix": True, "adversarial_start": 1,
+                              "loss": {"stft_weight": 2.0}}}
+    torch.manual_seed(0)
+    stage = HiFTStage(cfg, data_dir)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    linear = stage.generator.m_source.l_linear
+    assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0
+    batch = [stage.dataset()[i] for i in range(3)]
+    metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
+    assert all(m["loss_stft"] > 0 for m in metrics)
+    assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0  # frozen
+    with pytest.raises(InputError, match="source_mix needs 9"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, data_dir).build_generator()
+    with pytest.raises(InputError, match="stft_resolutions"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, data_dir)

@@ -11,6 +11,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       weight_norm: true           # weight-normalised convs while training, as the reference (false: plain convs)
       init_hift: null             # hift.pt or a model directory to start from (fine-tuning)
       f0_range: [70, 800]         # YIN search range when the data has no stored f0
+      source_mix: null            # [nb_harmonics + 1] weights: reset the source's harmonic mix (l_linear), bias 0
+      freeze_source_mix: false    # keep that mix fixed while training
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -49,6 +51,7 @@ from cadenza.training.hift.losses import (
     generator_adv_loss,
     loss_mel_config,
     mel_l1_loss,
+    multi_resolution_stft_loss,
     tpr_loss,
 )
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
@@ -72,6 +75,11 @@ class HiFTStageConfig:
     data_format: str = "auto"
     manifest: str = MANIFEST_NAME
     shard_sample_rate: int = 24000
+    # The harmonic source's mixing layer (``m_source.l_linear``): a vocoder can learn to silence its source (the
+    # v1 cadenza-tiny HiFT has weights ~0.003 there, a near-constant excitation, and sounds breathy on a low voice);
+    # ``source_mix`` resets those weights (bias 0) before training, ``freeze_source_mix`` keeps them fixed.
+    source_mix: tuple[float, ...] | None = None
+    freeze_source_mix: bool = False
 
     def __post_init__(self) -> None:
         if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
@@ -121,6 +129,16 @@ class HiFTStage(TrainingStage):
         if self.cfg.init_hift:
             path = Path(self.cfg.init_hift).expanduser()
             generator.load_reference_state_dict(read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path))
+        mix = generator.m_source.l_linear
+        if self.cfg.source_mix is not None:
+            if len(self.cfg.source_mix) != mix.in_features:
+                raise InputError(f"hift.source_mix needs {mix.in_features} weights (nb_harmonics + 1), "
+                                 f"got {len(self.cfg.source_mix)}")
+            with torch.no_grad():
+                mix.weight.copy_(torch.tensor(self.cfg.source_mix, dtype=mix.weight.dtype).reshape(1, -1))
+                mix.bias.zero_()
+        if self.cfg.freeze_source_mix:
+            mix.requires_grad_(False)
         return apply_weight_norm(generator) if self.cfg.weight_norm else generator
 
     def setup(self, device: torch.device, wrap: Wrap) -> None:
@@ -130,7 +148,7 @@ class HiFTStage(TrainingStage):
         self.g_forward = wrap(GeneratorForward(self.generator))
         self.d_forward = wrap(self.discriminator)
         optim, steps = self.train_cfg.optim, self.train_cfg.max_steps
-        self.opt_g = Optimization(self.generator.parameters(), optim, steps)
+        self.opt_g = Optimization([p for p in self.generator.parameters() if p.requires_grad], optim, steps)
         self.opt_d = Optimization(self.discriminator.parameters(), optim, steps)
         self.loss_mel = loss_mel_config(self.loss_cfg, self.model_cfg.sampling_rate)
 
@@ -167,12 +185,14 @@ class HiFTStage(TrainingStage):
             fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise)
             loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
             loss_f0 = f0_l1_loss(f0_pred, f0_target)
+            loss_stft = self._stft_loss(speech, fake)
+            loss = lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
             lr = self.opt_g.lr
-            grad_g = self.opt_g.step(lc.mel_weight * loss_mel + lc.f0_weight * loss_f0)
+            grad_g = self.opt_g.step(loss)
             zero = torch.zeros((), device=self.device)
-            metrics = {"loss": lc.mel_weight * loss_mel + lc.f0_weight * loss_f0, "loss_d": zero,
+            metrics = {"loss": loss, "loss_d": zero,
                        "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
-                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0}
+                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft}
             return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
                     "lr": lr}
 
@@ -194,15 +214,21 @@ class HiFTStage(TrainingStage):
         loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
         loss_tpr = tpr_loss(fake_scores, real_scores, lc.tpr_tau)
         loss_f0 = f0_l1_loss(f0_pred, f0_target)
+        loss_stft = self._stft_loss(speech, fake)
         loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
-                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0)
+                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft)
         grad_g = self.opt_g.step(loss_g)
 
         metrics = {"loss": loss_g, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
                    "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel, "loss_tpr": loss_tpr,
-                   "loss_f0": loss_f0}
+                   "loss_f0": loss_f0, "loss_stft": loss_stft}
         return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": grad_d,
                 "lr": lr}
+
+    def _stft_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        if self.loss_cfg.stft_weight == 0:
+            return torch.zeros((), device=self.device)
+        return multi_resolution_stft_loss(speech, fake, self.loss_cfg.stft_resolutions)
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": {k: v.detach().cpu() for k, v in self.generator.state_dict().items()},

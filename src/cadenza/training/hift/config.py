@@ -72,7 +72,8 @@ class DiscriminatorConfig:
 
 @dataclass(frozen=True)
 class HiFTLossConfig:
-    """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0``) and the mel
+    """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0 + stft * L_stft``)
+    and the mel
     of the reconstruction loss (n_fft 1920, hop 480, 80 bins, up to Nyquist: the reference's ``fmax: null``).
 
     ``L_fm`` already contains the factor 2 of the reference's ``feature_loss``, so with ``fm_weight`` 2 feature
@@ -91,8 +92,14 @@ class HiFTLossConfig:
     mel_bins: int = 80
     mel_fmin: float = 0.0
     mel_fmax: float | None = None
+    # Multi-resolution linear STFT loss (spectral convergence + log-magnitude L1 at each (n_fft, hop, win)), not in
+    # the reference: the fine resolutions resolve the harmonics of a low voice that the mel loss blurs. 0 = off.
+    stft_weight: float = 0.0
+    stft_resolutions: tuple[tuple[int, int, int], ...] = ((512, 128, 512), (1024, 256, 1024), (2048, 512, 2048))
 
     def __post_init__(self) -> None:
-        for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight"):
+        for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight"):
             _check(getattr(self, name) >= 0, f"{name} must be >= 0")
         _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")
+        _check(all(len(r) == 3 and 0 < r[1] and 0 < r[2] <= r[0] for r in self.stft_resolutions),
+               "stft_resolutions must be [n_fft, hop, win] with 0 < win <= n_fft and hop > 0")

@@ -65,3 +65,24 @@ def mel_l1_loss(real: torch.Tensor, fake: torch.Tensor, mel_cfg: MelConfig) -> t
 def f0_l1_loss(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """L1 between predicted f0 ``[B, F]`` and the pitch tracker's target ``[B, F]`` (0 Hz on unvoiced frames)."""
     return F.l1_loss(predicted, target)
+
+
+def stft_magnitude(wav: torch.Tensor, n_fft: int, hop: int, win: int) -> torch.Tensor:
+    """``|STFT|`` of ``wav [B, L]`` (Hann window, centred) -> ``[B, n_fft // 2 + 1, frames]``, floored at 1e-7."""
+    window = torch.hann_window(win, device=wav.device)
+    return torch.stft(wav, n_fft, hop, win, window, center=True, return_complex=True).abs().clamp_min(1e-7)
+
+
+def multi_resolution_stft_loss(real: torch.Tensor, fake: torch.Tensor,
+                               resolutions: tuple[tuple[int, int, int], ...]) -> torch.Tensor:
+    """Mean over ``resolutions`` ``(n_fft, hop, win)`` of spectral convergence (``||S_real - S_fake||_F /
+    ||S_real||_F``) plus the L1 of the log magnitudes, for waveforms ``[B, L]`` (Parallel WaveGAN's auxiliary loss).
+    At n_fft 2048 (11.7 Hz bins at 24 kHz) the harmonics of an 85 Hz voice are separate bins."""
+    total = real.new_zeros(())
+    for n_fft, hop, win in resolutions:
+        with torch.no_grad():
+            mag_real = stft_magnitude(real, n_fft, hop, win)
+        mag_fake = stft_magnitude(fake, n_fft, hop, win)
+        convergence = torch.linalg.norm(mag_real - mag_fake) / torch.linalg.norm(mag_real).clamp_min(1e-7)
+        total = total + convergence + F.l1_loss(mag_fake.log(), mag_real.log())
+    return total / len(resolutions)
