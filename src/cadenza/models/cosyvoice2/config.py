@@ -11,15 +11,25 @@ Reading is strict: a wrong type, a wrong sign, a missing required key or an unkn
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cadenza.errors import CheckpointError
 from cadenza.loading.files import read_json_object
-from cadenza.models.cosyvoice2.yaml_reader import Unresolved, read_hyperpyyaml
+from cadenza.models.cosyvoice2.config_checks import (
+    InvalidConfig,
+    check_int_tuple,
+    check_ints,
+    check_is,
+    check_reals,
+    is_int,
+    is_real,
+    require,
+    show,
+)
+from cadenza.models.cosyvoice2.config_yaml import YamlSection
+from cadenza.models.cosyvoice2.yaml_reader import read_hyperpyyaml
 
 # Estimator class names seen in releases (old ModelScope revisions used the non-causal name with causal: True).
 KNOWN_ESTIMATOR_TAGS = ("CausalConditionalDecoder", "ConditionalDecoder")
@@ -28,77 +38,6 @@ T_SCHEDULERS = ("cosine", "linear")
 # fixed noise is 15000 x mel bins, the vocoder's STFT window n_fft): bounded so a wrong config cannot exhaust RAM.
 MAX_MEL_BINS = 1024
 MAX_FFT = 1 << 16
-
-
-class _InvalidConfig(CheckpointError):
-    """A dataclass check failed; ``CosyVoice2Config.from_dict`` adds the file name."""
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise _InvalidConfig(f"invalid CosyVoice 2 config: {msg}")
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_real(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _int_what(minimum: int | None) -> str:
-    return {1: "a positive integer", 0: "a non-negative integer", None: "an integer"}.get(
-        minimum, f"an integer >= {minimum}")
-
-
-def _real_what(minimum: float | None, positive: bool, maximum: float | None) -> str:
-    if positive:
-        what = "a positive number"
-    elif minimum == 0:
-        what = "a non-negative number"
-    elif minimum is None:
-        what = "a finite number"
-    else:
-        what = f"a number >= {minimum:g}"
-    return what + (f" <= {maximum:g}" if maximum is not None else "")
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _ints(obj: object, names: tuple[str, ...], minimum: int | None = 1) -> None:
-    for name in names:
-        v = getattr(obj, name)
-        _check(_is_int(v) and (minimum is None or v >= minimum),
-               f"{type(obj).__name__}.{name} must be {_int_what(minimum)}, got {_show(v)}")
-
-
-def _reals(obj: object, names: tuple[str, ...], minimum: float | None = 0.0, positive: bool = False,
-           maximum: float | None = None) -> None:
-    for name in names:
-        v = getattr(obj, name)
-        ok = _is_real(v) and (minimum is None or v >= minimum) and (not positive or v > 0)
-        _check(ok and (maximum is None or v <= maximum),
-               f"{type(obj).__name__}.{name} must be {_real_what(minimum, positive, maximum)}, got {_show(v)}")
-
-
-def _int_tuple(obj: object, name: str, length: int | None = None, nested: bool = False) -> None:
-    v = getattr(obj, name)
-    items = v if isinstance(v, tuple) else None
-    if nested and items is not None:
-        ok = len(items) > 0 and all(isinstance(t, tuple) and t and all(_is_int(i) and i > 0 for i in t) for t in items)
-    else:
-        ok = items is not None and len(items) > 0 and all(_is_int(i) and i > 0 for i in items)
-    what = "a non-empty tuple of non-empty tuples of positive integers" if nested else "a non-empty tuple of positive integers"
-    _check(ok and (length is None or len(items) == length),
-           f"{type(obj).__name__}.{name} must be {what}{f' of length {length}' if length else ''}, got {_show(v)}")
-
-
-def _is(obj: object, name: str, cls: type) -> None:
-    _check(isinstance(getattr(obj, name), cls), f"{type(obj).__name__}.{name} must be a {cls.__name__}")
 
 
 @dataclass(frozen=True)
@@ -120,14 +59,14 @@ class Qwen2Config:
     REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
     def __post_init__(self) -> None:
-        _ints(self, ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        check_ints(self, ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "intermediate_size", "vocab_size", "max_position_embeddings"))
-        _reals(self, ("rope_theta", "rms_norm_eps"), positive=True)
-        _check(isinstance(self.tie_word_embeddings, bool), "Qwen2Config.tie_word_embeddings must be true or false")
-        _check(self.hidden_size % self.num_attention_heads == 0, "hidden_size must be divisible by num_attention_heads")
-        _check(self.num_attention_heads % self.num_key_value_heads == 0,
+        check_reals(self, ("rope_theta", "rms_norm_eps"), positive=True)
+        require(isinstance(self.tie_word_embeddings, bool), "Qwen2Config.tie_word_embeddings must be true or false")
+        require(self.hidden_size % self.num_attention_heads == 0, "hidden_size must be divisible by num_attention_heads")
+        require(self.num_attention_heads % self.num_key_value_heads == 0,
                "num_attention_heads must be a multiple of num_key_value_heads")
-        _check(self.head_dim % 2 == 0, "head_dim (hidden_size / num_attention_heads) must be even for RoPE")
+        require(self.head_dim % 2 == 0, "head_dim (hidden_size / num_attention_heads) must be even for RoPE")
 
     @property
     def head_dim(self) -> int:
@@ -149,20 +88,20 @@ class Qwen2Config:
             v = data[key]
             if fields_[key].type == "bool":
                 if not isinstance(v, bool):
-                    raise CheckpointError(f"{path}: {key} must be true or false, got {_show(v)}")
+                    raise CheckpointError(f"{path}: {key} must be true or false, got {show(v)}")
             elif fields_[key].type == "float":
-                if not (_is_real(v) and v > 0):
-                    raise CheckpointError(f"{path}: {key} must be a positive number, got {_show(v)}")
-            elif not (_is_int(v) and v > 0):
-                raise CheckpointError(f"{path}: {key} must be a positive integer, got {_show(v)}")
+                if not (is_real(v) and v > 0):
+                    raise CheckpointError(f"{path}: {key} must be a positive number, got {show(v)}")
+            elif not (is_int(v) and v > 0):
+                raise CheckpointError(f"{path}: {key} must be a positive integer, got {show(v)}")
             values[key] = v
         head_dim = data.get("head_dim")
         if head_dim is not None and head_dim != values["hidden_size"] // values["num_attention_heads"]:
-            raise CheckpointError(f"{path}: head_dim {_show(head_dim)} != hidden_size / num_attention_heads is not "
+            raise CheckpointError(f"{path}: head_dim {show(head_dim)} != hidden_size / num_attention_heads is not "
                                   "supported")
         try:
             return cls(**values)
-        except _InvalidConfig as exc:
+        except InvalidConfig as exc:
             raise CheckpointError(f"{path}: {exc}") from exc
 
 
@@ -176,9 +115,9 @@ class SamplingConfig:
     tau_r: float = 0.1
 
     def __post_init__(self) -> None:
-        _ints(self, ("top_k", "win_size"))
-        _reals(self, ("top_p",), positive=True, maximum=1.0)
-        _reals(self, ("tau_r",))
+        check_ints(self, ("top_k", "win_size"))
+        check_reals(self, ("top_p",), positive=True, maximum=1.0)
+        check_reals(self, ("tau_r",))
 
 
 @dataclass(frozen=True)
@@ -195,14 +134,14 @@ class LMConfig:
     max_token_text_ratio: float = 20.0
 
     def __post_init__(self) -> None:
-        _is(self, "qwen", Qwen2Config)
-        _is(self, "sampling", SamplingConfig)
-        _ints(self, ("llm_input_size", "llm_output_size", "speech_token_size"))
-        _int_tuple(self, "mix_ratio", length=2)
-        _reals(self, ("min_token_text_ratio", "max_token_text_ratio"))
-        _check(self.llm_input_size == self.qwen.hidden_size == self.llm_output_size,
+        check_is(self, "qwen", Qwen2Config)
+        check_is(self, "sampling", SamplingConfig)
+        check_ints(self, ("llm_input_size", "llm_output_size", "speech_token_size"))
+        check_int_tuple(self, "mix_ratio", length=2)
+        check_reals(self, ("min_token_text_ratio", "max_token_text_ratio"))
+        require(self.llm_input_size == self.qwen.hidden_size == self.llm_output_size,
                "llm_input_size and llm_output_size must equal the Qwen2 hidden_size")
-        _check(self.min_token_text_ratio < self.max_token_text_ratio,
+        require(self.min_token_text_ratio < self.max_token_text_ratio,
                "need 0 <= llm.min_token_text_ratio < llm.max_token_text_ratio")
 
     @property
@@ -234,11 +173,11 @@ class FlowEncoderConfig:
     static_chunk_size: int = 25  # tokens per attention chunk when streaming
 
     def __post_init__(self) -> None:
-        _ints(self, ("input_size", "output_size", "attention_heads", "linear_units", "num_blocks", "num_up_blocks",
+        check_ints(self, ("input_size", "output_size", "attention_heads", "linear_units", "num_blocks", "num_up_blocks",
                      "upsample_stride", "static_chunk_size"))
-        _ints(self, ("pre_lookahead_len",), minimum=0)
-        _check(self.input_size == self.output_size, "flow encoder input_size must equal output_size")
-        _check(self.output_size % self.attention_heads == 0, "encoder output_size must be divisible by attention_heads")
+        check_ints(self, ("pre_lookahead_len",), minimum=0)
+        require(self.input_size == self.output_size, "flow encoder input_size must equal output_size")
+        require(self.output_size % self.attention_heads == 0, "encoder output_size must be divisible by attention_heads")
 
 
 @dataclass(frozen=True)
@@ -256,10 +195,10 @@ class EstimatorConfig:
     num_decoding_left_chunks: int = -1  # <0: all left chunks
 
     def __post_init__(self) -> None:
-        _ints(self, ("in_channels", "out_channels", "attention_head_dim", "n_blocks", "num_mid_blocks", "num_heads",
+        check_ints(self, ("in_channels", "out_channels", "attention_head_dim", "n_blocks", "num_mid_blocks", "num_heads",
                      "static_chunk_size"))
-        _ints(self, ("num_decoding_left_chunks",), minimum=None)
-        _int_tuple(self, "channels")
+        check_ints(self, ("num_decoding_left_chunks",), minimum=None)
+        check_int_tuple(self, "channels")
 
 
 @dataclass(frozen=True)
@@ -275,11 +214,11 @@ class CFMConfig:
     noise_seed: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.t_scheduler in T_SCHEDULERS, f"unknown t_scheduler {self.t_scheduler!r} (one of {T_SCHEDULERS})")
-        _reals(self, ("sigma_min", "inference_cfg_rate"))
-        _reals(self, ("training_cfg_rate",), maximum=1.0)
-        _ints(self, ("n_timesteps", "noise_frames"))
-        _ints(self, ("noise_seed",), minimum=0)
+        require(self.t_scheduler in T_SCHEDULERS, f"unknown t_scheduler {self.t_scheduler!r} (one of {T_SCHEDULERS})")
+        check_reals(self, ("sigma_min", "inference_cfg_rate"))
+        check_reals(self, ("training_cfg_rate",), maximum=1.0)
+        check_ints(self, ("n_timesteps", "noise_frames"))
+        check_ints(self, ("noise_seed",), minimum=0)
 
 
 @dataclass(frozen=True)
@@ -298,14 +237,14 @@ class FlowConfig:
 
     def __post_init__(self) -> None:
         for name, cls in (("encoder", FlowEncoderConfig), ("estimator", EstimatorConfig), ("cfm", CFMConfig)):
-            _is(self, name, cls)
-        _ints(self, ("vocab_size", "input_size", "output_size", "spk_embed_dim", "token_mel_ratio"))
-        _ints(self, ("pre_lookahead_len",), minimum=0)
-        _check(self.output_size <= MAX_MEL_BINS, f"flow output_size (mel bins) {self.output_size} > {MAX_MEL_BINS}")
-        _check(self.encoder.input_size == self.input_size, "flow input_size must equal the encoder input_size")
-        _check(self.estimator.in_channels == 4 * self.output_size, "estimator in_channels must be 4 x mel bins (x, mu, spk, cond)")
-        _check(self.estimator.out_channels == self.output_size, "estimator out_channels must equal the mel bins")
-        _check(self.encoder.upsample_stride == self.token_mel_ratio, "encoder upsampling must equal token_mel_ratio")
+            check_is(self, name, cls)
+        check_ints(self, ("vocab_size", "input_size", "output_size", "spk_embed_dim", "token_mel_ratio"))
+        check_ints(self, ("pre_lookahead_len",), minimum=0)
+        require(self.output_size <= MAX_MEL_BINS, f"flow output_size (mel bins) {self.output_size} > {MAX_MEL_BINS}")
+        require(self.encoder.input_size == self.input_size, "flow input_size must equal the encoder input_size")
+        require(self.estimator.in_channels == 4 * self.output_size, "estimator in_channels must be 4 x mel bins (x, mu, spk, cond)")
+        require(self.estimator.out_channels == self.output_size, "estimator out_channels must equal the mel bins")
+        require(self.encoder.upsample_stride == self.token_mel_ratio, "encoder upsampling must equal token_mel_ratio")
 
 
 @dataclass(frozen=True)
@@ -333,21 +272,21 @@ class HiFTConfig:
     f0_num_class: int = 1
 
     def __post_init__(self) -> None:
-        _ints(self, ("in_channels", "base_channels", "sampling_rate", "istft_n_fft", "istft_hop_len",
+        check_ints(self, ("in_channels", "base_channels", "sampling_rate", "istft_n_fft", "istft_hop_len",
                      "f0_cond_channels", "f0_num_class"))
-        _ints(self, ("nb_harmonics",), minimum=0)
-        _reals(self, ("nsf_alpha", "nsf_sigma", "nsf_voiced_threshold", "lrelu_slope"))
-        _reals(self, ("audio_limit",), positive=True)
+        check_ints(self, ("nb_harmonics",), minimum=0)
+        check_reals(self, ("nsf_alpha", "nsf_sigma", "nsf_voiced_threshold", "lrelu_slope"))
+        check_reals(self, ("audio_limit",), positive=True)
         for name in ("upsample_rates", "upsample_kernel_sizes", "resblock_kernel_sizes", "source_resblock_kernel_sizes"):
-            _int_tuple(self, name)
+            check_int_tuple(self, name)
         for name in ("resblock_dilation_sizes", "source_resblock_dilation_sizes"):
-            _int_tuple(self, name, nested=True)
-        _check(self.istft_n_fft <= MAX_FFT, f"hift istft n_fft {self.istft_n_fft} > {MAX_FFT}")
-        _check(self.istft_hop_len <= self.istft_n_fft, "hift istft hop_len must not exceed n_fft")
-        _check(len(self.upsample_rates) == len(self.upsample_kernel_sizes), "upsample rates/kernels differ in length")
-        _check(len(self.resblock_kernel_sizes) == len(self.resblock_dilation_sizes), "resblock kernels/dilations differ")
-        _check(len(self.source_resblock_kernel_sizes) == len(self.upsample_rates), "one source resblock per upsample stage")
-        _check(len(self.source_resblock_dilation_sizes) == len(self.source_resblock_kernel_sizes),
+            check_int_tuple(self, name, nested=True)
+        require(self.istft_n_fft <= MAX_FFT, f"hift istft n_fft {self.istft_n_fft} > {MAX_FFT}")
+        require(self.istft_hop_len <= self.istft_n_fft, "hift istft hop_len must not exceed n_fft")
+        require(len(self.upsample_rates) == len(self.upsample_kernel_sizes), "upsample rates/kernels differ in length")
+        require(len(self.resblock_kernel_sizes) == len(self.resblock_dilation_sizes), "resblock kernels/dilations differ")
+        require(len(self.source_resblock_kernel_sizes) == len(self.upsample_rates), "one source resblock per upsample stage")
+        require(len(self.source_resblock_dilation_sizes) == len(self.source_resblock_kernel_sizes),
                "source resblock kernels/dilations differ in length")
 
     @property
@@ -373,15 +312,15 @@ class MelConfig:
     center: bool = False
 
     def __post_init__(self) -> None:
-        _ints(self, ("n_fft", "num_mels", "sampling_rate", "hop_size", "win_size"))
-        _reals(self, ("fmin",))
+        check_ints(self, ("n_fft", "num_mels", "sampling_rate", "hop_size", "win_size"))
+        check_reals(self, ("fmin",))
         if self.fmax is not None:
-            _reals(self, ("fmax",), positive=True)
-            _check(self.fmin < self.fmax, "mel fmin must be below fmax")
-        _check(isinstance(self.center, bool), "MelConfig.center must be true or false")
-        _check(self.n_fft <= MAX_FFT and self.num_mels <= MAX_MEL_BINS,
+            check_reals(self, ("fmax",), positive=True)
+            require(self.fmin < self.fmax, "mel fmin must be below fmax")
+        require(isinstance(self.center, bool), "MelConfig.center must be true or false")
+        require(self.n_fft <= MAX_FFT and self.num_mels <= MAX_MEL_BINS,
                f"mel n_fft must be <= {MAX_FFT} and num_mels <= {MAX_MEL_BINS}")
-        _check(self.win_size <= self.n_fft, "mel win_size must not exceed n_fft")
+        require(self.win_size <= self.n_fft, "mel win_size must not exceed n_fft")
 
 
 @dataclass(frozen=True)
@@ -397,13 +336,13 @@ class CosyVoice2Config:
 
     def __post_init__(self) -> None:
         for name, cls in (("lm", LMConfig), ("flow", FlowConfig), ("hift", HiFTConfig), ("mel", MelConfig)):
-            _is(self, name, cls)
-        _ints(self, ("sample_rate", "token_frame_rate", "token_mel_ratio", "chunk_size"))
-        _check(self.hift.sampling_rate == self.sample_rate == self.mel.sampling_rate, "sample rates disagree")
-        _check(self.mel.hop_size == self.hift.hop_length, "mel hop must equal the vocoder's samples per frame")
-        _check(self.mel.num_mels == self.flow.output_size == self.hift.in_channels, "mel bins disagree")
-        _check(self.flow.vocab_size == self.lm.speech_token_size, "flow vocab_size must equal LM speech_token_size")
-        _check(self.flow.token_mel_ratio == self.token_mel_ratio, "flow token_mel_ratio must equal token_mel_ratio")
+            check_is(self, name, cls)
+        check_ints(self, ("sample_rate", "token_frame_rate", "token_mel_ratio", "chunk_size"))
+        require(self.hift.sampling_rate == self.sample_rate == self.mel.sampling_rate, "sample rates disagree")
+        require(self.mel.hop_size == self.hift.hop_length, "mel hop must equal the vocoder's samples per frame")
+        require(self.mel.num_mels == self.flow.output_size == self.hift.in_channels, "mel bins disagree")
+        require(self.flow.vocab_size == self.lm.speech_token_size, "flow vocab_size must equal LM speech_token_size")
+        require(self.flow.token_mel_ratio == self.token_mel_ratio, "flow token_mel_ratio must equal token_mel_ratio")
 
     @classmethod
     def official(cls) -> CosyVoice2Config:
@@ -421,12 +360,12 @@ class CosyVoice2Config:
         if not isinstance(y, dict):
             raise CheckpointError(f"{source}: the config must be a mapping, got {type(y).__name__}")
         try:
-            return cls._from_dict(_Yaml(y, source), qwen)
-        except _InvalidConfig as exc:  # a check across values: the file is named here, keys in the message
+            return cls._from_dict(YamlSection(y, source), qwen)
+        except InvalidConfig as exc:  # a check across values: the file is named here, keys in the message
             raise CheckpointError(f"{source}: {exc}") from exc
 
     @classmethod
-    def _from_dict(cls, r: _Yaml, qwen: Qwen2Config) -> CosyVoice2Config:
+    def _from_dict(cls, r: YamlSection, qwen: Qwen2Config) -> CosyVoice2Config:
         llm, flow, hift = r.section("llm"), r.section("flow"), r.section("hift")
         enc, dec = flow.section("encoder"), flow.section("decoder")
         est, cfm = dec.section("estimator"), dec.section("cfm_params", required=False)
@@ -543,96 +482,3 @@ class CosyVoice2Config:
         )
 
 
-_REQUIRED: Any = object()
-# YAML 1.2 floats such as ``1e-06`` (the release's sigma_min): HyperPyYAML (ruamel) reads them as numbers, PyYAML's
-# YAML 1.1 resolver as strings.
-_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
-
-
-class _Yaml:
-    """Typed access to one mapping of the yaml; every message names the file and the dotted key."""
-
-    def __init__(self, data: dict[str, Any], source: str, path: str = "") -> None:
-        self.data, self.source, self.path = data, source, path
-
-    def key(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def fail(self, key: str, msg: str) -> None:
-        raise CheckpointError(f"{self.source}: {self.key(key)} {msg}")
-
-    def _get(self, key: str, default: Any) -> tuple[bool, Any]:
-        """(present, value); a missing required key and an unresolvable ``!ref`` fail here."""
-        if key not in self.data:
-            if default is _REQUIRED:
-                self.fail(key, "is required")
-            return False, default
-        value = self.data[key]
-        if isinstance(value, Unresolved):
-            self.fail(key, f"cannot be resolved: {value.reason}")
-        return True, value
-
-    def section(self, key: str, required: bool = True) -> _Yaml:
-        present, value = self._get(key, _REQUIRED if required else {})
-        if not isinstance(value, dict):
-            self.fail(key, f"must be a mapping, got {_show(value)}")
-        return _Yaml(value, self.source, self.key(key))
-
-    def check_tag(self, known: tuple[str, ...]) -> None:
-        """The class a ``!new:``/``!name:`` tag names must be one of ``known`` (by its last dotted part)."""
-        tag = self.data.get("__tag__")
-        if tag is None:
-            return
-        if not isinstance(tag, str) or tag.rsplit(".", 1)[-1] not in known:
-            raise CheckpointError(f"{self.source}: {self.path}: unknown class {_show(tag)}; expected one of {known}")
-
-    def _int_value(self, key: str, value: Any, minimum: int | None) -> int:
-        if isinstance(value, float) and value.is_integer():  # !ref arithmetic with "/" gives floats
-            value = int(value)
-        if not _is_int(value) or (minimum is not None and value < minimum):
-            self.fail(key, f"must be {_int_what(minimum)}, got {_show(value)}")
-        return value
-
-    def integer(self, key: str, default: Any = _REQUIRED, minimum: int | None = 1) -> Any:
-        present, value = self._get(key, default)
-        return self._int_value(key, value, minimum) if present else value
-
-    def integers(self, key: str, default: Any = _REQUIRED, length: int | None = None) -> tuple[int, ...]:
-        present, value = self._get(key, default)
-        if not present:
-            return tuple(value)
-        if not isinstance(value, (list, tuple)) or not value or (length is not None and len(value) != length):
-            size = f"{length} positive integers" if length else "a non-empty list of positive integers"
-            self.fail(key, f"must be {size}, got {_show(value)}")
-        return tuple(self._int_value(f"{key}[{i}]", v, 1) for i, v in enumerate(value))
-
-    def nested_integers(self, key: str) -> tuple[tuple[int, ...], ...]:
-        _, value = self._get(key, _REQUIRED)
-        if not isinstance(value, (list, tuple)) or not value:
-            self.fail(key, f"must be a non-empty list of lists of positive integers, got {_show(value)}")
-        inner = _Yaml({f"{key}[{i}]": v for i, v in enumerate(value)}, self.source, self.path)
-        return tuple(inner.integers(f"{key}[{i}]") for i in range(len(value)))
-
-    def real(self, key: str, default: Any = _REQUIRED, minimum: float | None = 0.0, positive: bool = False,
-             maximum: float | None = None, allow_none: bool = False) -> Any:
-        present, value = self._get(key, default)
-        if not present or (allow_none and value is None):
-            return value
-        if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value.strip()):
-            value = float(value)
-        ok = _is_real(value) and (minimum is None or value >= minimum) and (not positive or value > 0)
-        if not ok or (maximum is not None and value > maximum):
-            self.fail(key, f"must be {_real_what(minimum, positive, maximum)}, got {_show(value)}")
-        return float(value)
-
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
-        present, value = self._get(key, default)
-        if present and (not isinstance(value, str) or value not in choices):
-            self.fail(key, f"must be one of {choices}, got {_show(value)}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        present, value = self._get(key, default)
-        if present and not isinstance(value, bool):
-            self.fail(key, f"must be true or false, got {_show(value)}")
-        return value
