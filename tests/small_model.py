@@ -50,3 +50,20 @@ def voice(model: CosyVoice2Model, prompt_tokens: int, seed: int) -> SpeakerPromp
         prompt_mel=torch.randn(1, flow.token_mel_ratio * prompt_tokens, flow.output_size, generator=gen),
         embedding=torch.randn(1, flow.spk_embed_dim, generator=gen),
     )
+
+
+def decode_rows(model: CosyVoice2Model, step, prompt_lengths: list[int], steps: int,
+                device: str = "cpu") -> tuple[torch.Tensor, list]:
+    """Prefill one request per prompt length (random embeddings, its own forward), then ``steps`` batched decode
+    steps through ``step`` (an ``engine.lm_decode.DecodeStep``): the log-probs ``[steps, B, V]`` and the caches."""
+    lm, hidden = model.lm, model.config.lm.llm_input_size
+    gen = torch.Generator().manual_seed(7)
+    caches, outs = [], []
+    with torch.inference_mode():
+        for n in prompt_lengths:
+            cache = step.new_cache()
+            lm.forward_hidden(torch.randn(1, n, hidden, generator=gen).to(device), cache=cache)
+            caches.append(cache)
+        for _ in range(steps):
+            outs.append(step(torch.randn(len(caches), 1, hidden, generator=gen).to(device), caches))
+    return torch.stack(outs), caches

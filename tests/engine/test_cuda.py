@@ -19,7 +19,7 @@ from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.layers.kv_pool import KVPool
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
-from small_model import small_model, voice
+from small_model import decode_rows, small_model, voice
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (a GPU machine)")
 
@@ -127,20 +127,11 @@ def test_auto_precision_on_cuda_is_bfloat16_and_close(models):
         engine.close()
 
 
-def _decode(model, step: DecodeStep, prompt_lengths: list[int], steps: int) -> torch.Tensor:
-    lm, hidden = model.lm, model.config.lm.llm_input_size
-    gen = torch.Generator().manual_seed(7)
-    caches, outs = [], []
-    with torch.inference_mode():
-        for n in prompt_lengths:
-            cache = step.new_cache()
-            lm.forward_hidden(torch.randn(1, n, hidden, generator=gen).cuda(), cache=cache)
-            caches.append(cache)
-        for _ in range(steps):
-            outs.append(step(torch.randn(len(caches), 1, hidden, generator=gen).cuda(), caches))
+def _rows(model, step: DecodeStep, lengths: list[int]) -> torch.Tensor:
+    out, caches = decode_rows(model, step, lengths, steps=12, device="cuda")
     for c in caches:
         c.free()
-    return torch.stack(outs)
+    return out
 
 
 def test_graph_decode_step_equals_per_row(models):
@@ -149,14 +140,14 @@ def test_graph_decode_step_equals_per_row(models):
     _, gpu = models
     q = gpu.config.lm.qwen
     lengths = [3, 250, 40]
-    ref = _decode(gpu, DecodeStep(gpu.lm), lengths, steps=12)
+    ref = _rows(gpu, DecodeStep(gpu.lm), lengths)
 
     def pool() -> KVPool:
         return KVPool(q.num_hidden_layers, q.num_key_value_heads, q.head_dim, 4, 512, device="cuda")
 
-    eager = _decode(gpu, DecodeStep(gpu.lm, pool()), lengths, steps=12)
+    eager = _rows(gpu, DecodeStep(gpu.lm, pool()), lengths)
     graphed_step = DecodeStep(gpu.lm, pool(), cuda_graphs=True)
-    graphed = _decode(gpu, graphed_step, lengths, steps=12)
+    graphed = _rows(gpu, graphed_step, lengths)
     assert set(graphed_step._graphs) == {(4, 256), (4, 512)}
     assert torch.allclose(eager, ref, atol=1e-4, rtol=1e-4)
     assert torch.allclose(graphed, ref, atol=1e-4, rtol=1e-4)

@@ -17,7 +17,7 @@ from cadenza.layers.kv_cache import KVCache
 from cadenza.layers.kv_pool import KVPool, PooledKVCache
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
-from small_model import small_model
+from small_model import decode_rows, small_model
 
 
 @pytest.fixture(scope="module")
@@ -30,26 +30,11 @@ def _pool(model, slots: int, positions: int) -> KVPool:
     return KVPool(q.num_hidden_layers, q.num_key_value_heads, q.head_dim, slots, positions)
 
 
-def _decode(model, step: DecodeStep, prompt_lengths: list[int], steps: int) -> tuple[torch.Tensor, list]:
-    """Prefill each request (its own forward), then ``steps`` batched decode steps; the stacked log-probs."""
-    lm, hidden = model.lm, model.config.lm.llm_input_size
-    gen = torch.Generator().manual_seed(7)
-    caches, outs = [], []
-    with torch.inference_mode():
-        for n in prompt_lengths:
-            cache = step.new_cache()
-            lm.forward_hidden(torch.randn(1, n, hidden, generator=gen), cache=cache)
-            caches.append(cache)
-        for _ in range(steps):
-            outs.append(step(torch.randn(len(caches), 1, hidden, generator=gen), caches))
-    return torch.stack(outs), caches
-
-
 def test_pooled_step_equals_per_row(model):
     lengths = [3, 17, 9, 40]
-    ref, ref_caches = _decode(model, DecodeStep(model.lm), lengths, steps=4)
+    ref, ref_caches = decode_rows(model, DecodeStep(model.lm), lengths, steps=4)
     pool = _pool(model, slots=4, positions=128)
-    out, caches = _decode(model, DecodeStep(model.lm, pool), lengths, steps=4)
+    out, caches = decode_rows(model, DecodeStep(model.lm, pool), lengths, steps=4)
     assert all(isinstance(c, PooledKVCache) and c.pooled for c in caches)
     assert [c.length for c in caches] == [c.length for c in ref_caches] == [n + 4 for n in lengths]
     assert out.device.type == "cpu" and out.shape == ref.shape
@@ -62,10 +47,10 @@ def test_pooled_step_equals_per_row(model):
 
 def test_no_free_slot_or_too_long_spills_and_stays_equal(model):
     lengths = [5, 30, 12]
-    ref, _ = _decode(model, DecodeStep(model.lm), lengths, steps=40)
+    ref, _ = decode_rows(model, DecodeStep(model.lm), lengths, steps=40)
     # two slots for three requests; 64 positions, which the 30-position prompt outgrows after 34 steps
     pool = _pool(model, slots=2, positions=64)
-    out, caches = _decode(model, DecodeStep(model.lm, pool), lengths, steps=40)
+    out, caches = decode_rows(model, DecodeStep(model.lm, pool), lengths, steps=40)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
     assert caches[2].spilled is not None  # found no slot
     assert caches[1].spilled is not None  # grew past 64 positions
@@ -76,7 +61,7 @@ def test_no_free_slot_or_too_long_spills_and_stays_equal(model):
 
 def test_dropped_cache_gives_its_slot_back(model):
     pool = _pool(model, slots=1, positions=64)
-    _, caches = _decode(model, DecodeStep(model.lm, pool), [4], steps=1)
+    _, caches = decode_rows(model, DecodeStep(model.lm, pool), [4], steps=1)
     assert pool.free_slots == 0
     del caches
     assert pool.free_slots == 1
