@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cadenza.errors import CheckpointError
+from cadenza.errors import CheckpointError, InputError
 from cadenza.loading.files import read_json_object
+from cadenza.loading.hub import locate_model
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,10 @@ def resolve_model_path(path: str | os.PathLike | None, revision: str | None = No
     anything else -> that path. See ``cadenza.loading.hub.locate_model``.
 
     A real folder named ``cadenza-tiny`` (or ``owner/name``) in the working directory wins over the name."""
-    from cadenza.loading.hub import locate_model
-
+    if path is None or (str(path) == BUILTIN_NAME and not Path(path).is_dir()):
+        if revision is not None:
+            raise InputError("revision applies to hub model names, not to the built-in model")
+        return builtin_model_dir()
     return locate_model(path, revision)
 
 

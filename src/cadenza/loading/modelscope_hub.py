@@ -1,5 +1,5 @@
 """ModelScope repositories (``modelscope:owner/name[@revision]``) through ModelScope's own client (the
-``modelscope`` extra), behind the same two calls as ``cadenza.loading.hub.HuggingFaceHub``: the file list, then a
+``modelscope`` extra), behind the same two calls as ``cadenza.loading.hf_hub.HuggingFaceHub``: the file list, then a
 download of the files the family reads into ModelScope's cache (``MODELSCOPE_CACHE``, default ``~/.cache/modelscope``;
 ``MODELSCOPE_ENDPOINT`` points it at another server). When the file list cannot be fetched, a copy in the cache is
 used. Tested against a loopback server answering the two routes the client downloads through (docs/models.md)."""
@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from cadenza.errors import CheckpointError
-from cadenza.loading.hub import MODELSCOPE, HubName, _reason, _require
+from cadenza.loading.hub_names import MODELSCOPE, HubName, failure_reason, require_hub_package
 
 
 class ModelScopeHub:
     def __init__(self) -> None:
-        _require(MODELSCOPE)
+        require_hub_package(MODELSCOPE)
 
     def list_files(self, name: HubName) -> set[str]:
         from modelscope.hub.api import HubApi
@@ -24,7 +24,7 @@ class ModelScopeHub:
         except Exception as exc:  # noqa: BLE001 - unreachable, unknown repository or revision: its client says which
             cached = self._cached_folder(name)
             if cached is None:
-                raise CheckpointError(f"ModelScope model {name}: {_reason(exc)} (and it is not in ModelScope's "
+                raise CheckpointError(f"ModelScope model {name}: {failure_reason(exc)} (and it is not in ModelScope's "
                                       "cache)") from exc
             return {p.relative_to(cached).as_posix() for p in cached.rglob("*") if p.is_file()}
         # Current clients list files only ({"Path", "Size"}); older ones listed folders too ("Type": "tree").
@@ -44,5 +44,5 @@ class ModelScopeHub:
         try:
             return Path(snapshot_download(name.repo_id, revision=name.revision, allow_patterns=files))
         except Exception as exc:  # noqa: BLE001 - the client's many error types become one message
-            raise CheckpointError(f"downloading ModelScope model {name} stopped: {_reason(exc)}; run again to "
+            raise CheckpointError(f"downloading ModelScope model {name} stopped: {failure_reason(exc)}; run again to "
                                   "resume") from exc
