@@ -191,12 +191,13 @@ def main() -> None:
     device = torch.device(args.device)
     levels = [int(v) for v in args.levels.split(",")]
     stages = [int(v) for v in args.stages.split(",")] if args.stages else []
+    timelines = [int(v) for v in args.timeline.split(",")] if args.timeline else []
     precision = Precision.choose(args.dtype, device.type)
 
     config = midsize_config() if args.size == "mid" else CosyVoice2Config()
     model = random_model(config).to(device)
     engine = CosyVoice2Engine(model, None, SpeakerStore(None), precision=precision,
-                              scheduler_config=SchedulerConfig(max_active=max(levels + stages),
+                              scheduler_config=SchedulerConfig(max_active=max(levels + stages + timelines),
                                                                max_queued=4 * max(levels), **LM_STEPS[args.lm_step]))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device: {device} ({name}), {args.size}-size random CosyVoice 2, precision {precision.describe()}, "
@@ -212,7 +213,7 @@ def main() -> None:
         nonstream = time.perf_counter() - start
         print(f"non-streaming: {nonstream:.3f} s to audio for {len(audio) / config.sample_rate:.2f} s "
               f"(RTF {nonstream * config.sample_rate / len(audio):.3f})")
-        for n in [int(v) for v in args.timeline.split(",")] if args.timeline else []:
+        for n in timelines:
             timeline(engine, device, n, args.seconds)
         print(f"{'streams':>8}{'first chunk (s)':>17}{'RTF per stream':>16}{'audio s / s':>13}{'peak mem (GiB)':>16}")
         rows = {}
