@@ -29,20 +29,20 @@ document's own ``lexicon`` entries apply to it alone. The pieces go to the model
 a few words in; VoxCPM 2 speaks each sentence once it is complete. The engine request (and an admission slot) is taken only when the text so far has something to speak, and
 only text with something in it moves the idle deadline (``ws_idle_timeout_s``); a session lasts at most
 ``ws_max_session_s``. A client that disconnects or times out cancels the request and frees its engine state.
+
+The messages, close codes and deadlines are in ``ws_protocol.py``; this file runs the sessions.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
-from typing import Literal
 
 import anyio
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.alignment.timer import WordTimer
@@ -56,76 +56,32 @@ from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
 from cadenza.server.encoding import pcm16
 from cadenza.server.engine_stream import SEGMENTS_IN_FLIGHT, EngineStream, Slot
 from cadenza.server.errors import APIError
-from cadenza.server.fields import STRICT, Text, VoiceRef, voice_ref
+from cadenza.server.fields import voice_ref
 from cadenza.server.markup_api import parse_lexicon, plan_document
 from cadenza.server.state import ServedModel, ServerState
+from cadenza.server.ws_protocol import (
+    CLOSE_BAD_DATA,
+    CLOSE_BUSY,
+    CLOSE_OK,
+    CLOSE_POLICY,
+    Deadlines,
+    SessionClosed,
+    SessionConfig,
+    bad_message,
+    close_code,
+    deliver,
+    input_error_close,
+    receive_json,
+    send_error,
+)
 from cadenza.text.duration import estimate_speech_seconds
-from cadenza.text.lexicon import MAX_ENTRIES, Lexicon
+from cadenza.text.lexicon import Lexicon
 from cadenza.text.ssml import looks_like_ssml
 
 log = logging.getLogger(__name__)
 WS_PATH = "/v1/audio/speech/stream"
-CLOSE_OK, CLOSE_BAD_DATA, CLOSE_POLICY, CLOSE_ERROR, CLOSE_BUSY = 1000, 1007, 1008, 1011, 1013
 
 router = APIRouter()
-
-
-class SessionConfig(BaseModel):
-    model_config = STRICT
-    type: Literal["session.config"]
-    voice: VoiceRef | None = None
-    instructions: Text | None = Field(default=None, max_length=4096)
-    seed: int | None = Field(default=None, ge=0, lt=2**62)
-    model: Text | None = Field(default=None, max_length=256)
-    response_format: Literal["pcm"] = "pcm"
-    timestamps: bool = False
-    speed: float = Field(default=1.0, ge=0.25, le=4.0)  # the model's own range is checked once it is known
-    lora: Text | None = Field(default=None, min_length=1, max_length=64)  # VoxCPM 2: a registered LoRA adapter
-    input_format: Literal["text", "ssml"] | None = None  # the session's texts (docs/server.md, "WebSocket protocol")
-    lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # over the saved voice's own
-
-
-class _Close(Exception):
-    """End the session: send ``error`` (if any) and close with ``code``."""
-
-    def __init__(self, code: int, error: APIError | None = None) -> None:
-        super().__init__(code)
-        self.code, self.error = code, error
-
-
-def _bad(message: str, param: str | None = None) -> _Close:
-    return _Close(CLOSE_BAD_DATA, APIError(400, message, param=param, code="invalid_message"))
-
-
-def _input_error(exc: InputError) -> _Close:
-    """The text's fault (1007), naming ``lexicon`` when a lexicon entry is (a phoneme entry for a text model)."""
-    param = "lexicon" if str(exc).startswith("lexicon entry") else "text"
-    return _Close(CLOSE_BAD_DATA, APIError(400, str(exc), param=param, code="invalid_value"))
-
-
-def _close_code(error: APIError, exc: BaseException | None = None) -> int:
-    """1013 busy, 1007 the client's input was bad, 1011 anything else (the engine failed)."""
-    if error.status == 429:
-        return CLOSE_BUSY
-    if error.status >= 500 or (exc is not None and not isinstance(exc, (InputError, APIError))):
-        return CLOSE_ERROR
-    return CLOSE_BAD_DATA
-
-
-async def _receive_json(ws: WebSocket, timeout: float) -> dict:
-    with anyio.fail_after(timeout):
-        message = await ws.receive()
-    if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(message.get("code", 1000))
-    if message.get("text") is None:
-        raise _bad("send JSON text messages (binary messages are not accepted)")
-    try:
-        data = json.loads(message["text"])
-    except json.JSONDecodeError as exc:
-        raise _bad(f"not valid JSON: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise _bad("every message is a JSON object with a string 'type'", "type")
-    return data
 
 
 @router.websocket(WS_PATH)
@@ -146,17 +102,17 @@ async def speech_stream(ws: WebSocket) -> None:
     code = CLOSE_OK
     try:
         await _session(ws, state)
-    except _Close as close:
+    except SessionClosed as close:
         code = close.code
         if close.error is not None:
-            await _send_error(ws, close.error)
+            await send_error(ws, close.error)
     except WebSocketDisconnect:
         code = 1001
         state.metrics.count_disconnect()
     except Exception as exc:  # noqa: BLE001 - never let a session take the server down
         error = state.error(exc)
-        code = _close_code(error, exc)
-        await _send_error(ws, error)
+        code = close_code(error, exc)
+        await send_error(ws, error)
     state.metrics.count_request(WS_PATH, code)
     if code != 1001:
         try:
@@ -165,40 +121,25 @@ async def speech_stream(ws: WebSocket) -> None:
             pass  # already closed by the client
 
 
-async def _send(sending) -> None:
-    """Await a send; a connection the client already closed reads as a disconnect, not a server error."""
-    try:
-        await sending
-    except OSError as exc:  # uvicorn's ClientDisconnected and plain socket errors
-        raise WebSocketDisconnect(1006) from exc
-
-
-async def _send_error(ws: WebSocket, error: APIError, fatal: bool = True) -> None:
-    try:
-        await ws.send_json({"type": "error", **error.body(), "fatal": fatal})
-    except (RuntimeError, WebSocketDisconnect, OSError):
-        pass
-
-
 async def _session(ws: WebSocket, state: ServerState) -> None:
     cfg = state.config
-    deadlines = _Deadlines(cfg.ws_idle_timeout_s, cfg.ws_max_session_s)
+    deadlines = Deadlines(cfg.ws_idle_timeout_s, cfg.ws_max_session_s)
     try:
-        data = await _receive_json(ws, deadlines.timeout())
+        data = await receive_json(ws, deadlines.timeout())
     except TimeoutError:
-        raise _bad(f"no session.config within {cfg.ws_idle_timeout_s:g} s: session closed") from None
+        raise bad_message(f"no session.config within {cfg.ws_idle_timeout_s:g} s: session closed") from None
     try:
         config = SessionConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise _bad(f"the first message must be a valid session.config: {param}: {first.get('msg')}", param) from exc
+        raise bad_message(f"the first message must be a valid session.config: {param}: {first.get('msg')}", param) from exc
     seed = config.seed if config.seed is not None else secrets.randbits(62)
     instructions = config.instructions if config.instructions and config.instructions.strip() else None
     try:
         served, lora = state.route(config.model, config.lora)
     except APIError as exc:
-        raise _Close(CLOSE_BAD_DATA, exc) from exc
+        raise SessionClosed(CLOSE_BAD_DATA, exc) from exc
     try:
         ref = None if config.voice is None else voice_ref(config.voice)
         # Only that the voice exists: no slot, no feature work until there is text to speak.
@@ -209,19 +150,19 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
                            param="voice", code="missing_field")
     except Exception as exc:
         error = state.error(exc, param="voice")
-        raise _Close(_close_code(error, exc), error) from exc
+        raise SessionClosed(close_code(error, exc), error) from exc
     try:  # the session's entries over the saved voice's own, as a request's are
         own = parse_lexicon(config.lexicon)
         saved = None if ref is None else await anyio.to_thread.run_sync(markup.voice_lexicon, state.voices, ref,
                                                                          limiter=state.limiter)
     except APIError as exc:
-        raise _Close(CLOSE_BAD_DATA, exc) from exc
+        raise SessionClosed(CLOSE_BAD_DATA, exc) from exc
     # Refused before audio.start: a session that is told it started is one the client may stream text into.
     rates = served.capabilities.speed
     if config.speed != 1.0 and (rates is None or not rates[0] <= config.speed <= rates[1]):
-        raise _bad(f"speed {config.speed:g} is outside what this model supports "
+        raise bad_message(f"speed {config.speed:g} is outside what this model supports "
                    f"({'1.0 only' if rates is None else f'{rates[0]:g} to {rates[1]:g}'})", "speed")
-    await _send(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
+    await deliver(ws.send_json({"type": "audio.start", "sample_rate": served.sample_rate, "format": "pcm_s16le",
                               "seed": seed}))
     synthesis = _Synthesis(state, served, ref, instructions, seed, lora)
     synthesis.speed = config.speed
@@ -233,26 +174,6 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         await _run(ws, state, synthesis, deadlines)
     finally:
         synthesis.close()
-
-
-class _Deadlines:
-    """The idle deadline (moved only by text with something in it) and the whole session's."""
-
-    def __init__(self, idle_s: float, session_s: float) -> None:
-        now = time.monotonic()
-        self.idle_s, self.session_s = idle_s, session_s
-        self.idle_at, self.session_at = now + idle_s, now + session_s
-
-    def text_arrived(self) -> None:
-        self.idle_at = time.monotonic() + self.idle_s
-
-    def timeout(self, idle: bool = True) -> float:
-        return max(0.0, (min(self.idle_at, self.session_at) if idle else self.session_at) - time.monotonic())
-
-    def expired(self) -> _Close:
-        if time.monotonic() >= self.session_at - 0.05:
-            return _bad(f"the session lasted {self.session_s:g} s, the longest allowed: session closed")
-        return _bad(f"no text for {self.idle_s:g} s before input.done: session closed")
 
 
 class _Synthesis:
@@ -293,7 +214,7 @@ class _Synthesis:
         try:
             self.slot = state.admission.acquire(seconds)
         except APIError as exc:
-            raise _Close(CLOSE_BUSY, exc) from exc
+            raise SessionClosed(CLOSE_BUSY, exc) from exc
         self.seconds = seconds
 
         served = self.served
@@ -312,7 +233,7 @@ class _Synthesis:
             self.handle = await anyio.to_thread.run_sync(start, limiter=state.limiter)
         except Exception as exc:
             error = state.error(exc, param="voice")
-            raise _Close(_close_code(error, exc), error) from exc
+            raise SessionClosed(close_code(error, exc), error) from exc
         self.stream = EngineStream(served.tts.submit, [], limiter=state.limiter, handle=self.handle,
                                    max_samples=int(state.config.max_audio_seconds * served.sample_rate),
                                    mark=keep_silence(served.tts.mark.embedder()))  # breaks stay exact zeros
@@ -323,7 +244,7 @@ class _Synthesis:
         try:
             self.slot.grow(seconds - self.seconds)
         except APIError as exc:
-            raise _Close(CLOSE_BUSY, exc) from exc
+            raise SessionClosed(CLOSE_BUSY, exc) from exc
         self.seconds = max(self.seconds, seconds)
 
     def close(self) -> None:
@@ -335,7 +256,7 @@ class _Synthesis:
             self.slot.release()
 
 
-async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlines: _Deadlines) -> None:
+async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlines: Deadlines) -> None:
     cfg = state.config
     tts = synthesis.served.tts
     times: dict[str, float] = {}
@@ -353,17 +274,17 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         try:  # off the event loop: a model may plan a sentence's request here
             await anyio.to_thread.run_sync(synthesis.handle.feed, text, limiter=state.limiter)
         except InputError as exc:
-            raise _input_error(exc) from exc
+            raise input_error_close(exc) from exc
         except APIError:
             raise
         except Exception as exc:
             error = state.error(exc, param="text")
-            raise _Close(_close_code(error, exc), error) from exc
+            raise SessionClosed(close_code(error, exc), error) from exc
 
     async def begin(seconds: float) -> None:
         """Start the engine (first speakable text) or count more work; ``seconds``: the text so far, estimated."""
         if seconds > cfg.max_audio_seconds:
-            raise _Close(CLOSE_BAD_DATA, APIError(
+            raise SessionClosed(CLOSE_BAD_DATA, APIError(
                 400, f"the text would make about {seconds:.0f} s of audio; one session may make at most "
                 f"{cfg.max_audio_seconds:g} s", param="text", code="audio_above_max_duration"))
         if synthesis.handle is None:
@@ -377,7 +298,7 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         """An SSML session's document: planned, then spoken after the ones before; refused alone when its SSML or
         its lexicon entries are bad (the session goes on). Returns the session's estimated seconds with it."""
         if entries is not None and not isinstance(entries, list):
-            raise _bad("lexicon must be a list of entries", "lexicon")
+            raise bad_message("lexicon must be a list of entries", "lexicon")
         try:
             items, more = await anyio.to_thread.run_sync(synthesis.plan_document, text, entries,
                                                          limiter=state.limiter)
@@ -385,10 +306,10 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             text_fault = isinstance(exc, InputError) and "instruct" not in str(exc)
             error = state.error(exc, param="text" if text_fault else None)
             if error.status != 400 or error.param not in ("text", "lexicon"):
-                raise _Close(_close_code(error, exc), error) from exc
+                raise SessionClosed(close_code(error, exc), error) from exc
             refused.append(error)
             async with sending:
-                await _send_error(ws, error, fatal=False)
+                await send_error(ws, error, fatal=False)
             return seconds
         synthesis.documents += 1
         if synthesis.timer is not None:  # its words, where they are in the text as sent; no tag is a word
@@ -405,41 +326,41 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
         received: list[str] = []  # kept only to decide when the text first has something to speak
         while True:
             try:
-                data = await _receive_json(ws, deadlines.timeout(idle=not done))
+                data = await receive_json(ws, deadlines.timeout(idle=not done))
             except TimeoutError:
                 raise deadlines.expired() from None
             kind = data["type"]
             if done:
-                raise _bad(f"no messages are expected after input.done (got {kind!r})")
+                raise bad_message(f"no messages are expected after input.done (got {kind!r})")
             if kind == "input.text":
                 text = data.get("text")
                 if not isinstance(text, str):
-                    raise _bad("input.text needs a string 'text'", "text")
+                    raise bad_message("input.text needs a string 'text'", "text")
                 try:
                     check_chars(text, "text")
                 except TextError as exc:
-                    raise _bad(str(exc), "text") from exc
+                    raise bad_message(str(exc), "text") from exc
                 chars += len(text)
                 if chars > cfg.max_input_chars:
-                    raise _bad(f"the text is longer than {cfg.max_input_chars} characters", "text")
+                    raise bad_message(f"the text is longer than {cfg.max_input_chars} characters", "text")
                 fmt = data.get("input_format", synthesis.input_format)
                 if fmt not in (None, "text", "ssml"):
-                    raise _bad(f"input_format must be 'text' or 'ssml', not {str(fmt)[:40]!r}", "input_format")
+                    raise bad_message(f"input_format must be 'text' or 'ssml', not {str(fmt)[:40]!r}", "input_format")
                 if synthesis.ssml is None and text.strip():
                     synthesis.ssml = fmt == "ssml" or (fmt is None and looks_like_ssml(text))
                 if synthesis.ssml and text.strip():
                     if fmt == "text":
-                        raise _bad("this session speaks SSML documents (its first text was one): every input.text "
+                        raise bad_message("this session speaks SSML documents (its first text was one): every input.text "
                                    "is one whole <speak> document; open another session for plain text",
                                    "input_format")
                     seconds = await document(text, data.get("lexicon"), seconds)
                     continue
                 if data.get("input_format") == "ssml" and synthesis.ssml is False:
-                    raise _bad("this session streams plain text (its first text was not SSML): send SSML documents "
+                    raise bad_message("this session streams plain text (its first text was not SSML): send SSML documents "
                                "in a session of their own, with input_format 'ssml' in session.config",
                                "input_format")
                 if data.get("lexicon") is not None and not synthesis.ssml:
-                    raise _bad("a lexicon on input.text applies to that SSML document alone; for streamed text give "
+                    raise bad_message("a lexicon on input.text applies to that SSML document alone; for streamed text give "
                                "it in session.config (a word may arrive in several pieces)", "lexicon")
                 if synthesis.handle is None:
                     received.append(text)
@@ -471,22 +392,22 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                 if synthesis.handle is None and (synthesis.ssml or not tts.speakable("".join(received))):
                     why = (f"every SSML document was refused (the last: {refused[-1].message})" if refused
                            else "the text is empty, or only punctuation or symbols")
-                    raise _bad(f"nothing to speak before input.done: {why}", "text")
+                    raise bad_message(f"nothing to speak before input.done: {why}", "text")
                 times.setdefault("first_text", time.perf_counter())
                 if synthesis.handle is None:
                     await begin(seconds)
                 try:
                     await anyio.to_thread.run_sync(synthesis.handle.end, limiter=state.limiter)
                 except InputError as exc:
-                    raise _input_error(exc) from exc
+                    raise input_error_close(exc) from exc
                 done = True
             else:
-                raise _bad(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
+                raise bad_message(f"unknown message type {kind!r} (expected input.text or input.done)", "type")
 
     async def send_words(words) -> None:
         for word in words:
             async with sending:
-                await _send(ws.send_json({"type": "word", **word.to_dict()}))
+                await deliver(ws.send_json({"type": "word", **word.to_dict()}))
 
     async def send() -> None:
         await synthesis.started.wait()
@@ -495,7 +416,7 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             if "first_chunk" not in times:
                 times["first_chunk"] = time.perf_counter()
             async with sending:
-                await _send(ws.send_bytes(pcm16(chunk)))
+                await deliver(ws.send_bytes(pcm16(chunk)))
             if timer is not None:
                 await send_words(await anyio.to_thread.run_sync(timer.push, chunk, limiter=state.limiter))
         if timer is not None:
@@ -526,5 +447,5 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
     if first is not None:
         state.metrics.observe_first_chunk(WS_PATH, first)
     state.metrics.observe_synthesis(WS_PATH, time.perf_counter() - start, audio_s)
-    await _send(ws.send_json({"type": "audio.done", "audio_seconds": round(audio_s, 3),
+    await deliver(ws.send_json({"type": "audio.done", "audio_seconds": round(audio_s, 3),
                               "first_chunk_seconds": None if first is None else round(first, 3)}))

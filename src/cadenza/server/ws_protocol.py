@@ -1,0 +1,114 @@
+"""The WebSocket speech protocol's messages and endings (``websocket.py`` runs the sessions): the ``session.config``
+message, the close codes, the ``SessionClosed`` that ends a session with an error message, reading JSON messages,
+sending without mistaking a client's disconnect for a server error, and a session's two deadlines."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Literal
+
+import anyio
+from fastapi import WebSocket
+from pydantic import BaseModel, Field
+from starlette.websockets import WebSocketDisconnect
+
+from cadenza.errors import InputError
+from cadenza.server.errors import APIError
+from cadenza.server.fields import STRICT, Text, VoiceRef
+from cadenza.text.lexicon import MAX_ENTRIES
+
+CLOSE_OK, CLOSE_BAD_DATA, CLOSE_POLICY, CLOSE_ERROR, CLOSE_BUSY = 1000, 1007, 1008, 1011, 1013
+
+
+class SessionConfig(BaseModel):
+    model_config = STRICT
+    type: Literal["session.config"]
+    voice: VoiceRef | None = None
+    instructions: Text | None = Field(default=None, max_length=4096)
+    seed: int | None = Field(default=None, ge=0, lt=2**62)
+    model: Text | None = Field(default=None, max_length=256)
+    response_format: Literal["pcm"] = "pcm"
+    timestamps: bool = False
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)  # the model's own range is checked once it is known
+    lora: Text | None = Field(default=None, min_length=1, max_length=64)  # VoxCPM 2: a registered LoRA adapter
+    input_format: Literal["text", "ssml"] | None = None  # the session's texts (docs/server.md, "WebSocket protocol")
+    lexicon: list[dict] | None = Field(default=None, max_length=MAX_ENTRIES)  # over the saved voice's own
+
+
+class SessionClosed(Exception):
+    """End the session: send ``error`` (if any) and close with ``code``."""
+
+    def __init__(self, code: int, error: APIError | None = None) -> None:
+        super().__init__(code)
+        self.code, self.error = code, error
+
+
+def bad_message(message: str, param: str | None = None) -> SessionClosed:
+    return SessionClosed(CLOSE_BAD_DATA, APIError(400, message, param=param, code="invalid_message"))
+
+
+def input_error_close(exc: InputError) -> SessionClosed:
+    """The text's fault (1007), naming ``lexicon`` when a lexicon entry is (a phoneme entry for a text model)."""
+    param = "lexicon" if str(exc).startswith("lexicon entry") else "text"
+    return SessionClosed(CLOSE_BAD_DATA, APIError(400, str(exc), param=param, code="invalid_value"))
+
+
+def close_code(error: APIError, exc: BaseException | None = None) -> int:
+    """1013 busy, 1007 the client's input was bad, 1011 anything else (the engine failed)."""
+    if error.status == 429:
+        return CLOSE_BUSY
+    if error.status >= 500 or (exc is not None and not isinstance(exc, (InputError, APIError))):
+        return CLOSE_ERROR
+    return CLOSE_BAD_DATA
+
+
+async def receive_json(ws: WebSocket, timeout: float) -> dict:
+    with anyio.fail_after(timeout):
+        message = await ws.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    if message.get("text") is None:
+        raise bad_message("send JSON text messages (binary messages are not accepted)")
+    try:
+        data = json.loads(message["text"])
+    except json.JSONDecodeError as exc:
+        raise bad_message(f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise bad_message("every message is a JSON object with a string 'type'", "type")
+    return data
+
+
+async def deliver(sending) -> None:
+    """Await a send; a connection the client already closed reads as a disconnect, not a server error."""
+    try:
+        await sending
+    except OSError as exc:  # uvicorn's ClientDisconnected and plain socket errors
+        raise WebSocketDisconnect(1006) from exc
+
+
+async def send_error(ws: WebSocket, error: APIError, fatal: bool = True) -> None:
+    try:
+        await ws.send_json({"type": "error", **error.body(), "fatal": fatal})
+    except (RuntimeError, WebSocketDisconnect, OSError):
+        pass
+
+
+class Deadlines:
+    """The idle deadline (moved only by text with something in it) and the whole session's."""
+
+    def __init__(self, idle_s: float, session_s: float) -> None:
+        now = time.monotonic()
+        self.idle_s, self.session_s = idle_s, session_s
+        self.idle_at, self.session_at = now + idle_s, now + session_s
+
+    def text_arrived(self) -> None:
+        self.idle_at = time.monotonic() + self.idle_s
+
+    def timeout(self, idle: bool = True) -> float:
+        return max(0.0, (min(self.idle_at, self.session_at) if idle else self.session_at) - time.monotonic())
+
+    def expired(self) -> SessionClosed:
+        if time.monotonic() >= self.session_at - 0.05:
+            return bad_message(f"the session lasted {self.session_s:g} s, the longest allowed: session closed")
+        return bad_message(f"no text for {self.idle_s:g} s before input.done: session closed")
