@@ -28,9 +28,7 @@ from xml.parsers import expat
 
 from cadenza.errors import InputError
 from cadenza.text.lexicon import Lexicon, check_phonemes, phoneme_span
-from cadenza.text.normalize import en_numbers, zh_numbers
-from cadenza.text.normalize import normalize as normalize_text
-from cadenza.text.normalize.en import MONTHS
+from cadenza.text.say_as import SAY_AS_EXPANSIONS
 
 MAX_BREAK_MS = 10_000.0
 MAX_TOTAL_BREAK_MS = 600_000.0  # all breaks of one input together: silence is samples in memory too
@@ -54,9 +52,6 @@ _ATTRIBUTES = {
 }
 _TIME = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*\Z")
 _RATE = re.compile(r"\s*([+-]?)(\d+(?:\.\d+)?|\.\d+)\s*(%?)\s*\Z")
-_MONEY = re.compile(r"[$€£¥￥₹₩]|(?<![A-Za-z])[A-Z]{3}(?![A-Za-z])|元|美元|欧元|英镑|日元")
-_LETTER_SYMBOLS = {"&": "and", "@": "at", "+": "plus", "#": "hash", "/": "slash", ".": "dot", "_": "underscore",
-                   "-": "dash", "*": "star", "%": "percent", "=": "equals", "$": "dollar"}
 
 
 @dataclass(frozen=True)
@@ -363,7 +358,7 @@ class _Parser:
         kind = attrs["interpret-as"]
         lang = frame.lang or ("zh" if re.search(r"[\u4e00-\u9fff]", content) else "en")
         try:
-            words = _SAY_AS[kind](content.strip(), lang, attrs.get("format"))
+            words = SAY_AS_EXPANSIONS[kind](content.strip(), lang, attrs.get("format"))
         except (ValueError, IndexError) as exc:
             raise self.error("say-as", f"interpret-as={kind!r}: {exc}", frame) from None
         return words if lang == "zh" else f"{_WORD}{words}{_WORD}"  # Chinese has no spaces between words
@@ -425,94 +420,3 @@ def parse_ssml(text: str, traits: FrontendTraits, lexicon: Lexicon | None = None
 
 
 # -- say-as ------------------------------------------------------------------------------------------------------
-def _integer(content: str) -> tuple[str, str, str | None]:
-    m = re.fullmatch(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?", content.replace(" ", ""))
-    if m is None:
-        raise ValueError(f"{content[:40]!r} is not a number")
-    return m.group(1), m.group(2).replace(",", ""), m.group(3)
-
-
-def _cardinal(content: str, lang: str, fmt: str | None) -> str:
-    sign, whole, frac = _integer(content)
-    if lang == "zh":
-        return ("负" if sign == "-" else "") + zh_numbers.number(whole, frac)
-    return ("minus " if sign == "-" else "") + en_numbers.number(whole, frac)
-
-
-def _ordinal(content: str, lang: str, fmt: str | None) -> str:
-    m = re.fullmatch(r"(\d+)(?:st|nd|rd|th|\.)?", content.replace(",", "").strip().lower())
-    if m is None:
-        raise ValueError(f"{content[:40]!r} is not an ordinal number such as '3' or '3rd'")
-    if lang == "zh":
-        return "第" + zh_numbers.cardinal(m.group(1), ordinal=True)
-    return en_numbers.ordinal(m.group(1))
-
-
-def _characters(content: str, lang: str, fmt: str | None) -> str:
-    if not content:
-        raise ValueError("nothing to spell")
-    items = []
-    for c in content:
-        if c.isspace():
-            continue
-        if "0" <= c <= "9":
-            items.append(zh_numbers.digits(c) if lang == "zh" else en_numbers.ONES[ord(c) - 48])
-        elif c.isalpha():
-            items.append(c.upper())
-        elif c in _LETTER_SYMBOLS and lang != "zh":
-            items.append(_LETTER_SYMBOLS[c])
-    if not items:
-        raise ValueError(f"{content[:40]!r} has no letter, digit or symbol to spell")
-    # Chinese: one syllable each; English: hyphens keep letters as letter names ("A-B-C"), not words ("a").
-    return " ".join(items) if lang == "zh" else "-".join(items)
-
-
-def _telephone(content: str, lang: str, fmt: str | None) -> str:
-    if not re.fullmatch(r"\+?[\d\s().\-/]+", content) or not re.search(r"\d", content):
-        raise ValueError(f"{content[:40]!r} is not a telephone number (digits, spaces, + ( ) - . /)")
-    groups = re.findall(r"\d+", content)
-    if lang == "zh":
-        words = "，".join(zh_numbers.digits(g, yao=True) for g in groups)
-        return ("加" if content.startswith("+") else "") + words
-    words = ", ".join(en_numbers.digits(g) for g in groups)
-    return ("plus " if content.startswith("+") else "") + words
-
-
-def _date(content: str, lang: str, fmt: str | None) -> str:
-    numbers = re.findall(r"\d+", content)
-    if fmt is None:  # ISO order when the year comes first, else US order
-        four = [len(n) == 4 for n in numbers]
-        fmt = {3: "ymd" if four[0] else "mdy", 2: "ym" if four[0] else ("my" if four[1] else "md"),
-               1: "y"}.get(len(numbers), "ymd")
-    if len(numbers) != len(fmt) or re.search(r"[^\d\s/.\-,]", content):
-        raise ValueError(f"{content[:40]!r} does not hold the {len(fmt)} number(s) of format {fmt!r}")
-    fields = dict(zip(fmt, (int(n) for n in numbers), strict=True))
-    month, day, year = fields.get("m"), fields.get("d"), fields.get("y")
-    if month is not None and not 1 <= month <= 12:
-        raise ValueError(f"month {month} is not 1-12")
-    if day is not None and not 1 <= day <= 31:
-        raise ValueError(f"day {day} is not 1-31")
-    if lang == "zh":
-        text = "".join(f"{v}{unit}" for v, unit in ((year, "年"), (month, "月"), (day, "日")) if v is not None)
-        return normalize_text(text, lang="zh")
-    if month is None:
-        if day is not None:
-            raise ValueError("a day needs its month")
-        return en_numbers.year(year)
-    words = MONTHS[month - 1]
-    if day is not None:
-        words += " " + en_numbers.ordinal(day)
-    if year is not None:
-        words += (", " if day is not None else " ") + en_numbers.year(year)
-    return words
-
-
-def _currency(content: str, lang: str, fmt: str | None) -> str:
-    words = normalize_text(content, lang=lang)
-    if not _MONEY.search(content) or not re.search(r"\d", content) or re.search(r"\d", words) or words == " ".join(content.split()):
-        raise ValueError(f"{content[:40]!r} is not an amount of money such as '$12.50', '€3', '100 USD'")
-    return words
-
-
-_SAY_AS = {"characters": _characters, "cardinal": _cardinal, "ordinal": _ordinal, "date": _date,
-           "telephone": _telephone, "currency": _currency}
