@@ -65,7 +65,7 @@ def time_decode(step: DecodeStep, lm, device: torch.device, batch: int, hidden: 
     gen = torch.Generator().manual_seed(0)
     caches = []
     for _ in range(batch):
-        cache = step.new_cache()
+        cache = step.new_cache() or lm.new_cache()
         lm.forward_hidden(torch.randn(1, 200, hidden, generator=gen).to(device), cache=cache)
         caches.append(cache)
     embeds = torch.randn(batch, 1, hidden, generator=gen).to(device)

@@ -61,7 +61,7 @@ def decode_rows(model: CosyVoice2Model, step, prompt_lengths: list[int], steps: 
     caches, outs = [], []
     with torch.inference_mode():
         for n in prompt_lengths:
-            cache = step.new_cache()
+            cache = step.new_cache() or model.lm.new_cache()
             lm.forward_hidden(torch.randn(1, n, hidden, generator=gen).to(device), cache=cache)
             caches.append(cache)
         for _ in range(steps):

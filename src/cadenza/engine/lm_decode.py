@@ -77,9 +77,10 @@ class DecodeStep:
             b *= 2
         self.buckets = [*buckets, pool.slots] if pool is not None else []
 
-    def new_cache(self):
-        """A cache for a new request: pooled when there is a pool, else the model's own kind."""
-        return self.pool.new_cache() if self.pool is not None else self.lm.new_cache()
+    def new_cache(self) -> PooledKVCache | None:
+        """A pooled cache for a new request, or None without a pool (the decoder then sizes a ``KVCache`` of its
+        own for its prompt)."""
+        return self.pool.new_cache() if self.pool is not None else None
 
     @torch.inference_mode()
     def __call__(self, embeds: torch.Tensor, caches: list) -> torch.Tensor:
