@@ -310,3 +310,29 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, data_dir).build_generator()
     with pytest.raises(InputError, match="stft_resolutions"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, data_dir)
+
+
+def test_source_f0_target_drives_the_source_with_the_data_f0(data_dir):
+    """``source_f0: target`` (teacher forcing): the sine source follows the crop's stored f0, not the predictor's
+    guess, in both turns of a step; the default follows the prediction, as the reference."""
+    def sources_of(source_f0: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": source_f0, "adversarial_start": 1}},
+                          data_dir)
+        stage.setup(torch.device("cpu"), lambda m: m)
+        seen, build = [], stage.generator.source_from_f0
+        stage.generator.source_from_f0 = lambda f0, **kw: (seen.append(f0.detach().clone()), build(f0, **kw))[1]
+        batch = [stage.dataset()[i] for i in range(3)]
+        for step in range(2):  # a warm-up step (one forward) and a GAN step (two)
+            stage.train_step(batch, step)
+        crops = crop_batch(batch, stage.cfg.segment_samples, stage.model_cfg.hop_length,
+                           stage.model_cfg.nb_harmonics + 1, stage.train_cfg.seed, 1)
+        return seen, crops.f0
+
+    seen, target = sources_of("target")
+    assert len(seen) == 3 and (target > 0).any()
+    assert torch.equal(seen[-1], target)
+    seen, target = sources_of("predicted")
+    assert len(seen) == 3 and not torch.allclose(seen[-1], target, atol=1.0)
+    with pytest.raises(InputError, match="source_f0"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": "teacher"}}, data_dir)

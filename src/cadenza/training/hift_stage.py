@@ -13,6 +13,7 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       f0_range: [70, 800]         # YIN search range when the data has no stored f0
       source_mix: null            # [nb_harmonics + 1] weights: reset the source's harmonic mix (l_linear), bias 0
       freeze_source_mix: false    # keep that mix fixed while training
+      source_f0: predicted        # predicted | target: the f0 that drives the sine source while training
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -80,8 +81,16 @@ class HiFTStageConfig:
     # ``source_mix`` resets those weights (bias 0) before training, ``freeze_source_mix`` keeps them fixed.
     source_mix: tuple[float, ...] | None = None
     freeze_source_mix: bool = False
+    # What drives the sine source while training. ``predicted`` (the reference): the f0 predictor's output, so the
+    # decoder trains on the source it gets at inference; while the predictor is still ~10-20 % off, that source's
+    # harmonics miss the target's and the decoder learns to ignore them. ``target``: the data's f0 (teacher forcing,
+    # as NSF vocoders train), so the source lines up with the target's harmonics and the decoder learns to use it;
+    # the predictor still learns from the f0 loss and drives the source at inference.
+    source_f0: str = "predicted"
 
     def __post_init__(self) -> None:
+        if self.source_f0 not in ("predicted", "target"):
+            raise InputError(f"hift.source_f0 must be 'predicted' or 'target', got {self.source_f0!r}")
         if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
             raise InputError(f"hift.f0_range must be [low, high] Hz with 0 < low < high, got {self.f0_range!r}")
         if self.adversarial_start < 0:
@@ -91,16 +100,18 @@ class HiFTStageConfig:
 class GeneratorForward(nn.Module):
     """The generator's training forward as one module call (one DDP forward): ``mel [B, n_mels, F]`` and the source
     noise -> ``(speech [B, hop * F], f0 [B, F])``. The f0 predictor learns only from the f0 loss: the sine source
-    is built without gradient, as in the reference."""
+    is built without gradient, as in the reference. ``source_f0 [B, F]``, if given, drives the source instead of
+    the prediction (teacher forcing, ``hift.source_f0: target``)."""
 
     def __init__(self, generator: HiFTGenerator) -> None:
         super().__init__()
         self.generator = generator
 
-    def forward(self, mel: torch.Tensor, rand_ini: torch.Tensor, sine_noise: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, mel: torch.Tensor, rand_ini: torch.Tensor, sine_noise: torch.Tensor,
+                source_f0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         f0 = self.generator.f0_predictor(mel)
-        source = self.generator.source_from_f0(f0, noise=SourceNoise(rand_ini, sine_noise))
+        source = self.generator.source_from_f0(f0 if source_f0 is None else source_f0,
+                                               noise=SourceNoise(rand_ini, sine_noise))
         return self.generator.decode(mel, source), f0
 
 
@@ -175,6 +186,7 @@ class HiFTStage(TrainingStage):
         speech = crops.speech.to(self.device)
         f0_target = crops.f0.to(self.device)
         rand_ini, sine_noise = crops.rand_ini.to(self.device), crops.sine_noise.to(self.device)
+        source_f0 = f0_target if self.cfg.source_f0 == "target" else None
         with torch.no_grad():
             mel = flow_prompt_mel(speech, self.mel_cfg)  # the generator's input, from the crop (as the reference)
         lc = self.loss_cfg
@@ -182,7 +194,7 @@ class HiFTStage(TrainingStage):
         if step < self.cfg.adversarial_start:
             # Warm-up without discriminators (a third of the compute): the generator first learns the mel and f0
             # regression, so the GAN starts from speech-like output instead of noise (useful on small budgets).
-            fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise)
+            fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise, source_f0)
             loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
             loss_f0 = f0_l1_loss(f0_pred, f0_target)
             loss_stft = self._stft_loss(speech, fake)
@@ -198,7 +210,7 @@ class HiFTStage(TrainingStage):
 
         # Discriminator turn.
         with torch.no_grad():
-            fake, _ = self.g_forward(mel, rand_ini, sine_noise)
+            fake, _ = self.g_forward(mel, rand_ini, sine_noise, source_f0)
         real_scores, fake_scores, _, _ = self.d_forward(speech, fake)
         loss_d_adv = discriminator_adv_loss(real_scores, fake_scores)
         loss_d_tpr = tpr_loss(real_scores, fake_scores, lc.tpr_tau)
@@ -207,7 +219,7 @@ class HiFTStage(TrainingStage):
         grad_d = self.opt_d.step(loss_d)
 
         # Generator turn (it also leaves gradients in the discriminator; its next step clears them).
-        fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise)
+        fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise, source_f0)
         real_scores, fake_scores, real_maps, fake_maps = self.d_forward(speech, fake)
         loss_adv = generator_adv_loss(fake_scores)
         loss_fm = feature_matching_loss(real_maps, fake_maps)
