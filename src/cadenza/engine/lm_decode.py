@@ -98,8 +98,8 @@ class DecodeStep:
         if pooled:
             for i, row in zip(pooled, self._pooled(embeds[pooled], [caches[i] for i in pooled])):
                 out[i] = row
-        rows = self.lm.log_probs(self.lm.forward_hidden(embeds[others], cache=[caches[i] for i in others])[:, -1])
-        for i, row in zip(others, rows.cpu()):
+        rows = self.lm.next_log_probs(embeds[others], [caches[i] for i in others])
+        for i, row in zip(others, rows):
             out[i] = row
         return torch.stack(out)
 
@@ -119,7 +119,7 @@ class DecodeStep:
         else:
             device = self.pool.device
             step = PooledStep(self.pool, torch.tensor(slots, device=device), torch.tensor(lengths, device=device), span)
-            logp = self.lm.log_probs(self.lm.forward_hidden(embeds, cache=step)[:, -1]).cpu()
+            logp = self.lm.next_log_probs(embeds, step)
         for cache in caches:
             cache.advance()
         return logp

@@ -125,14 +125,11 @@ class LMWorker:
         lm = self.model.lm
         for job in singles:
             try:
-                hidden = lm.forward_hidden(job.decoder.next_input(), cache=job.decoder.cache)
-                self._accept(job, lm.log_probs(hidden[:, -1])[0].cpu())
+                self._accept(job, lm.next_log_probs(job.decoder.next_input(), job.decoder.cache)[0])
             except Exception as exc:
                 board.end([job], exc)
         if batch:
             embeds = torch.cat([j.decoder.next_input() for j in batch], dim=0)
-            # On the CPU whatever the model's device: each request's generator is a CPU one (the same draws on
-            # every device) and the ids are needed on the host anyway; one copy for the whole batch.
             logp = self.decode_step(embeds, [j.decoder.cache for j in batch])
             for i, job in enumerate(batch):
                 try:

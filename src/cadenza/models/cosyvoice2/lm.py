@@ -127,6 +127,12 @@ class TextSpeechLM(nn.Module):
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.logits(hidden).log_softmax(dim=-1)
 
+    def next_log_probs(self, embeds: torch.Tensor, cache) -> torch.Tensor:
+        """Append ``embeds [B, n, H]`` to ``cache`` (a KVCache, a list of them, or a pooled step); the log-probs of
+        each row's next id, ``[B, V]``, on the CPU whatever the model's device: the samplers' generators are CPU ones
+        (the same draws on every device) and the ids are needed on the host anyway (one copy per step)."""
+        return self.log_probs(self.llm(embeds, cache=cache)[:, -1]).cpu()
+
     def forward(self, embeds: torch.Tensor) -> torch.Tensor:
         """embeds ``[B, T, H]`` -> logits ``[B, T, speech_token_size + 3]``."""
         return self.logits(self.forward_hidden(embeds))
@@ -135,9 +141,7 @@ class TextSpeechLM(nn.Module):
         """Append ``embeds [1, n, H]`` to the cache; return log-probs of the next id, ``[V]``."""
         if step_log is not None:
             step_log.append([embeds.shape[1], cache.length, cache.length + embeds.shape[1]])
-        hidden = self.llm(embeds, cache=cache)
-        # On the CPU for the sampler (its generator is a CPU one, and the id is needed on the host).
-        return self.llm_decoder(hidden[:, -1]).log_softmax(dim=-1)[0].cpu()
+        return self.next_log_probs(embeds, cache)[0]
 
     # ---- decoding ---------------------------------------------------------------------------------------------
     def _drive(self, decoder: UnistreamDecoder | BistreamDecoder, step_log: StepLog | None) -> Iterator[int]:
