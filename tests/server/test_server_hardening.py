@@ -390,7 +390,9 @@ def test_four_times_the_concurrency_gets_429s_and_health_stays_fast(tts, tmp_pat
 
 def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, open_server):
     sched = tts.engine.scheduler
-    body = {**SPEECH, "input": "Hello there, this is a small test of the speech synthesizer. " * 4}
+    # Ten sentences: enough work that it cannot all be done before the client reads its first bytes, even when a
+    # loaded machine delays the client (four were, once, under load).
+    body = {**SPEECH, "input": "Hello there, this is a small test of the speech synthesizer. " * 10}
     with open_server.client.stream("POST", "/v1/audio/speech", json=body) as r:
         assert r.status_code == 200
         next(r.iter_raw())

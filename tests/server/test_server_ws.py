@@ -67,6 +67,14 @@ def _python_bistream(tts, live, seed: int, pieces: list[str] = PIECES) -> bytes 
     return pcm16(np.concatenate(chunks))
 
 
+def _same_speech(a: bytes, b: bytes) -> bool:
+    """The same 16-bit speech up to float32 round-off: the engine's chunk schedule follows when text and tokens
+    arrive (a loaded machine moves it), and chunked flow equals whole flow only to round-off, so a sample may move
+    by an LSB; other words or other tokens change the length or whole stretches."""
+    x, y = np.frombuffer(a, "<i2").astype(np.int32), np.frombuffer(b, "<i2").astype(np.int32)
+    return len(x) == len(y) and int(np.abs(x - y).max(initial=0)) <= 4
+
+
 def test_bistream_session(tts, live):
     seed, expected = next((s, e) for s in range(1, 12) if (e := _python_bistream(tts, live, s)) is not None)
     with _connect(live) as ws:
@@ -79,7 +87,7 @@ def test_bistream_session(tts, live):
         events, audio, code = _drain(ws)
     assert code == 1000 and events[-1]["type"] == "audio.done", events
     assert events[-1]["audio_seconds"] == pytest.approx(len(audio) / 2 / 24000, abs=1e-3)
-    assert audio == expected
+    assert _same_speech(audio, expected)
     assert wait_until(lambda: tts.engine.scheduler.load == (0, 0))
 
 
@@ -91,7 +99,7 @@ def test_whitespace_pieces_keep_the_words_apart(tts, live):
     joined = [PIECES[0].rstrip()] + [" " + piece.rstrip() for piece in PIECES[1:]]  # "Hello", " there,", ...
     assert "".join(split).rstrip() == "".join(joined) == "".join(PIECES).rstrip()
     seed, expected = next((s, e) for s in range(1, 12) if (e := _python_bistream(tts, live, s, joined)) is not None)
-    assert _python_bistream(tts, live, seed, split) == expected
+    assert _same_speech(_python_bistream(tts, live, seed, split), expected)
     with _connect(live) as ws:
         ws.send(json.dumps({"type": "session.config", "voice": "alice", "seed": seed}))
         assert json.loads(ws.recv(timeout=60))["type"] == "audio.start"
@@ -100,7 +108,7 @@ def test_whitespace_pieces_keep_the_words_apart(tts, live):
         ws.send(json.dumps({"type": "input.done"}))
         events, audio, code = _drain(ws)
     assert code == 1000 and events[-1]["type"] == "audio.done", events
-    assert audio == expected
+    assert _same_speech(audio, expected)
 
 
 @pytest.mark.parametrize(
