@@ -17,6 +17,14 @@ import torch
 from helpers import REPO_ROOT
 
 
+def pytest_configure(config) -> None:
+    # Under pytest-xdist (``-n N``) each worker process gets its share of the cores for torch's intra-op threads:
+    # N workers x all cores each would oversubscribe the machine and slow every test down.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def _fixture_dir(env: str, default: str) -> Path:
     return Path(os.environ.get(env) or (REPO_ROOT / default)).resolve()
 
