@@ -336,3 +336,35 @@ def test_source_f0_target_drives_the_source_with_the_data_f0(data_dir):
     assert len(seen) == 3 and not torch.allclose(seen[-1], target, atol=1.0)
     with pytest.raises(InputError, match="source_f0"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": "teacher"}}, data_dir)
+
+
+def test_fill_f0_gaps_bridges_short_dropouts_only():
+    from cadenza.audio.pitch import fill_f0_gaps
+
+    f0 = torch.tensor([0, 100, 0, 121, 0, 0, 0, 90, 0, 0, 80, 0], dtype=torch.float32)
+    out = fill_f0_gaps(f0, 2)
+    assert out[2] == pytest.approx(110.0, rel=1e-5)  # log-linear: sqrt(100 * 121)
+    assert torch.equal(out[4:7], f0[4:7])  # a 3-frame run stays unvoiced
+    assert out[8] == pytest.approx(90 * (80 / 90) ** (1 / 3), rel=1e-5) and out[9] == pytest.approx(90 * (80 / 90) ** (2 / 3), rel=1e-5)
+    assert out[0] == 0 and out[-1] == 0  # runs at the ends have a voiced frame on one side only
+    assert torch.equal(fill_f0_gaps(f0, 0), f0)
+
+
+def test_f0_targets_recomputed_with_a_voicing_threshold_and_filled(data_dir):
+    """``f0_track: yin`` recomputes the targets from the audio with ``f0_voicing_threshold``, ``f0_fill_gaps``
+    bridges short dropouts after that; bad values are refused."""
+    from cadenza.audio.pitch import fill_f0_gaps
+
+    def item(**hift) -> dict:
+        return HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], **hift}}, data_dir).dataset()[0]
+
+    stored = item()
+    wav, frames = stored["wav"], stored["f0"].shape[0]
+    for threshold, gaps in ((0.05, 0), (0.4, 0), (0.05, 3)):
+        expected = fill_f0_gaps(yin_f0(wav, SR, 480, frames, fmin=70.0, fmax=800.0, threshold=threshold), gaps)
+        got = item(f0_track="yin", f0_voicing_threshold=threshold, f0_fill_gaps=gaps)["f0"]
+        assert torch.equal(got, expected)
+    assert torch.equal(item(f0_fill_gaps=0)["f0"], stored["f0"])
+    for key, value in (("f0_track", "crepe"), ("f0_voicing_threshold", 1.5), ("f0_fill_gaps", -1)):
+        with pytest.raises(InputError, match=key):
+            HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], key: value}}, data_dir)

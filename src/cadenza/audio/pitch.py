@@ -101,3 +101,27 @@ def yin_f0(wav: torch.Tensor, sample_rate: int, hop: int, n_frames: int | None =
     rms = head.pow(2).mean(1).sqrt()
     loud = 20 * torch.log10(rms.clamp(min=1e-10) / rms.max().clamp(min=1e-10)) > -silence_db
     return torch.where(voiced & loud & (rms > 1e-6), f0, torch.zeros_like(f0))
+
+
+def fill_f0_gaps(f0: torch.Tensor, max_gap: int) -> torch.Tensor:
+    """``f0 [frames]`` (0 = unvoiced) with every unvoiced run of at most ``max_gap`` frames that has voiced frames on
+    both sides filled by log-linear interpolation between them (a tracker's dropouts inside a voiced stretch: YIN
+    misses single frames of a breathy or creaky voice). Runs at the ends and longer runs stay unvoiced."""
+    if max_gap <= 0 or f0.numel() == 0:
+        return f0
+    out = f0.clone()
+    voiced = (f0 > 0).tolist()
+    i, n = 0, len(voiced)
+    while i < n:
+        if voiced[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and not voiced[j]:
+            j += 1
+        if 0 < i and j < n and j - i <= max_gap:
+            lo, hi = math.log(float(f0[i - 1])), math.log(float(f0[j]))
+            steps = torch.arange(1, j - i + 1, dtype=torch.float32) / (j - i + 1)
+            out[i:j] = torch.exp(lo + (hi - lo) * steps).to(out.dtype)
+        i = j
+    return out

@@ -14,6 +14,9 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       source_mix: null            # [nb_harmonics + 1] weights: reset the source's harmonic mix (l_linear), bias 0
       freeze_source_mix: false    # keep that mix fixed while training
       source_f0: predicted        # predicted | target: the f0 that drives the sine source while training
+      f0_track: stored            # stored | yin: the f0 targets (yin: recomputed here with f0_voicing_threshold)
+      f0_voicing_threshold: 0.15  # YIN's threshold when it runs here (higher: more frames voiced)
+      f0_fill_gaps: 0             # fill unvoiced gaps of at most this many frames inside voiced stretches
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -87,8 +90,20 @@ class HiFTStageConfig:
     # as NSF vocoders train), so the source lines up with the target's harmonics and the decoder learns to use it;
     # the predictor still learns from the f0 loss and drives the source at inference.
     source_f0: str = "predicted"
+    # The f0 targets (the predictor's and, with ``source_f0: target``, the source's). YIN at its default threshold
+    # (0.15) calls ~31 % of the frames of cadenza-tiny's breathy low teacher voice voiced, with single-frame dropouts
+    # inside voiced stretches; a source that switches off there teaches the decoder to voice without it.
+    f0_track: str = "stored"
+    f0_voicing_threshold: float = 0.15
+    f0_fill_gaps: int = 0
 
     def __post_init__(self) -> None:
+        if self.f0_track not in ("stored", "yin"):
+            raise InputError(f"hift.f0_track must be 'stored' or 'yin', got {self.f0_track!r}")
+        if not 0 < self.f0_voicing_threshold < 1:
+            raise InputError(f"hift.f0_voicing_threshold must be in (0, 1), got {self.f0_voicing_threshold}")
+        if self.f0_fill_gaps < 0:
+            raise InputError(f"hift.f0_fill_gaps must be >= 0, got {self.f0_fill_gaps}")
         if self.source_f0 not in ("predicted", "target"):
             raise InputError(f"hift.source_f0 must be 'predicted' or 'target', got {self.source_f0!r}")
         if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
@@ -168,7 +183,8 @@ class HiFTStage(TrainingStage):
             source = open_utterances(self.data_dir, self.cfg.data_format, self.cfg.manifest,
                                      self.cfg.shard_sample_rate)
             self._dataset = HiFTUtterances(source, range(len(source)), self.model_cfg.sampling_rate,
-                                           self.model_cfg.hop_length, self.cfg.f0_range)
+                                           self.model_cfg.hop_length, self.cfg.f0_range, self.cfg.f0_track,
+                                           self.cfg.f0_voicing_threshold, self.cfg.f0_fill_gaps)
         return self._dataset
 
     def collate(self, items: Sequence[dict]) -> list[dict]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cadenza.audio.pitch import yin_f0
+from cadenza.audio.pitch import fill_f0_gaps, yin_f0
 from cadenza.training.seeding import item_generator
 from cadenza.training.wav_manifest import SourceItems, UtteranceSource
 
@@ -22,20 +22,25 @@ SALT_CROP = 11
 
 class HiFTUtterances(SourceItems):
     """Item: ``{"index": i, "wav": [samples], "f0": [samples // hop]}`` at ``sample_rate``; the stored f0 is used
-    when it has the right length, otherwise YIN runs here (in the DataLoader worker)."""
+    when it has the right length (unless ``track="yin"``), otherwise YIN runs here (in the DataLoader worker) with
+    ``voicing_threshold``; then unvoiced gaps of at most ``fill_gaps`` frames inside voiced stretches are filled."""
 
     def __init__(self, source: UtteranceSource, indices: Sequence[int], sample_rate: int, hop: int,
-                 f0_range: tuple[float, float]) -> None:
+                 f0_range: tuple[float, float], track: str = "stored", voicing_threshold: float = 0.15,
+                 fill_gaps: int = 0) -> None:
         super().__init__(source, list(indices), sample_rate)
         self.hop = hop
         self.f0_range = f0_range
+        self.track, self.voicing_threshold, self.fill_gaps = track, voicing_threshold, fill_gaps
 
     def __getitem__(self, i: int) -> dict:
         item = super().__getitem__(i)
         frames = item["wav"].shape[0] // self.hop
         f0 = item["f0"]
-        if f0 is None or abs(f0.shape[0] - frames) > 1:
-            f0 = yin_f0(item["wav"], self.sample_rate, self.hop, frames, fmin=self.f0_range[0], fmax=self.f0_range[1])
+        if self.track == "yin" or f0 is None or abs(f0.shape[0] - frames) > 1:
+            f0 = yin_f0(item["wav"], self.sample_rate, self.hop, frames, fmin=self.f0_range[0], fmax=self.f0_range[1],
+                        threshold=self.voicing_threshold)
+        f0 = fill_f0_gaps(f0, self.fill_gaps)
         item["f0"] = torch.nn.functional.pad(f0[:frames], (0, max(0, frames - f0.shape[0])))
         return item
 
