@@ -1,7 +1,7 @@
 """Shared by the hostile-input sweeps of the entry points (issue #19, docs/hostile_input.md; the sweeps:
 tests/cli/test_hostile_cli.py, test_hostile_training_inputs.py, test_hostile_data_inputs.py and
 tests/api/test_hostile_api.py): the built-in model, a folder of hostile audio files, the CLI run in-process, a
-speech-like test signal. The fixtures that wrap these live in tests/cli/conftest.py and tests/api/conftest.py."""
+speech-like test signal. tests/cli/conftest.py and tests/api/conftest.py import the fixtures."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 import torch
 
@@ -29,17 +30,19 @@ def speech_like(seconds: float, sr: int = SR, f0: float = 140.0, seed: int = 0) 
     return (0.3 * wav + 0.003 * rng.standard_normal(t.size)).astype(np.float32)
 
 
-
-def builtin_model() -> Iterator:
-    """The built-in cadenza-tiny on one thread, closed after use (a module-scoped fixture's body)."""
+@pytest.fixture(scope="module")
+def tts() -> Iterator:
+    """The built-in cadenza-tiny on one thread, closed after the module."""
     torch.set_num_threads(1)
     model = cadenza.api.load(None)
     yield model
     model.close()
 
 
-def hostile_audio_files(d: Path) -> dict[str, Path]:
-    """Write the hostile (and two good) audio files into ``d``; name -> path."""
+@pytest.fixture(scope="module")
+def audio(tmp_path_factory) -> dict[str, Path]:
+    """The hostile (and two good) audio files in a folder of their own; name -> path."""
+    d = tmp_path_factory.mktemp("audio")
     good = speech_like(1.4)
     files = {name: d / f"{name}.wav" for name in ("good", "zero", "one", "ten_min", "u8", "hz96", "stereo")}
     sf.write(files["good"], good, SR)
@@ -58,7 +61,8 @@ def hostile_audio_files(d: Path) -> dict[str, Path]:
     return files
 
 
-def cli_runner(tts, monkeypatch, capsys):
+@pytest.fixture
+def cli(tts, monkeypatch, capsys):
     """``cli(*argv) -> (exit code, stdout, stderr)``, in-process, with the shared built-in model ``tts``."""
     def load(path=None, voices_dir=None, **kwargs):  # opens the voice store as Cadenza.from_pretrained does
         if voices_dir is not None:

@@ -1,22 +1,4 @@
-"""Fixtures of the CLI's hostile-input sweeps (tests/hostile_entry_points.py)."""
+"""The CLI's hostile-input sweeps share one built-in model per module, the hostile audio files and the in-process
+CLI (tests/hostile_entry_points.py)."""
 
-from __future__ import annotations
-
-import pytest
-
-from hostile_entry_points import builtin_model, cli_runner, hostile_audio_files
-
-
-@pytest.fixture(scope="module")
-def tts():
-    yield from builtin_model()
-
-
-@pytest.fixture(scope="module")
-def audio(tmp_path_factory):
-    return hostile_audio_files(tmp_path_factory.mktemp("audio"))
-
-
-@pytest.fixture
-def cli(tts, monkeypatch, capsys):
-    return cli_runner(tts, monkeypatch, capsys)
+from hostile_entry_points import audio, cli, tts  # noqa: F401 (fixtures)
