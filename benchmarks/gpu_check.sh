@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" \
   | tee -a "$LOGS/gpu.txt"
 
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cuda.py tests/layers/test_kv_pool.py 2>&1 \
+timeout 120 python3 -m pytest -q -o addopts=-ra -p no:cacheprovider tests/engine/test_cuda.py tests/layers/test_kv_pool.py 2>&1 \
   | tee "$LOGS/tests.txt" | tail -5
 # The engine's own LM step (KV pool + CUDA graphs); should it fail, the eager pooled step, so a run still measures.
 timeout 300 python3 benchmarks/gpu.py --size full --levels "$LEVELS" --seconds "$SECONDS_PER_STREAM" 2>&1 \

@@ -135,3 +135,32 @@ def test_aligned_corpus_labels_every_phoneme_with_its_stress():
     total = float(dur.sum()) * 256 / 882
     assert abs(len(labels) - total) <= 2  # the frames cover the audio (a forced frame may add one or two)
     assert max(labels) < 3 * s_count
+
+
+def test_vocoder_subset_copies_minutes_of_a_corpus_as_flac(tmp_path, monkeypatch):
+    """recipes/tiny/vocoder_subset.py: whole utterances until the minutes are reached, as 24 kHz FLAC in the manifest
+    layout that ``cadenza train hift`` reads, sample for sample (16-bit)."""
+    import soundfile as sf
+
+    from cadenza.training.wav_manifest import open_utterances
+
+    corpus = tmp_path / "corpus"
+    (corpus / "wavs").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(5):
+        sf.write(corpus / "wavs" / f"{i}.wav", (0.1 * rng.standard_normal(24000)).astype(np.float32), 24000)
+        rows.append(json.dumps({"audio": f"wavs/{i}.wav", "text": "x", "id": f"u{i}"}))
+    (corpus / "manifest.jsonl").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "subset"
+    monkeypatch.setattr(sys, "argv", ["vocoder_subset.py", "--data", str(corpus), "--minutes", "0.04", "--out", str(out)])
+    _module("vocoder_subset").main()
+    subset = open_utterances(out)
+    assert len(subset) == 3  # 1 s each: the third reaches 2.4 s
+    source = open_utterances(corpus)
+    ids = {source.meta(i).id: i for i in range(len(source))}
+    for i in range(len(subset)):
+        wav, _ = subset.load(i, 24000)
+        original, _ = source.load(ids[subset.meta(i).id], 24000)
+        assert wav.shape == original.shape and float((wav - original).abs().max()) <= 1 / 32768 + 1e-6
+    assert all(p.suffix == ".flac" for p in (out / "wavs").iterdir())
