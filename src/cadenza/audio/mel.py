@@ -9,15 +9,26 @@ With ``center=False`` this gives ``samples // hop`` frames, frame ``t`` centred 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from cadenza.audio.filterbanks import slaney_mel_filterbank
 from cadenza.errors import AudioError
 
-if TYPE_CHECKING:
-    from cadenza.models.cosyvoice2.config import MelConfig
+
+class MelConfig(Protocol):
+    """The mel's settings, as a model config states them (``cadenza.models.cosyvoice2.config.MelConfig`` is one;
+    this package does not depend on the models')."""
+
+    n_fft: int
+    num_mels: int
+    sampling_rate: int
+    hop_size: int
+    win_size: int
+    fmin: float
+    fmax: float | None
+    center: bool
 
 # Added under the square root so that the gradient of the magnitude is finite at zero (matcha's choice; kept for parity).
 MAGNITUDE_EPS = 1e-9
