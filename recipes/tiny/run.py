@@ -229,7 +229,7 @@ class Recipe:
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
         of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the config (``hift_joe``,
-        ``hift_joe_source``) that continues the shipped vocoder on joe's corpus into runs/hift_joe, beside the flow
+        ``hift_joe_source``, ``hift_joe_tf``) that continues the shipped vocoder on joe's corpus into runs/hift_joe, beside the flow
         round."""
         w = self.work
         for d in ("logs", "configs", "runs"):
@@ -293,7 +293,8 @@ def main() -> None:
                    help="with --design v2: one more flow round (configs/flow_phoneme_r2.yaml) from the newest v2 flow")
     p.add_argument("--more-hift", nargs="?", const="hift_joe", default=None, metavar="CONFIG",
                    help="with --design v2: the shipped HiFT continued on joe's corpus (configs/CONFIG.yaml, default "
-                        "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss)")
+                        "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss; hift_joe_tf: that source "
+                        "driven by the data's f0 while training)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
