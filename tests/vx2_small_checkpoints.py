@@ -51,9 +51,9 @@ DROP = object()  # marks a key to remove in ``variant``
 EXTRA_CHARS = "\u00e0\u00e1\u00e2\u00e3\u00e4\u00e5\u00e6\u00e7\u00e8\u00e9\u00ea\u00eb\u00ec\u00ed\u00ee"  # ids 105..
 
 
-def variant(**changes) -> dict:
-    """BASE with ``a__b__c=value`` changes (``DROP`` removes the key)."""
-    data = copy.deepcopy(BASE)
+def with_changes(raw: dict, **changes) -> dict:
+    """A copy of the config ``raw`` with ``a__b__c=value`` changes (``DROP`` removes the key)."""
+    data = copy.deepcopy(raw)
     for dotted, value in changes.items():
         node, *path = data, *dotted.split("__")
         for key in path[:-1]:
@@ -63,6 +63,11 @@ def variant(**changes) -> dict:
         else:
             node[path[-1]] = value
     return data
+
+
+def variant(**changes) -> dict:
+    """BASE with ``a__b__c=value`` changes (``DROP`` removes the key)."""
+    return with_changes(BASE, **changes)
 
 
 @pytest.fixture(autouse=True)
@@ -185,3 +190,12 @@ ACCEPTED: dict[str, tuple[dict, str]] = {
                         "latent_dim null = encoder_dim * 2^n"),
 }
 
+
+def accepted_model(name: str, seed: int) -> tuple[VoxCPM2Config, VoxCPM2Model]:
+    """The ``ACCEPTED[name]`` configuration's model with random weights (``seed``; trivial inits randomised with
+    ``seed + 1``)."""
+    config = VoxCPM2Config.from_dict(variant(**ACCEPTED[name][0]))
+    torch.manual_seed(seed)
+    model = VoxCPM2Model(config).eval()
+    randomize(model, seed + 1)
+    return config, model

@@ -11,11 +11,18 @@ import torch
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
 from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
-from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.layouts import build_layout
-from cadenza.models.voxcpm2.model import VoxCPM2Model
 from helpers import assert_close
-from vx2_small_checkpoints import ACCEPTED, SPECIAL, one_thread, prompt_audio, randomize, variant, write_checkpoint  # noqa: F401 (one_thread: autouse)
+from vx2_small_checkpoints import (  # noqa: F401 (one_thread: autouse)
+    ACCEPTED,
+    SPECIAL,
+    accepted_model,
+    one_thread,
+    prompt_audio,
+    randomize,
+    variant,
+    write_checkpoint,
+)
 
 # --- layouts of every mode, odd lengths, and the continuation context ---------------------------------------------
 
@@ -60,10 +67,7 @@ def test_layouts_and_context_follow_the_spec(ref, prompt, n_text):
 @pytest.mark.parametrize("name", ["hidden_not_divisible_by_heads", "patch_3_mean_mode", "decoder_dim_160"])
 @torch.inference_mode()
 def test_batched_components_equal_single_rows(name):
-    config = VoxCPM2Config.from_dict(variant(**ACCEPTED[name][0]))
-    torch.manual_seed(2)
-    model = VoxCPM2Model(config).eval()
-    randomize(model, 3)
+    config, model = accepted_model(name, 2)
     gen = torch.Generator().manual_seed(4)
     p, d, h = config.patch_size, config.feat_dim, config.lm_config.hidden_size
 

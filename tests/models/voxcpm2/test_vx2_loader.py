@@ -21,6 +21,7 @@ from cadenza.models.voxcpm2.loader import (
     load_voxcpm2,
     resolve_dtype,
 )
+from vx2_small_checkpoints import DROP, with_changes
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,19 +47,6 @@ def _copy_dir(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
     return dst
 
 
-def _with_config(raw: dict, **changes) -> dict:
-    data = json.loads(json.dumps(raw))
-    for dotted, value in changes.items():
-        node, *path = data, *dotted.split("__")
-        for key in path[:-1]:
-            node = node[key]
-        if value is KeyError:
-            node.pop(path[-1])
-        else:
-            node[path[-1]] = value
-    return data
-
-
 # --- config ----------------------------------------------------------------------------------------------------
 
 def test_config_from_fixture(tiny_dir, raw_config):
@@ -75,7 +63,7 @@ def test_config_from_fixture(tiny_dir, raw_config):
 
 
 def test_config_defaults_and_ignored_keys(raw_config):
-    data = _with_config(raw_config, max_length=KeyError, residual_lm_no_rope=KeyError, lm_config__use_mup=KeyError,
+    data = with_changes(raw_config, max_length=DROP, residual_lm_no_rope=DROP, lm_config__use_mup=DROP,
                         dit_config__mean_mode=True, unknown_key=1)
     cfg = VoxCPM2Config.from_dict(data)
     assert cfg.max_length == 8192 and cfg.residual_lm_no_rope is False and cfg.lm_config.use_mup is True
@@ -86,9 +74,9 @@ def test_config_defaults_and_ignored_keys(raw_config):
     "changes,match",
     [
         ({"architecture": "voxcpm"}, "architecture"),
-        ({"architecture": KeyError}, "architecture"),
-        ({"lm_config__hidden_size": KeyError}, "hidden_size"),
-        ({"dit_config__cfm_config": KeyError}, "cfm_config"),
+        ({"architecture": DROP}, "architecture"),
+        ({"lm_config__hidden_size": DROP}, "hidden_size"),
+        ({"dit_config__cfm_config": DROP}, "cfm_config"),
         ({"lm_config__hidden_size": "sixty-four"}, "integer"),
         ({"lm_config__use_mup": 2}, "true/false"),
         ({"lm_config__num_key_value_heads": 3}, "multiple"),
@@ -100,12 +88,12 @@ def test_config_defaults_and_ignored_keys(raw_config):
 )
 def test_config_errors(raw_config, changes, match):
     with pytest.raises(CheckpointError, match=match):
-        VoxCPM2Config.from_dict(_with_config(raw_config, **changes))
+        VoxCPM2Config.from_dict(with_changes(raw_config, **changes))
 
 
 def test_config_values_coerced_like_the_reference(raw_config):
     """The reference's pydantic schema coerces in lax mode; an unknown solver is accepted (inference is Euler)."""
-    cfg = VoxCPM2Config.from_dict(_with_config(raw_config, lm_config__hidden_size=str(raw_config["lm_config"][
+    cfg = VoxCPM2Config.from_dict(with_changes(raw_config, lm_config__hidden_size=str(raw_config["lm_config"][
         "hidden_size"]), lm_config__use_mup=1, patch_size=float(raw_config["patch_size"]),
         dit_config__cfm_config__solver="rk4"))
     assert cfg.lm_config.hidden_size == raw_config["lm_config"]["hidden_size"] and cfg.lm_config.use_mup is True

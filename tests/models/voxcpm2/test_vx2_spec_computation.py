@@ -17,7 +17,7 @@ from cadenza.models.voxcpm2.cfm import time_grid, zero_init_steps
 from cadenza.models.voxcpm2.config import VoxCPM2Config
 from cadenza.models.voxcpm2.model import VoxCPM2Model
 from helpers import assert_close
-from vx2_small_checkpoints import ACCEPTED, one_thread, randomize, variant, write_checkpoint  # noqa: F401 (one_thread: autouse)
+from vx2_small_checkpoints import ACCEPTED, accepted_model, one_thread, randomize, variant, write_checkpoint  # noqa: F401 (one_thread: autouse)
 
 # --- AudioVAE against a decoder/encoder written from the spec -----------------------------------------------------
 
@@ -159,10 +159,7 @@ def spec_minicpm(stack, x: torch.Tensor, causal: bool) -> torch.Tensor:
                                   "ralm_with_rope_mup", "negative_rope_factor"])
 @torch.inference_mode()
 def test_stacks_match_spec_computation(name):
-    config = VoxCPM2Config.from_dict(variant(**ACCEPTED[name][0]))
-    torch.manual_seed(5)
-    model = VoxCPM2Model(config).eval()
-    randomize(model, 6)
+    config, model = accepted_model(name, 5)
     gen = torch.Generator().manual_seed(7)
     for stack, causal in ((model.base_lm, True), (model.residual_lm, True), (model.feat_encoder.encoder, False),
                           (model.feat_decoder.estimator.decoder, False)):
