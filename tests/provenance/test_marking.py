@@ -86,22 +86,31 @@ def server_names(c) -> list[str]:
     return [m["id"] for m in c.get("/v1/models").json()["data"]]
 
 
-def test_the_cli_marks_and_detects(tmp_path):
+def test_the_cli_marks_and_detects(tmp_path, capsys):
+    """``cadenza synth`` marks (a real process, default flags) unless ``--no-watermark``; ``cadenza detect`` (run
+    in-process: the same code without another interpreter and model load) finds the mark in the one only."""
+    from cadenza.cli.main import main as cli_main
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = cli_main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
     out, plain = tmp_path / "marked.wav", tmp_path / "plain.wav"
-    for path, extra in ((out, []), (plain, ["--no-watermark"])):
-        proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text", TEXT, "--seed", "3", "-o",
-                               str(path), *extra], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-    found = subprocess.run([sys.executable, "-m", "cadenza", "detect", str(out)], capture_output=True, text=True,
-                           timeout=120)
-    assert found.returncode == 0 and json.loads(found.stdout)["found"] is True
-    missing = subprocess.run([sys.executable, "-m", "cadenza", "detect", str(plain)], capture_output=True, text=True,
-                             timeout=120)
-    assert json.loads(missing.stdout)["found"] is False
-    both = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text", TEXT, "-o", str(tmp_path / "x.wav"),
-                           "--no-watermark", "--watermark-key-file", str(out)], capture_output=True, text=True,
-                          timeout=120)
-    assert both.returncode == 2 and "contradict" in both.stderr
+    proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text", TEXT, "--seed", "3", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    code, _, err = cli("synth", "--text", TEXT, "--seed", "3", "-o", plain, "--no-watermark")
+    assert code == 0, err
+    code, found, _ = cli("detect", out)
+    assert code == 0 and json.loads(found)["found"] is True
+    _, missing, _ = cli("detect", plain)
+    assert json.loads(missing)["found"] is False
+    code, _, err = cli("synth", "--text", TEXT, "-o", tmp_path / "x.wav", "--no-watermark", "--watermark-key-file", out)
+    assert code == 2 and "contradict" in err
 
 
 def test_every_speaking_command_takes_the_operator_flags(tmp_path):
