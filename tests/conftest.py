@@ -17,6 +17,17 @@ import torch
 from helpers import REPO_ROOT
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per usable core, at most one per 6 GiB of memory (each loads its
+    own models) and at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = 6.0 * cores
+    return max(1, min(cores, int(memory_gib // 6), 8))
+
+
 def pytest_configure(config) -> None:
     # Under pytest-xdist (``-n N``) each worker process gets its share of the cores for torch's intra-op threads:
     # N workers x all cores each would oversubscribe the machine and slow every test down.
