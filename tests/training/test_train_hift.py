@@ -350,21 +350,33 @@ def test_fill_f0_gaps_bridges_short_dropouts_only():
     assert torch.equal(fill_f0_gaps(f0, 0), f0)
 
 
-def test_f0_targets_recomputed_with_a_voicing_threshold_and_filled(data_dir):
+def test_f0_targets_recomputed_with_a_voicing_threshold_and_filled(tmp_path):
     """``f0_track: yin`` recomputes the targets from the audio with ``f0_voicing_threshold``, ``f0_fill_gaps``
-    bridges short dropouts after that; bad values are refused."""
+    bridges short dropouts after that; bad values are refused. The audio: a breathy tone (harmonics in noise), whose
+    voicing depends on the threshold."""
     from cadenza.audio.pitch import fill_f0_gaps
 
+    (tmp_path / "wavs").mkdir()
+    t = torch.arange(2 * SR) / SR
+    noise = torch.randn(2 * SR, generator=torch.Generator().manual_seed(0))
+    wav = 0.2 * _harmonic(torch.full((2 * SR,), 130.0)) + 0.12 * noise
+    sf.write(tmp_path / "wavs" / "0.wav", (wav / wav.abs().max() * 0.9 * (t < 1.8)).numpy(), SR)
+    (tmp_path / "manifest.jsonl").write_text(json.dumps({"audio": "wavs/0.wav"}) + "\n")
+
     def item(**hift) -> dict:
-        return HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], **hift}}, data_dir).dataset()[0]
+        return HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], **hift}}, tmp_path).dataset()[0]
 
     stored = item()
     wav, frames = stored["wav"], stored["f0"].shape[0]
-    for threshold, gaps in ((0.05, 0), (0.4, 0), (0.05, 3)):
+    tracks = []
+    for threshold, gaps in ((0.3, 0), (0.45, 0), (0.3, 3)):  # 45, 90 and 72 of 90 frames voiced
         expected = fill_f0_gaps(yin_f0(wav, SR, 480, frames, fmin=70.0, fmax=800.0, threshold=threshold), gaps)
         got = item(f0_track="yin", f0_voicing_threshold=threshold, f0_fill_gaps=gaps)["f0"]
         assert torch.equal(got, expected)
+        tracks.append(got)
+    voiced = [int((track > 0).sum()) for track in tracks]
+    assert voiced[1] > voiced[0] and voiced[2] > voiced[0], voiced  # the settings matter on this audio
     assert torch.equal(item(f0_fill_gaps=0)["f0"], stored["f0"])
     for key, value in (("f0_track", "crepe"), ("f0_voicing_threshold", 1.5), ("f0_fill_gaps", -1)):
         with pytest.raises(InputError, match=key):
-            HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], key: value}}, data_dir)
+            HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], key: value}}, tmp_path)
