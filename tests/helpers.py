@@ -6,6 +6,8 @@ means whichever was imported last, so ``from helpers import ...`` would depend o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -21,3 +23,15 @@ def assert_close(actual, expected, atol: float, name: str = "") -> None:
     assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
     diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))) if a.size else 0.0
     assert diff <= atol, f"{name}: max |diff| {diff:.3g} > {atol:g}"
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one inside, restored after: the tests' models are tiny, and a second thread
+    only adds synchronisation (elementwise ops up to 60x slower on shared, busy CI cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -20,6 +20,7 @@ from cadenza.models.voxcpm2.audio_vae_config import AudioVAEConfig
 from cadenza.models.voxcpm2.audio_vae_loader import release_state_dict
 from cadenza.models.voxcpm2.config import SpecialTokens, VoxCPM2Config
 from cadenza.models.voxcpm2.model import VoxCPM2Model
+from helpers import one_torch_thread
 
 SPECIAL = SpecialTokens()
 PROMPT_RATE = 16000
@@ -72,11 +73,8 @@ def variant(**changes) -> dict:
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """These models are tiny: extra intra-op threads only add synchronisation (9x slower on a busy 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():  # tiny models (tests/helpers.py)
+        yield
 
 
 # --- writing a checkpoint folder in the release's layout -----------------------------------------------------------

@@ -25,7 +25,6 @@ import json
 import math
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +43,7 @@ from cadenza.training.config import load_config_file
 from cadenza.training.launcher import train
 from cadenza.training.metrics import read_metrics
 from cadenza.training.model_files import resolve_model
+from helpers import one_torch_thread
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "train"
@@ -66,17 +66,6 @@ TEXT_VOCAB = 300
 STEPS = {"tokenizer": 40, "speaker": 30, "lm": 20, "flow": 20, "hift": 3}
 # mean(last 3 losses) / mean(first 3) must be below this (measured: lm ~0.17, flow ~0.7)
 FALL = {"lm": 0.8, "flow": 0.9}
-
-
-@contextmanager
-def _single_thread():
-    # Tiny models: one thread avoids oversubscribing the shared CI cores (see test_train_tokenizer.py).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ------------------------------------------------------------------------------------------------ the corpus
@@ -172,7 +161,7 @@ def _model_section(tokenizer_dir: Path) -> dict:
 
 
 def _run(stage: str, config: dict, data: Path, out: Path, resume: bool = False) -> Path:
-    with _single_thread():
+    with one_torch_thread():
         return train(stage, CONFIGS / f"{stage}_tiny.yaml", data, out, resume=resume, config_overrides=config)
 
 
@@ -196,7 +185,7 @@ def pipeline(tmp_path_factory) -> dict:
     manifest = _write_corpus(root)
     lap("corpus")
     data = root / "data"
-    with _single_thread():
+    with one_torch_thread():
         summary = prepare(manifest, "jsonl", data, shard_size=8, progress=False)
     lap("prepare")
 
@@ -206,7 +195,7 @@ def pipeline(tmp_path_factory) -> dict:
     _run("speaker", _config("speaker"), data, runs["speaker"])
     lap("speaker")
 
-    with _single_thread():
+    with one_torch_thread():
         tokens = add_features(data, load_extractor(
             f"cadenza.training.speech_tokenizer_stage:speech_token_extractor={runs['tokenizer']}"), progress=False)
         embeddings = add_features(data, load_extractor(
@@ -313,7 +302,7 @@ def test_the_trained_model_synthesizes(pipeline):
     item = next(it for it in _shard_items(pipeline) if it["speaker"] == "bert")
     prompt_wav = str(manifest.parent / "wavs" / f"{item['id']}.wav")
     t0 = time.perf_counter()
-    with _single_thread(), Cadenza.from_pretrained(pipeline["folder"]) as tts:
+    with one_torch_thread(), Cadenza.from_pretrained(pipeline["folder"]) as tts:
         assert tts.sample_rate == pipeline["model_config"].sample_rate
         plain = tts.synthesize("hello green river", seed=3)
         request = tts.request("seven quiet stones", prompt_wav=prompt_wav, prompt_text=item["text"], seed=4)
@@ -350,7 +339,7 @@ def test_lm_holds_items_out_and_reports_their_loss(pipeline, tmp_path):
     held_out = set(stage.heldout_idx)
     assert 0 < len(held_out) < n_items and len(train_set) == n_items - len(held_out)
     assert not held_out & {train_set[i]["index"] for i in range(len(train_set))}
-    with _single_thread():
+    with one_torch_thread():
         torch.manual_seed(0)  # the fresh LM's initialisation
         stage.setup(torch.device("cpu"), lambda m: m)
         fresh = stage.evaluate()
@@ -387,7 +376,7 @@ def test_lm_exports_its_best_heldout_evaluation(pipeline, tmp_path):
     reloaded = dict(config, lm={**config["lm"], "init_llm": str(out / "llm.pt")})
     stage = LMStage(reloaded, pipeline["data"])
     stage.dataset()
-    with _single_thread():
+    with one_torch_thread():
         stage.setup(torch.device("cpu"), lambda m: m)
         again = stage.evaluate()
     assert again["heldout_ce"] == pytest.approx(best["heldout_ce"], abs=1e-4)

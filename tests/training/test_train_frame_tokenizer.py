@@ -21,6 +21,7 @@ from cadenza.models.speech_tokenizer import load_speech_tokenizer
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
 from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel, SupervisedSpeechTokenizer
 from cadenza.training.frame_tokenizer_stage import FrameTokenizerStage
+from helpers import one_torch_thread
 
 SR = 24000
 FRAME = SR // 25  # one label per 40 ms
@@ -31,10 +32,8 @@ MODEL = {"n_mels": 128, "hidden_size": 64, "num_heads": 2, "ffn_size": 128, "enc
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():  # tiny models (tests/helpers.py)
+        yield
 
 
 def _utterance(rng: random.Random) -> tuple[np.ndarray, list[int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import contextmanager
 
 import pytest
 import soundfile as sf
@@ -25,6 +24,7 @@ from cadenza.training.hift.discriminators import HiFTDiscriminator
 from cadenza.training.hift.losses import multi_resolution_stft_loss, tpr_loss
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
+from helpers import one_torch_thread
 
 SR = 24000
 TINY_G = {"base_channels": 16, "f0_cond_channels": 16}
@@ -34,20 +34,9 @@ CONFIG = {"train": {"optim": {"lr": 2e-3}},
           "hift": {"discriminator": TINY_D, "segment_samples": 2880}}
 
 
-@contextmanager
-def _single_thread():
-    # Tiny models: one thread avoids oversubscription on shared CI cores.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
-    with _single_thread():
+    with one_torch_thread():
         yield
 
 
@@ -136,7 +125,7 @@ def test_release_export_round_trips_both_ways():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    with _single_thread():
+    with one_torch_thread():
         d = tmp_path_factory.mktemp("hift_data")
         (d / "wavs").mkdir()
         g = torch.Generator().manual_seed(0)
@@ -227,7 +216,7 @@ def test_hift_stage_reads_a_prepared_corpus(data_dir, tmp_path):
     from cadenza.data.prepare import prepare
     from cadenza.training.wav_manifest import ShardSource
 
-    with _single_thread():
+    with one_torch_thread():
         prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False)
     stage = HiFTStage(CONFIG, tmp_path)
     stage.setup(torch.device("cpu"), lambda m: m)
@@ -257,7 +246,7 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path):
 def test_adversarial_start_trains_the_generator_alone_first(data_dir):
     """Before ``adversarial_start`` only the mel + f0 losses train the generator (the discriminator is untouched);
     from that step on the GAN turns run."""
-    with _single_thread():
+    with one_torch_thread():
         torch.manual_seed(0)
         stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 3}}, data_dir)
         stage.setup(torch.device("cpu"), lambda m: m)

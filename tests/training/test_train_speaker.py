@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import contextmanager
 
 import pytest
 import soundfile as sf
@@ -22,6 +21,7 @@ from cadenza.models.speaker_encoder import (
     load_speaker_encoder,
 )
 from cadenza.training.speaker_encoder_stage import AAMSoftmax, SpeakerEncoderStage, equal_error_rate
+from helpers import one_torch_thread
 
 SR = 16000
 # (mean f0 in Hz, formant frequencies in Hz) per synthetic speaker
@@ -32,21 +32,9 @@ TINY = {"fcm_channels": 8, "fcm_blocks": [1, 1], "tdnn_channels": 32, "growth_ra
         "cam_segment_frames": 20}
 
 
-@contextmanager
-def _single_thread():
-    # Tiny models and synthetic data: one thread avoids oversubscription on shared CI cores (2 threads contending
-    # with other jobs made elementwise ops here up to 60x slower).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
-    with _single_thread():
+    with one_torch_thread():
         yield
 
 
@@ -67,7 +55,7 @@ def _voice(f0_mean: float, formants: tuple[float, ...], g: torch.Generator, seco
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    with _single_thread():
+    with one_torch_thread():
         return _write_data(tmp_path_factory)
 
 

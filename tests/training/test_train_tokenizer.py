@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from contextlib import contextmanager
 
 import pytest
 import soundfile as sf
@@ -29,6 +28,7 @@ from cadenza.models.speech_tokenizer import (
     save_speech_tokenizer,
 )
 from cadenza.training.speech_tokenizer_stage import SpeechTokenizerStage, code_statistics, collate_mels
+from helpers import one_torch_thread
 
 SR = 16000
 TONES = {"a": 300.0, "b": 520.0, "c": 800.0, "d": 1250.0, "e": 1900.0, "f": 2900.0}
@@ -36,21 +36,9 @@ TINY = {"hidden_size": 64, "num_heads": 4, "ffn_size": 128, "encoder1_layers": 2
         "fsq_dims": 4}
 
 
-@contextmanager
-def _single_thread():
-    # Tiny models and synthetic data: one thread avoids oversubscription on shared CI cores (2 threads contending
-    # with other jobs made elementwise ops here up to 60x slower).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def _one_thread():
-    with _single_thread():
+    with one_torch_thread():
         yield
 
 
@@ -66,7 +54,7 @@ def _utterance(text: str, rng: random.Random) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    with _single_thread():
+    with one_torch_thread():
         return _write_data(tmp_path_factory)
 
 

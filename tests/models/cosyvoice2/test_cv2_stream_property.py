@@ -49,7 +49,7 @@ from cadenza.models.cosyvoice2.config import (
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
-from helpers import assert_close
+from helpers import assert_close, one_torch_thread
 
 from small_model import voice
 
@@ -73,11 +73,8 @@ CONFIGS = {
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """Tensors this small gain nothing from a second thread, and on a busy machine waiting for it costs ~10x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():  # tiny models (tests/helpers.py)
+        yield
 
 
 @dataclasses.dataclass
