@@ -35,3 +35,17 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """``cadenza *argv`` in this process -> ``(exit code, stdout, stderr)``; argparse's own refusals (SystemExit)
+    count as exit codes, and no traceback may reach stderr."""
+    from cadenza.cli.main import main as cli_main
+
+    try:
+        code = cli_main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, out, err

@@ -14,7 +14,7 @@ import soundfile as sf
 import torch
 
 import cadenza.api
-from cadenza.cli.main import main as cli_main
+from helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SR = 24000
@@ -76,13 +76,7 @@ def cli(tts, monkeypatch, capsys):
     monkeypatch.setenv("XDG_DATA_HOME", "/nonexistent-cadenza-test")  # no default voice store
 
     def run(*argv: str) -> tuple[int, str, str]:
-        try:
-            code = cli_main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse refuses the argument itself
-            code = exc.code
-        out, err = capsys.readouterr()
-        assert "Traceback" not in err, err
-        return code, out, err
+        return run_cli(capsys, *argv)
 
     return run
 

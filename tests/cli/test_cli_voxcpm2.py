@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import soundfile as sf
 
-from cadenza.cli.main import main as cli_main
+from helpers import run_cli
 
 
 def _cadenza(*args: str) -> subprocess.CompletedProcess:
@@ -25,12 +25,7 @@ def cli(monkeypatch, capsys):
     monkeypatch.setenv("XDG_DATA_HOME", "/nonexistent-cadenza-test")
 
     def run(*argv: str) -> SimpleNamespace:
-        try:
-            code = cli_main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse refuses the argument itself
-            code = exc.code
-        err = capsys.readouterr().err
-        assert "Traceback" not in err, err
+        code, _, err = run_cli(capsys, *argv)
         return SimpleNamespace(returncode=code, stderr=err)
 
     return run

@@ -19,6 +19,7 @@ from cadenza.provenance import Watermark
 from cadenza.provenance.keys import DEFAULT_KEY
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
+from helpers import run_cli
 
 from test_server_harness import LiveServer
 
@@ -89,15 +90,8 @@ def server_names(c) -> list[str]:
 def test_the_cli_marks_and_detects(tmp_path, capsys):
     """``cadenza synth`` marks (a real process, default flags) unless ``--no-watermark``; ``cadenza detect`` (run
     in-process: the same code without another interpreter and model load) finds the mark in the one only."""
-    from cadenza.cli.main import main as cli_main
-
-    def cli(*argv: str) -> tuple[int, str, str]:
-        try:
-            code = cli_main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
+    def cli(*argv) -> tuple[int, str, str]:
+        return run_cli(capsys, *argv)
 
     out, plain = tmp_path / "marked.wav", tmp_path / "plain.wav"
     proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text", TEXT, "--seed", "3", "-o", str(out)],
