@@ -6,7 +6,9 @@ lives (docs/cadenza-tiny.md, "Quality"):
 * harmonic prominence, 60-700 Hz and 700-3000 Hz: the level at k x f0 over the mean level half-way to the next
   harmonics (4096-point spectra on the teacher's voiced frames, f0 from YIN), for the teacher, the vocoder's output and
   its source signal; ``--oracle`` drives the source with the teacher's f0 instead of the predicted one, which tells
-  a decoder that ignores its source from an f0 predictor that misleads it.
+  a decoder that ignores its source from an f0 predictor that misleads it;
+* what the decoder does with its source: the output's change (dB, against the output's energy) when the source is
+  zeroed (a decoder that ignores its source barely changes).
 
 ``python recipes/tiny/vocoder_harmonics.py --work WORK [--model DIR] [--limit 10] [--oracle]``
 """
@@ -76,21 +78,25 @@ def main() -> None:
             f0_source = f0_true[None] if args.oracle else f0_pred
             source = hift.source_from_f0(f0_source, generator=torch.Generator().manual_seed(0))
             out = hift.decode(mel, source)[0].numpy()
+            silent = hift.decode(mel, torch.zeros_like(source))[0].numpy()
         pred, true = f0_pred[0].numpy(), f0_true.numpy()
         voiced = true > 0
         both = voiced & (pred > 10)
         errors += list(np.abs(pred[both] / true[both] - 1))
         unvoiced.append(float(np.mean(pred[voiced] <= 10)) if voiced.any() else 0.0)
         n = min(len(out), wav.numel())
+        change = 10 * np.log10(np.sum((silent - out) ** 2) / max(float(np.sum(out ** 2)), 1e-12) + 1e-12)
         rows.append({"file": path.name, "teacher": prominence(wav.numpy()[:n], sr, true),
-                     "output": prominence(out[:n], sr, true), "source": prominence(source[0, 0].numpy()[:n], sr, true)})
+                     "output": prominence(out[:n], sr, true), "source": prominence(source[0, 0].numpy()[:n], sr, true),
+                     "zeroed": float(change)})
         r = rows[-1]
         print(f"{path.name}: prominence 60-700 / 700-3000 Hz (dB)  teacher {r['teacher'][0]:5.1f} / {r['teacher'][1]:4.1f}"
-              f"  output {r['output'][0]:5.1f} / {r['output'][1]:4.1f}  source {r['source'][0]:5.1f} / {r['source'][1]:4.1f}",
-              flush=True)
+              f"  output {r['output'][0]:5.1f} / {r['output'][1]:4.1f}  source {r['source'][0]:5.1f} / {r['source'][1]:4.1f}"
+              f"  source zeroed: output changes {r['zeroed']:5.1f} dB", flush=True)
     summary = {key: float(np.mean([r[key][0] for r in rows])) for key in ("teacher", "output", "source")}
     print(f"f0 predictor: median relative error {np.median(errors):.3f}, teacher-voiced frames predicted unvoiced "
-          f"{np.mean(unvoiced):.2f}; mean prominence 60-700 Hz: {json.dumps({k: round(v, 1) for k, v in summary.items()})}"
+          f"{np.mean(unvoiced):.2f}; mean prominence 60-700 Hz: {json.dumps({k: round(v, 1) for k, v in summary.items()})}; "
+          f"source zeroed: output changes {np.mean([r['zeroed'] for r in rows]):.1f} dB"
           f"{' (source driven by the teacher f0)' if args.oracle else ''}")
 
 
