@@ -388,17 +388,35 @@ def test_four_times_the_concurrency_gets_429s_and_health_stays_fast(tts, tmp_pat
     assert health_s and max(health_s) < 0.5, f"slowest /health under load: {max(health_s):.3f} s"
 
 
-def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, open_server):
+def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, open_server, monkeypatch):
     sched = tts.engine.scheduler
-    # Ten sentences: enough work that it cannot all be done before the client reads its first bytes, even when a
-    # loaded machine delays the client (four were, once, under load).
+    board = sched.board
+    # The engine is held after its first chunk until the client has gone: otherwise a loaded machine may let it
+    # finish the whole input (into the socket's buffers) before the client reads its first bytes, and there would
+    # be nothing left to stop (CI once saw exactly that). Holding the vocoder worker does not hold the server: the
+    # disconnect and the cancel it causes go on without it.
+    emitted, client_gone = [], threading.Event()
+    emit = board.emit
+
+    def held_emit(job, audio):
+        if emitted:
+            assert client_gone.wait(60), "the test never let the engine go on"
+        emitted.append(audio.size)
+        emit(job, audio)
+
+    monkeypatch.setattr(board, "emit", held_emit)
     body = {**SPEECH, "input": "Hello there, this is a small test of the speech synthesizer. " * 10}
-    with open_server.client.stream("POST", "/v1/audio/speech", json=body) as r:
-        assert r.status_code == 200
-        next(r.iter_raw())
-        assert sched.load != (0, 0)  # still generating
-        at_close = sched.chunks_emitted
-    assert wait_until(lambda: sched.load == (0, 0) and open_server.state.admission.inflight == 0), sched.load
+    try:
+        with open_server.client.stream("POST", "/v1/audio/speech", json=body) as r:
+            assert r.status_code == 200
+            next(r.iter_raw())
+            assert sched.load != (0, 0)  # still generating: held at its second chunk
+            at_close = sched.chunks_emitted
+        # The server lets go of the request (cancelled, its admission slot freed) while the engine is still held.
+        assert wait_until(lambda: open_server.state.admission.inflight == 0)
+    finally:
+        client_gone.set()
+    assert wait_until(lambda: sched.load == (0, 0)), sched.load
     assert sched.chunks_emitted - at_close <= 1, sched.chunks_emitted - at_close
 
 
