@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from cadenza.audio.mel import flow_prompt_mel
 from cadenza.cli.args import DTYPES, precision_arguments
 from cadenza.cli.main import build_parser
 from cadenza.engine import precision as precision_module
@@ -316,8 +317,13 @@ def test_builtin_model_in_bfloat16_is_close_to_float32():
         a = t32.synthesize("Hello there.", seed=4).samples
         b = t16.synthesize("Hello there.", seed=4).samples
         assert a.shape == b.shape
-        # Measured (docs/performance.md, "CPU fast path"): ~27-29 dB on four sentences on an AMX CPU.
-        assert snr_db(b, a) >= 20.0
+        # Compared as log-mel spectra, not waveforms: the vocoder's sine source integrates its f0 into a phase, so
+        # the bf16 flow's slightly different mel (and f0) shifts the harmonics' phase over an utterance, which the
+        # ear does not hear and a waveform SNR punishes (13.7 dB with the 2026-12-04 vocoder, whose source drives
+        # its output; 28 dB with v1's, whose source was silent). Measured (docs/performance.md, "CPU fast path"):
+        # 23.0 dB here, 26.1 on a longer sentence; v1's vocoder 21.6 / 25.5.
+        mel = t32.engine.config.mel
+        assert snr_db(*(flow_prompt_mel(torch.from_numpy(x)[None], mel) for x in (b, a))) >= 18.0
 
 
 def test_cli_dtype_flag():
