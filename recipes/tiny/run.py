@@ -35,7 +35,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1, or hift_joe)
   --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
   flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
-  hift_joe (--more-hift [CONFIG]) the shipped HiFT continued on joe   -> WORK/runs/hift_joe
+  hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
+              (the shipped one: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -88,6 +89,7 @@ class Recipe:
         text = (HERE / "configs" / f"{name}.yaml").read_text().replace("WORK/", f"{self.work}/")
         text = text.replace("init_flow: SHIPPED", f"init_flow: {self.work / 'runs' / 'flow_phoneme'}")
         text = text.replace("init_hift: SHIPPED", f"init_hift: {SHIPPED}")
+        text = text.replace("init_hift: RUN:", f"init_hift: {self.work / 'runs'}/")  # another run's export
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
         if "adversarial_start" in cfg.get("hift", {}):
@@ -109,6 +111,17 @@ class Recipe:
         if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
             cmd.append("--resume")
         return self.start(cmd, name)
+
+    def hift_rounds(self, configs: list[str]) -> None:
+        """HiFT rounds on joe's corpus (``data_p``), one after another: ``configs[i]`` into ``runs/<configs[i]>``,
+        the last into ``runs/hift_joe`` (what package.py takes); a round may start from an earlier one's export
+        (``init_hift: RUN:<name>``)."""
+        for i, config in enumerate(configs):
+            name = "hift_joe" if i == len(configs) - 1 else config
+            proc = self.train("hift", name, "data_p", config=config)
+            if proc is not None:
+                self.wait(proc)
+            self.mark_done(name)
 
     def continue_run(self, source: str, name: str) -> None:
         """Seed ``runs/<name>`` with the newest checkpoint of ``runs/<source>``: ``name`` resumes from it on its own
@@ -229,8 +242,9 @@ class Recipe:
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
         of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the config (``hift_joe``,
-        ``hift_joe_source``, ``hift_joe_tf``) that continues the shipped vocoder on joe's corpus into runs/hift_joe, beside the flow
-        round."""
+        ``hift_joe_source``, ``hift_joe_tf``), or comma-separated configs run one after another (the shipped vocoder:
+        ``hift_joe_tfv,hift_joe_tf_gan``), that continue a vocoder on joe's corpus into runs/hift_joe, beside the
+        flow round."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -264,12 +278,14 @@ class Recipe:
         if tok is not None:
             self.wait(tok)
         self.mark_done("frame_tokenizer")
-        rounds = [(name, stage) for name, stage, wanted in (("flow_phoneme_r2", "flow", more_flow),
-                                                             ("hift_joe", "hift", more_hift)) if wanted]
-        configs = {"hift_joe": more_hift}  # the HiFT round's config may be another one; its run is runs/hift_joe
-        self.wait(*(p for p in (self.train(stage, name, "data_p", config=configs.get(name)) for name, stage in rounds)
-                    if p is not None))
-        self.mark_done(*(name for name, _ in rounds))
+        # The flow round runs beside the HiFT rounds; the HiFT rounds run one after another (each may start from
+        # the one before: ``init_hift: RUN:<config>``), the last into runs/hift_joe, which package.py takes.
+        flow = self.train("flow", "flow_phoneme_r2", "data_p") if more_flow else None
+        self.hift_rounds(more_hift.split(",") if more_hift else [])
+        if flow is not None:
+            self.wait(flow)
+        if more_flow:
+            self.mark_done("flow_phoneme_r2")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
@@ -294,7 +310,8 @@ def main() -> None:
     p.add_argument("--more-hift", nargs="?", const="hift_joe", default=None, metavar="CONFIG",
                    help="with --design v2: the shipped HiFT continued on joe's corpus (configs/CONFIG.yaml, default "
                         "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss; hift_joe_tf: that source "
-                        "driven by the data's f0 while training)")
+                        "driven by the data's f0 while training); CONFIG,CONFIG...: rounds one after another, the last into "
+                        "runs/hift_joe (the shipped vocoder: hift_joe_tfv,hift_joe_tf_gan)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

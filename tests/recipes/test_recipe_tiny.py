@@ -69,9 +69,38 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     shipped = RECIPE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
     assert Path(hift_joe["init_hift"]) == shipped and (shipped / "hift.pt").is_file()
     assert hift_joe["adversarial_start"] == 0
+    # The shipped v2 vocoder's two rounds: from v1's HiFT (runs/hift_gan), then from the first round's export.
+    tfv = yaml.safe_load(recipe.config("hift_joe_tfv").read_text())["hift"]
+    tf_gan = yaml.safe_load(recipe.config("hift_joe_tf_gan").read_text())["hift"]
+    assert tfv["init_hift"] == f"{tmp_path.resolve()}/runs/hift_gan" and tfv["source_f0"] == "target"
+    assert tf_gan["init_hift"] == f"{tmp_path.resolve()}/runs/hift_joe_tfv" and tf_gan["adversarial_start"] == 0
     lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
     assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
     assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
+
+
+def test_hift_rounds_run_in_turn_and_the_last_is_the_one_packaged(tmp_path, monkeypatch):
+    recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=1.0)
+    started, waited = [], []
+
+    def train(stage, name, data, config=None):
+        assert stage == "hift" and data == "data_p"
+        assert all(p in waited for p in started), "a round started before the one before it ended"
+        if (tmp_path / "runs" / name / "done").is_file():
+            return None
+        started.append((name, config))
+        return (name, config)
+
+    monkeypatch.setattr(recipe, "train", train)
+    monkeypatch.setattr(recipe, "wait", lambda *procs: waited.extend(procs))
+    (tmp_path / "runs" / "hift_joe_tfv").mkdir(parents=True)
+    (tmp_path / "runs" / "hift_joe").mkdir()
+    recipe.hift_rounds(["hift_joe_tfv", "hift_joe_tf_gan"])
+    assert started == [("hift_joe_tfv", "hift_joe_tfv"), ("hift_joe", "hift_joe_tf_gan")]
+    assert (tmp_path / "runs" / "hift_joe" / "done").is_file() and (tmp_path / "runs" / "hift_joe_tfv" / "done").is_file()
+    started.clear()
+    recipe.hift_rounds(["hift_joe_tfv", "hift_joe_tf_gan"])  # both done: nothing runs again
+    assert started == []
 
 
 def test_second_round_continues_the_newest_checkpoint_and_packages_the_newest_round(tmp_path):
