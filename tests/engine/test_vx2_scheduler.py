@@ -114,14 +114,18 @@ def wait_for(condition, what: str) -> None:
         time.sleep(0.005)
 
 
-def test_alone_equals_unbatched_functions_exactly(engine, wavs):
-    """One request through the scheduler is the batch-1 code path: the same numbers as ``generate_with_retry``."""
+def test_alone_equals_unbatched_functions(engine, wavs):
+    """One request through the scheduler is the batch-1 code path: the same numbers as ``generate_with_retry``, up
+    to float reduction order (bit-equal when the scheduler's worker and the caller run the same number of torch
+    threads; a lone worker takes every core the engine saw when it was built, which under xdist need not be the
+    caller's count at the time: 1e-7 apart then)."""
     for text, kwargs, _ in specs(wavs)[:4]:
         req = engine.build(text, **kwargs)
         wav = engine.synthesize(req)
         ref = generate_with_retry(engine.model, req.layout, req.target_len, req.options, req.retry, req.seed)
-        assert torch.equal(req.outcome.result.patches, ref.result.patches)
-        assert np.array_equal(wav, engine.decode(ref.result))
+        assert req.outcome.result.patches.shape == ref.result.patches.shape
+        assert_close(req.outcome.result.patches, ref.result.patches, BATCH_TOL, f"{text!r}: patches")
+        assert_close(wav, engine.decode(ref.result), BATCH_TOL, f"{text!r}: audio")
 
 
 def test_concurrent_equals_sequential(engine, wavs):
@@ -150,8 +154,11 @@ def test_stream_equals_whole(engine, wavs):
         assert_close(streamed, whole, STREAM_TOL, f"{text!r}: stream vs whole")
     handle = engine.scheduler.submit(engine.build("Hello, this is a test.", seed=3), stream=False)
     chunks = list(handle)
-    assert len(chunks) == 1 and np.array_equal(chunks[0], engine.synthesize(engine.build("Hello, this is a test.",
-                                                                                        seed=3)))
+    # Equal up to float reduction order: the scheduler's workers take their share of the cores, the caller all of
+    # them (bit-equal with one thread each; with two, 1.3e-7 apart).
+    assert len(chunks) == 1
+    assert_close(chunks[0], engine.synthesize(engine.build("Hello, this is a test.", seed=3)), BATCH_TOL,
+                 "the scheduler's whole output vs the engine's synthesize")
 
 
 def small_engine(vx2_dir: Path, **limits) -> VoxCPM2Engine:
