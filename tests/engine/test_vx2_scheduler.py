@@ -52,7 +52,7 @@ class _IdleMachine:
 def engine(vx2_dir: Path):
     eng = VoxCPM2Engine.from_pretrained(vx2_dir / "tiny_model")
     # A lone request's worker takes every core only on an idle machine (``MachineLoad``): pinned here, so "alone
-    # equals the batch-1 functions exactly" (run at the caller's thread count) holds whatever else the machine runs.
+    # equals the batch-1 functions" (run at the caller's thread count) holds whatever else the machine runs.
     eng.scheduler.machine = _IdleMachine()
     yield eng
     eng.close()
