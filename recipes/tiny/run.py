@@ -36,7 +36,7 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
   flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
-              (the shipped one: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
+              (the v2 vocoder round, not shipped: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -242,8 +242,8 @@ class Recipe:
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
         of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the config (``hift_joe``,
-        ``hift_joe_source``, ``hift_joe_tf``), or comma-separated configs run one after another (the shipped vocoder:
-        ``hift_joe_tfv,hift_joe_tf_gan``), that continue a vocoder on joe's corpus into runs/hift_joe, beside the
+        ``hift_joe_source``, ``hift_joe_tf``), or comma-separated configs run one after another (the v2 vocoder
+        round: ``hift_joe_tfv,hift_joe_tf_gan``), that continue a vocoder on joe's corpus into runs/hift_joe, beside the
         flow round."""
         w = self.work
         for d in ("logs", "configs", "runs"):
@@ -311,7 +311,7 @@ def main() -> None:
                    help="with --design v2: the shipped HiFT continued on joe's corpus (configs/CONFIG.yaml, default "
                         "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss; hift_joe_tf: that source "
                         "driven by the data's f0 while training); CONFIG,CONFIG...: rounds one after another, the last into "
-                        "runs/hift_joe (the shipped vocoder: hift_joe_tfv,hift_joe_tf_gan)")
+                        "runs/hift_joe (the v2 vocoder round: hift_joe_tfv,hift_joe_tf_gan)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

@@ -123,7 +123,6 @@ def test_alone_equals_unbatched_functions(engine, wavs):
         req = engine.build(text, **kwargs)
         wav = engine.synthesize(req)
         ref = generate_with_retry(engine.model, req.layout, req.target_len, req.options, req.retry, req.seed)
-        assert req.outcome.result.patches.shape == ref.result.patches.shape
         assert_close(req.outcome.result.patches, ref.result.patches, BATCH_TOL, f"{text!r}: patches")
         assert_close(wav, engine.decode(ref.result), BATCH_TOL, f"{text!r}: audio")
 

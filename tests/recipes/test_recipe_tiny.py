@@ -69,7 +69,7 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     shipped = RECIPE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"
     assert Path(hift_joe["init_hift"]) == shipped and (shipped / "hift.pt").is_file()
     assert hift_joe["adversarial_start"] == 0
-    # The shipped v2 vocoder's two rounds: from v1's HiFT (runs/hift_gan), then from the first round's export.
+    # The v2 vocoder round's two parts: from v1's HiFT (runs/hift_gan), then from the first part's export.
     tfv = yaml.safe_load(recipe.config("hift_joe_tfv").read_text())["hift"]
     tf_gan = yaml.safe_load(recipe.config("hift_joe_tf_gan").read_text())["hift"]
     assert tfv["init_hift"] == f"{tmp_path.resolve()}/runs/hift_gan" and tfv["source_f0"] == "target"

@@ -16,8 +16,8 @@ from cadenza.training.dpo_pairs import read_pairs
 
 pytest.importorskip("faster_whisper", reason="the default ASR scorer is in the 'eval' extra")
 
-# A tongue-twister: the built-in model says "Good morning." right in both candidates since its 2026-12-04 vocoder
-# (nothing to prefer), while its two candidates of this one differ (CER rewards 0.57 and 0.31 with these settings).
+# A tongue-twister, so that the two candidates differ: a better-spoken model (the 2026-12-04 vocoder round) said
+# "Good morning." right in both, leaving nothing to prefer; this one it said two ways (CER rewards 0.57 and 0.31).
 TEXTS = [{"id": "hello", "text": "Quietly, the quizzical quokka queued."}, {"id": "noise", "text": "!!! ???"}]
 ARGS = ["--candidates", "2", "--seed", "5", "--metric", "cer", "--min-gap", "0.01", "--no-similarity", "--no-progress"]
 
