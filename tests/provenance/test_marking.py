@@ -52,6 +52,17 @@ def test_the_api_marks_whole_and_streamed_output_alike(tiny):
     np.testing.assert_array_equal(whole, again)  # same seed, same (marked) audio
 
 
+def test_short_clips_of_the_built_in_model_carry_their_payload(tiny):
+    # cadenza-tiny's vocoder voices partly at multiples of 50 Hz, locked to its mel frames; folded, that repeats
+    # like the mark and hid the payload of most 2-4 s clips until the detector dropped it (docs/provenance.md).
+    for text in ("Could you turn the music down a little?", "The bus was late again this morning.",
+                 "Thanks for letting me know so quickly."):
+        audio = tiny.synthesize(text, seed=3).samples
+        assert audio.size < 4.5 * tiny.sample_rate
+        found = _detect(audio, tiny.sample_rate)
+        assert found.found and found.payload == tiny.mark.payload, (text, found)
+
+
 def test_the_operator_turns_it_off_or_uses_an_own_key():
     with cadenza.load(watermark=False) as off:
         assert not _detect(off.synthesize(TEXT, seed=3).samples, off.sample_rate).found

@@ -5,11 +5,13 @@ still holds it. The steps:
 
 1. Whiten: divide every STFT cell by the audio's own local magnitude. Speech is the noise here; after this, loud
    and quiet parts (and strong and weak bands) weigh alike, as the mark follows the speech's level.
-2. Fold: add the whitened audio onto one cycle (``CYCLE_S``) modulo its length. The mark repeats every cycle, so
+2. Drop what repeats every 20 ms (``drop_hop_periodic``): a vocoder's frame-rate buzz or 50 Hz mains hum would
+   otherwise fold as coherently as the mark (the cycle is 24 of those periods) and bias the payload bits.
+3. Fold: add the whitened audio onto one cycle (``CYCLE_S``) modulo its length. The mark repeats every cycle, so
    its copies add up coherently wherever the crop started; the speech does not.
-3. Pilot: circular cross-correlation with the pilot cells' waveform over every lag (an FFT). The peak's height in
+4. Pilot: circular cross-correlation with the pilot cells' waveform over every lag (an FFT). The peak's height in
    units of the correlation's own robust spread is the ``score``; its lag is where the crop started in the cycle.
-4. Payload: at that lag (refined to a fraction of a sample), project onto each data cell and add the cells of each
+5. Payload: at that lag (refined to a fraction of a sample), project onto each data cell and add the cells of each
    coded bit; signs -> bits -> CRC check.
 """
 
@@ -27,6 +29,7 @@ _N_FFT, _HOP = 512, 256  # whitening STFT: 32 ms sqrt-Hann frames, half overlap 
 _SQRT_HANN = np.sin(np.pi * np.arange(_N_FFT) / _N_FFT)
 _FREQS = np.fft.rfftfreq(_N_FFT, 1.0 / DETECT_RATE)
 _ENV_BINS = 4
+_PERIODIC_SPAN = 6  # drop_hop_periodic's mean: +-6 periods (260 ms); fewer track a changing buzz, but cost more mark
 _BAND = (_FREQS >= carrier.LOW_HZ - 50.0) & (_FREQS <= carrier.HIGH_HZ + 50.0)
 
 
@@ -83,6 +86,45 @@ def whiten(audio: np.ndarray) -> np.ndarray:
     return out[_N_FFT - _HOP: _N_FFT - _HOP + n]
 
 
+def drop_hop_periodic(signal: np.ndarray, rate: int = DETECT_RATE) -> np.ndarray:
+    """``[n]`` -> ``[n]``: the part of ``signal`` that repeats every 20 ms removed, as far as it exceeds chance.
+
+    Why: anything that repeats every 20 ms also repeats every cycle (24 periods), so folding adds it up as
+    coherently as the mark and biases the payload bits. Mains hum at 50 Hz does, and so does a small vocoder that
+    voices partly at multiples of 50 Hz, locked to its 50 Hz mel frames: in cadenza-tiny's output about half of
+    the whitened 1-7 kHz power repeats so, and the payload read back from 2 of 24 clips of 2.4-3.7 s (24 of 24 with
+    this step; docs/provenance.md).
+
+    How: per 20 ms period, the mean of the samples a whole number of periods away within ``_PERIODIC_SPAN``
+    periods either side (fewer at the ends) estimates the repeating part. Even without any repetition that mean
+    holds 1/count of the local power (the mark's share included), so it is subtracted with a Wiener gain, the
+    repeating power's share of the mean's: 0 where the mean holds no more than chance, 1 for pure repetition. Speech without a buzz keeps its mark; a comb,
+    not notches at fixed frequencies, so it works wherever a crop starts.
+    """
+    period = round(rate * carrier.HOP_S)
+    n = signal.size
+    rows = -(-n // period)
+    grid = np.zeros(rows * period)
+    grid[:n] = signal
+    grid = grid.reshape(rows, period)
+    present = (np.arange(rows * period) < n).astype(np.float64).reshape(rows, period)
+    sums = np.vstack([np.zeros((1, period)), np.cumsum(grid, axis=0)])
+    counts = np.vstack([np.zeros((1, period)), np.cumsum(present, axis=0)])
+    row = np.arange(rows)
+    low = np.clip(row - _PERIODIC_SPAN, 0, rows)
+    high = np.clip(row + _PERIODIC_SPAN + 1, 0, rows)
+    count = np.maximum(counts[high] - counts[low], 1.0)
+    mean = (sums[high] - sums[low]) / count
+    power = np.concatenate([[0.0], np.cumsum(np.mean(grid**2, axis=1))])
+    local_power = (power[high] - power[low]) / np.maximum(high - low, 1)
+    mean_power = np.mean(mean**2, axis=1) + 1e-30
+    # mean_power = R + A / c and local_power = R + A (R repeating, A not, c samples averaged): solve for R.
+    c = count.mean(axis=1)
+    repeating = (mean_power * c - local_power) / np.maximum(c - 1.0, 1.0)
+    gain = np.clip(repeating / mean_power, 0.0, 1.0)
+    return (grid - gain[:, None] * mean * present).ravel()[:n]
+
+
 def fold(signal: np.ndarray, cycle: int) -> np.ndarray:
     """``[n]`` -> ``[cycle]``: the sum of every ``cycle``-long stretch (the last one zero-padded)."""
     padded = np.zeros(-(-signal.size // cycle) * cycle)
@@ -92,7 +134,7 @@ def fold(signal: np.ndarray, cycle: int) -> np.ndarray:
 
 def read(audio: np.ndarray, templates: Templates) -> Reading:
     """Whitened, folded ``audio`` ``[n]`` at ``DETECT_RATE`` -> ``Reading``."""
-    folded = fold(whiten(audio), templates.cycle)
+    folded = fold(drop_hop_periodic(whiten(audio)), templates.cycle)
     spectrum = np.fft.rfft(folded)
     # corr[s] = sum_m pilot[m + s] * folded[m]: high where the crop started at cycle position s.
     corr = np.fft.irfft(templates.pilot_spectrum * np.conj(spectrum), n=templates.cycle)
