@@ -21,7 +21,7 @@ from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
 from cadenza.training.hift.config import DiscriminatorConfig
 from cadenza.training.hift.data import crop_batch
 from cadenza.training.hift.discriminators import HiFTDiscriminator
-from cadenza.training.hift.losses import multi_resolution_stft_loss, tpr_loss
+from cadenza.training.hift.losses import hop_periodic_loss, hop_periodic_part, multi_resolution_stft_loss, tpr_loss
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 from helpers import one_torch_thread
@@ -282,10 +282,23 @@ def test_stft_loss_sees_harmonics_the_mel_loss_blurs():
     assert fine > 1.5 * coarse
 
 
+def test_periodic_loss_sees_a_buzz_locked_to_the_mel_frames():
+    """A voice buzzing at 50 Hz harmonics (it repeats every 480-sample mel hop) against an 85 Hz voice: far from it
+    in the periodic loss, while a 95 Hz voice (not locked to the hop) is close; a signal against itself is 0."""
+    n = 480 * 20
+    voiced = _harmonic(torch.full((n,), 85.0), harmonics=40)[None]
+    locked = _harmonic(torch.full((n,), 50.0), harmonics=60)[None]
+    other = _harmonic(torch.full((n,), 95.0), harmonics=40)[None]
+    part = hop_periodic_part(locked, 480, 6)
+    assert torch.allclose(part, locked, atol=1e-3)  # a pure repetition is all "periodic part"
+    assert hop_periodic_loss(voiced, voiced, 480, 6) == 0
+    assert hop_periodic_loss(voiced, locked, 480, 6) > 3 * hop_periodic_loss(voiced, other, 480, 6)
+
+
 def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
     mix = [0.5, 0.25, 0.12, 0.06, 0.03, 0.0, 0.0, 0.0, 0.0]
     cfg = {**CONFIG, "hift": {**CONFIG["hift"], "source_mix": mix, "freeze_source_mix": True, "adversarial_start": 1,
-                              "loss": {"stft_weight": 2.0}}}
+                              "loss": {"stft_weight": 2.0, "periodic_weight": 5.0}}}
     torch.manual_seed(0)
     stage = HiFTStage(cfg, data_dir)
     stage.setup(torch.device("cpu"), lambda m: m)
@@ -293,12 +306,14 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0
     batch = [stage.dataset()[i] for i in range(3)]
     metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
-    assert all(m["loss_stft"] > 0 for m in metrics)
+    assert all(m["loss_stft"] > 0 and m["loss_periodic"] > 0 for m in metrics)
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0  # frozen
     with pytest.raises(InputError, match="source_mix needs 9"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, data_dir).build_generator()
     with pytest.raises(InputError, match="stft_resolutions"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, data_dir)
+    with pytest.raises(InputError, match="periodic_span"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, data_dir)
 
 
 def test_source_f0_target_drives_the_source_with_the_data_f0(data_dir):

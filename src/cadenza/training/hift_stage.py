@@ -53,6 +53,7 @@ from cadenza.training.hift.losses import (
     f0_l1_loss,
     feature_matching_loss,
     generator_adv_loss,
+    hop_periodic_loss,
     loss_mel_config,
     mel_l1_loss,
     multi_resolution_stft_loss,
@@ -214,13 +215,16 @@ class HiFTStage(TrainingStage):
             loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
             loss_f0 = f0_l1_loss(f0_pred, f0_target)
             loss_stft = self._stft_loss(speech, fake)
-            loss = lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
+            loss_periodic = self._periodic_loss(speech, fake)
+            loss = (lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
+                    + lc.periodic_weight * loss_periodic)
             lr = self.opt_g.lr
             grad_g = self.opt_g.step(loss)
             zero = torch.zeros((), device=self.device)
             metrics = {"loss": loss, "loss_d": zero,
                        "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
-                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft}
+                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft,
+                       "loss_periodic": loss_periodic}
             return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
                     "lr": lr}
 
@@ -243,15 +247,22 @@ class HiFTStage(TrainingStage):
         loss_tpr = tpr_loss(fake_scores, real_scores, lc.tpr_tau)
         loss_f0 = f0_l1_loss(f0_pred, f0_target)
         loss_stft = self._stft_loss(speech, fake)
+        loss_periodic = self._periodic_loss(speech, fake)
         loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
-                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft)
+                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
+                  + lc.periodic_weight * loss_periodic)
         grad_g = self.opt_g.step(loss_g)
 
         metrics = {"loss": loss_g, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
                    "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel, "loss_tpr": loss_tpr,
-                   "loss_f0": loss_f0, "loss_stft": loss_stft}
+                   "loss_f0": loss_f0, "loss_stft": loss_stft, "loss_periodic": loss_periodic}
         return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": grad_d,
                 "lr": lr}
+
+    def _periodic_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        if self.loss_cfg.periodic_weight == 0:
+            return torch.zeros((), device=self.device)
+        return hop_periodic_loss(speech, fake, self.model_cfg.hop_length, self.loss_cfg.periodic_span)
 
     def _stft_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
         if self.loss_cfg.stft_weight == 0:

@@ -72,7 +72,8 @@ class DiscriminatorConfig:
 
 @dataclass(frozen=True)
 class HiFTLossConfig:
-    """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0 + stft * L_stft``)
+    """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0 + stft * L_stft
+    + periodic * L_periodic``)
     and the mel
     of the reconstruction loss (n_fft 1920, hop 480, 80 bins, up to Nyquist: the reference's ``fmax: null``).
 
@@ -96,10 +97,18 @@ class HiFTLossConfig:
     # the reference: the fine resolutions resolve the harmonics of a low voice that the mel loss blurs. 0 = off.
     stft_weight: float = 0.0
     stft_resolutions: tuple[tuple[int, int, int], ...] = ((512, 128, 512), (1024, 256, 1024), (2048, 512, 2048))
+    # Frame-periodicity loss, not in the reference: the part of the waveform that repeats every mel hop (a local
+    # mean over +-``periodic_span`` hops) must match the real speech's. A small vocoder can voice speech with a
+    # buzz locked to its 50 Hz input frames instead of the pitch (cadenza-tiny's did; docs/cadenza-tiny.md,
+    # "Quality"); no other loss here sees it directly. 0 = off.
+    periodic_weight: float = 0.0
+    periodic_span: int = 6
 
     def __post_init__(self) -> None:
-        for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight"):
+        for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight",
+                     "periodic_weight"):
             _check(getattr(self, name) >= 0, f"{name} must be >= 0")
+        _check(isinstance(self.periodic_span, int) and self.periodic_span >= 1, "periodic_span must be an int >= 1")
         _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")
         _check(all(len(r) == 3 and 0 < r[1] and 0 < r[2] <= r[0] for r in self.stft_resolutions),
                "stft_resolutions must be [n_fft, hop, win] with 0 < win <= n_fft and hop > 0")

@@ -86,3 +86,31 @@ def multi_resolution_stft_loss(real: torch.Tensor, fake: torch.Tensor,
         convergence = torch.linalg.norm(mag_real - mag_fake) / torch.linalg.norm(mag_real).clamp_min(1e-7)
         total = total + convergence + F.l1_loss(mag_fake.log(), mag_real.log())
     return total / len(resolutions)
+
+
+def hop_periodic_part(wav: torch.Tensor, hop: int, span: int) -> torch.Tensor:
+    """``wav [B, L]`` (L a multiple of ``hop``) -> ``[B, L]``: each sample's mean over the samples a whole number of
+    hops away, within ``span`` hops either side (fewer at the ends): what repeats from one mel frame to the next."""
+    batch, length = wav.shape
+    rows = length // hop
+    grid = wav.reshape(batch, rows, hop)
+    sums = F.pad(torch.cumsum(grid, dim=1), (0, 0, 1, 0))
+    row = torch.arange(rows, device=wav.device)
+    low, high = (row - span).clamp(min=0), (row + span + 1).clamp(max=rows)
+    count = (high - low).to(wav.dtype)[None, :, None]
+    return ((sums[:, high] - sums[:, low]) / count).reshape(batch, length)
+
+
+def hop_periodic_loss(real: torch.Tensor, fake: torch.Tensor, hop: int, span: int) -> torch.Tensor:
+    """``||P(fake) - P(real)||_F / ||real||_F`` with ``P = hop_periodic_part``, for waveforms ``[B, L]``.
+
+    Real speech repeats nothing at the frame rate, so its part is what any signal's local mean holds by chance
+    (~1/(2 * span + 1) of its power); a vocoder that voices with a buzz locked to its input frames puts most of
+    its power there (cadenza-tiny's v1 HiFT: ~60 % in 1-7 kHz after whitening).
+    """
+    usable = real.shape[-1] // hop * hop
+    real, fake = real[..., :usable], fake[..., :usable]
+    with torch.no_grad():
+        part_real = hop_periodic_part(real, hop, span)
+    diff = hop_periodic_part(fake, hop, span) - part_real
+    return torch.linalg.norm(diff) / torch.linalg.norm(real).clamp_min(1e-7)
