@@ -42,17 +42,23 @@ import cadenza
 from cadenza.audio.pitch import yin_f0
 from cadenza.audio.wsola import Wsola, time_scale
 from cadenza.evaluation.asr import load_asr, transcribe
+from cadenza.evaluation.pitch import guided_f0
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
 
 
-# Lowest F0 YIN searches, per voice. cadenza-tiny's default voice speaks around 200 Hz (harmonics at 200, 400,
-# 600 Hz in its long-term spectrum), and in its breathy frames two periods often match better than one, so a search
-# from 70 Hz reads ~100 Hz there: the median then flips between the two octaves with small changes of the audio (a
-# 0.5x WSOLA stretch read 0.60 of speed 1's with a 70 Hz floor, 1.00 with 120 Hz). Piper joe speaks lower.
-TINY_F0_FLOOR, TEACHER_F0_FLOOR = 120.0, 70.0
+# Lowest F0 YIN searches for the teacher (Piper joe, a clean voice at ~90 Hz). cadenza-tiny's output is read with
+# ``guided_f0`` instead (YIN within the octave its own vocoder hears, cadenza.evaluation.pitch): on its partly breathy
+# voice YIN alone read ~100 or ~200 Hz by its floor (120 Hz until 2026-12-04, which measured a harmonic).
+TEACHER_F0_FLOOR = 70.0
+
+
+def model_f0(audio: np.ndarray, sr: int, model) -> float:
+    """Median f0 of a CosyVoice 2 model's output as ``guided_f0`` reads it (nan when nothing is voiced)."""
+    voiced = guided_f0(audio, sr, model)
+    return float(voiced.median()) if voiced.numel() else float("nan")
 
 
 def median_f0(audio: np.ndarray, sr: int, fmin: float) -> float:
@@ -127,7 +133,7 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str = "wsola")
             seconds += audio.size / sr
             diffs.append(abs(audio.size - whole.size) / sr)
             chunk0.append(chunks[0].size / sr)
-            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            f0.append(model_f0(audio, sr, tts.engine.model))
             heard(scores, text, audio, sr, asr)
         rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
@@ -151,7 +157,7 @@ def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
             audio = np.concatenate(chunks)
             seconds += audio.size / sr
             chunk0.append(chunks[0].size / sr)
-            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            f0.append(model_f0(audio, sr, tts.engine.model))
             heard(scores, text, audio, sr, asr)
         rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "first_chunk_s": min(chunk0)}
@@ -170,7 +176,7 @@ def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
         for text, audio in zip(lines, base):
             audio = audio if speed == 1.0 else time_scale(audio, speed, sr)
             seconds += audio.size / sr
-            f0.append(median_f0(audio, sr, TINY_F0_FLOOR))
+            f0.append(model_f0(audio, sr, tts.engine.model))
             heard(scores, text, audio, sr, asr)
         rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores}
     return rows
@@ -214,7 +220,7 @@ def frame_rate(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, di
                 audio = _rendered(engine.model, tokens, request.voice, speed, method, k)
                 row = acc[(method, speed)]
                 row["seconds"] += audio.size / sr
-                row["f0"].append(median_f0(audio, sr, TINY_F0_FLOOR))
+                row["f0"].append(model_f0(audio, sr, engine.model))
                 heard(row["scores"], text, audio, sr, asr)
     tts.close()
     return {m: {s: {**acc[(m, s)], "wer": wer(acc[(m, s)]["scores"])} for s in speeds} for m in methods}

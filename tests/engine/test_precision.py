@@ -317,11 +317,11 @@ def test_builtin_model_in_bfloat16_is_close_to_float32():
         a = t32.synthesize("Hello there.", seed=4).samples
         b = t16.synthesize("Hello there.", seed=4).samples
         assert a.shape == b.shape
-        # Compared as log-mel spectra, not waveforms: a vocoder that uses its sine source integrates its f0 into a
-        # phase, so the bf16 flow's slightly different mel (and f0) shifts the harmonics' phase over an utterance,
-        # which the ear does not hear and a waveform SNR punishes (the 2026-12-04 vocoder round, not shipped: 13.7
-        # dB; v1's, whose source is silent: 28 dB). Log-mel SNR (docs/performance.md, "CPU fast path"): v1's vocoder
-        # 21.6 dB here, 25.5 on a longer sentence; the round's 23.0 / 26.1.
+        # Compared as log-mel spectra, not waveforms: the vocoder's sine source integrates its f0 into a phase, so
+        # the bf16 flow's slightly different mel (and f0) shifts the harmonics' phase over an utterance, which the
+        # ear does not hear and a waveform SNR punishes (13.7 dB with the 2026-12-04 vocoder, whose source drives
+        # its output; 28 dB with v1's, whose source was silent). Measured (docs/performance.md, "CPU fast path"):
+        # 23.0 dB here, 26.1 on a longer sentence; v1's vocoder 21.6 / 25.5.
         mel = t32.engine.config.mel
         assert snr_db(*(flow_prompt_mel(torch.from_numpy(x)[None], mel) for x in (b, a))) >= 18.0
 
