@@ -98,8 +98,9 @@ def drop_hop_periodic(signal: np.ndarray, rate: int = DETECT_RATE) -> np.ndarray
     How: per 20 ms period, the mean of the samples a whole number of periods away within ``_PERIODIC_SPAN``
     periods either side (fewer at the ends) estimates the repeating part. Even without any repetition that mean
     holds 1/count of the local power (the mark's share included), so it is subtracted with a Wiener gain, the
-    repeating power's share of the mean's: 0 where the mean holds no more than chance, 1 for pure repetition. Speech without a buzz keeps its mark; a comb,
-    not notches at fixed frequencies, so it works wherever a crop starts.
+    repeating power's share of the mean's: 0 where the mean holds no more than chance (speech without a buzz
+    keeps all of its mark), 1 for pure repetition. A comb, not notches at fixed frequencies: it works wherever a
+    crop starts.
     """
     period = round(rate * carrier.HOP_S)
     n = signal.size
