@@ -110,7 +110,8 @@ def hop_periodic_loss(real: torch.Tensor, fake: torch.Tensor, hop: int, span: in
     Real speech repeats nothing at the frame rate, so its part is what any signal's local mean holds by chance
     (~1/(2 * span + 1) of its power); a vocoder that voices with a buzz locked to its input frames puts much of its
     power there (cadenza-tiny's v2 HiFT in copy synthesis: 0.49 of it raw, 0.46 pre-emphasised; the teacher 0.08).
-    On the raw view alone, training removed it below 1 kHz and left it above (docs/cadenza-tiny.md, "Quality").
+    On cadenza-tiny it took the repetition out below 1 kHz, not above, and cost words: tried, not adopted
+    (docs/cadenza-tiny.md, "Quality").
     """
     usable = real.shape[-1] // hop * hop
     total = real.new_zeros(())
