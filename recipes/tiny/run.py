@@ -36,7 +36,7 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
   flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
-              (the v2 vocoder round, not shipped: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
+              (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 

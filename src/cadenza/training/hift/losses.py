@@ -114,15 +114,17 @@ def hop_periodic_loss(real: torch.Tensor, fake: torch.Tensor, hop: int, span: in
     (docs/cadenza-tiny.md, "Quality").
     """
     usable = real.shape[-1] // hop * hop
+    views = ((real, fake), (_pre_emphasis(real, emphasis), _pre_emphasis(fake, emphasis)))
     total = real.new_zeros(())
-    for view in ("raw", "emphasised"):
-        r, f = real, fake
-        if view == "emphasised":
-            r = torch.cat([r[..., :1], r[..., 1:] - emphasis * r[..., :-1]], dim=-1)
-            f = torch.cat([f[..., :1], f[..., 1:] - emphasis * f[..., :-1]], dim=-1)
+    for r, f in views:
         r, f = r[..., :usable], f[..., :usable]
         with torch.no_grad():
             part_real = hop_periodic_part(r, hop, span)
         diff = hop_periodic_part(f, hop, span) - part_real
         total = total + torch.linalg.norm(diff) / torch.linalg.norm(r).clamp_min(1e-7)
-    return total / 2
+    return total / len(views)
+
+
+def _pre_emphasis(wav: torch.Tensor, coefficient: float) -> torch.Tensor:
+    """``wav [..., L]`` -> ``[..., L]``: ``x[n] - coefficient * x[n-1]`` (the first sample kept)."""
+    return torch.cat([wav[..., :1], wav[..., 1:] - coefficient * wav[..., :-1]], dim=-1)
