@@ -23,6 +23,8 @@ Config (``flow:`` section)::
       max_tokens: 0              # longer items are skipped (0 = no limit)
       init_flow: null            # flow.pt or a model directory to start from
       init_reinit: []            # key prefixes kept fresh on that warm start (e.g. input_embedding. for a new vocabulary)
+      init_grown: []             # prefixes of blocks init_flow lacks (a deeper model), started as the identity
+                                 # (e.g. decoder.estimator.mid_blocks.2.; training/identity_blocks.py)
       prior_weight: 0.0          # > 0: also fit the encoder's mu to the mel (MSE; Grad-TTS's encoder loss)
 """
 
@@ -45,6 +47,7 @@ from cadenza.training.checkpoint import atomic_torch_save
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.distributed import global_mean_count
 from cadenza.training.flow_objective import MASK_KINDS, FlowForTraining, chunk_sizes
+from cadenza.training.identity_blocks import start_as_identity
 from cadenza.training.init_weights import load_component
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
@@ -65,6 +68,7 @@ class FlowStageConfig:
     max_tokens: int = 0
     init_flow: str | None = None
     init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
+    init_grown: tuple[str, ...] = ()  # blocks init_flow lacks, started as the identity (identity_blocks.py)
     prior_weight: float = 0.0  # > 0: + weight x MSE(mu, mel), a direct token -> mel signal (flow_objective.py)
 
     def __post_init__(self) -> None:
@@ -75,6 +79,8 @@ class FlowStageConfig:
             raise InputError("flow.mask_ratio must be [lo, hi] with 0 < lo <= hi <= 1")
         if not 0 <= self.no_prompt_probability <= 1 or self.min_tokens < 1 or self.max_tokens < 0:
             raise InputError("flow: need 0 <= no_prompt_probability <= 1, min_tokens >= 1, max_tokens >= 0")
+        if self.init_grown and not self.init_flow:
+            raise InputError("flow.init_grown needs flow.init_flow (the shallower model the new blocks extend)")
 
 
 class FlowItems(Dataset):
@@ -121,7 +127,9 @@ class FlowStage(TrainingStage):
         self.device = device
         flow = TokenToMelFlow(self.flow_cfg)
         if self.cfg.init_flow:
-            load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit)
+            load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit + self.cfg.init_grown)
+            if self.cfg.init_grown:
+                log.info("%d new blocks start as the identity", start_as_identity(flow, self.cfg.init_grown))
         self.flow = flow.to(device).train()
         self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt, self.cfg.prior_weight))
         self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
