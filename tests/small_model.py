@@ -1,5 +1,5 @@
 """A small random-weight CosyVoice 2 (no fixtures needed) and random voice prompts for it, shared by engine and flow
-tests."""
+tests; ``small_training_model``: the ``model:`` section of a training config for a small model."""
 
 from __future__ import annotations
 
@@ -19,6 +19,24 @@ from cadenza.models.cosyvoice2.config import (
 )
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
+
+
+def small_training_model(num_mid_blocks: int = 1) -> dict:
+    """A training config's ``model:`` section (the official layout, shrunk) for stage tests."""
+    return {
+        "config": "official",
+        "qwen": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "intermediate_size": 64, "vocab_size": 100},
+        "overrides": {
+            "llm": {"speech_token_size": 50},
+            "flow": {"vocab_size": 50, "input_size": 32,
+                     "encoder": {"input_size": 32, "output_size": 32, "attention_heads": 2, "linear_units": 64,
+                                 "num_blocks": 1, "static_chunk_size": 4},
+                     "decoder": {"estimator": {"channels": [32], "attention_head_dim": 16, "n_blocks": 1,
+                                               "num_mid_blocks": num_mid_blocks, "num_heads": 2,
+                                               "static_chunk_size": 8}}},
+        },
+    }
 
 
 def small_model() -> CosyVoice2Model:

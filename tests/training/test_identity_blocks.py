@@ -3,8 +3,6 @@ computes what the checkpoint did, and they still learn."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -15,26 +13,13 @@ from cadenza.training.flow_stage import FlowStage, FlowStageConfig
 from cadenza.training.identity_blocks import start_as_identity
 from cadenza.training.model_files import resolve_model
 
-SMALL = {
-    "config": "official",
-    "qwen": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 64, "vocab_size": 100},
-    "overrides": {
-        "llm": {"speech_token_size": 50},
-        "flow": {"vocab_size": 50, "input_size": 32,
-                 "encoder": {"input_size": 32, "output_size": 32, "attention_heads": 2, "linear_units": 64,
-                             "num_blocks": 1, "static_chunk_size": 4},
-                 "decoder": {"estimator": {"channels": [32], "attention_head_dim": 16, "n_blocks": 1,
-                                           "num_mid_blocks": 1, "num_heads": 2, "static_chunk_size": 8}}},
-    },
-}
+from small_model import small_training_model
+
 NEW = ["decoder.estimator.mid_blocks.1.", "decoder.estimator.mid_blocks.2."]
 
 
 def _model_config(mid_blocks: int) -> dict:
-    cfg = copy.deepcopy(SMALL)
-    cfg["overrides"]["flow"]["decoder"]["estimator"]["num_mid_blocks"] = mid_blocks
-    return cfg
+    return small_training_model(num_mid_blocks=mid_blocks)
 
 
 @pytest.fixture(scope="module")

@@ -43,19 +43,9 @@ from cadenza.training.registry import get_stage
 from cadenza.training.sampler import ResumableDistributedSampler
 from cadenza.training.seeding import item_generator, rng_state, set_rng_state
 
-TINY = {
-    "config": "official",
-    "qwen": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "intermediate_size": 64, "vocab_size": 100},
-    "overrides": {
-        "llm": {"speech_token_size": 50},
-        "flow": {"vocab_size": 50, "input_size": 32,
-                 "encoder": {"input_size": 32, "output_size": 32, "attention_heads": 2, "linear_units": 64,
-                             "num_blocks": 1, "static_chunk_size": 4},
-                 "decoder": {"estimator": {"channels": [32], "attention_head_dim": 16, "n_blocks": 1,
-                                           "num_mid_blocks": 1, "num_heads": 2, "static_chunk_size": 8}}},
-    },
-}
+from small_model import small_training_model
+
+TINY = small_training_model()
 
 
 @pytest.fixture(scope="module")
