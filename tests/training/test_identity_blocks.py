@@ -65,7 +65,7 @@ def test_a_grown_flow_computes_what_its_checkpoint_did(shallow, tmp_path):
         assert torch.equal(grown.state_dict()[k], v), k
 
 
-def test_fresh_blocks_without_the_identity_start_change_the_output(shallow, tmp_path):
+def test_fresh_blocks_without_the_identity_start_change_the_output(shallow):
     """The check above can fail: the same growth with the new blocks left as initialised moves the output."""
     flow, folder = shallow
     torch.manual_seed(3)

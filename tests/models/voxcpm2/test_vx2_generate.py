@@ -195,8 +195,7 @@ def test_generation_seeded_generator_matches_reference_seed(model, vx2_dir, mani
 def test_streaming_fixture_patches(model, vx2_dir, manifest, name):
     """The step generator yields exactly the reference's streaming patches, one per step."""
     path = vx2_dir / f"{name}.safetensors"
-    if not path.is_file():
-        pytest.skip(f"{path.name} absent")
+    assert path.is_file(), f"the VoxCPM 2 fixture lacks {path.name}"
     s, case = _load(vx2_dir, path.name), manifest["generation"][name]
     base = name.removeprefix("stream_")  # the non-streaming run with the same text, prompt and seed
     g = _load(vx2_dir, f"gen_{base}.safetensors")
