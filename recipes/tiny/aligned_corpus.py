@@ -1,6 +1,7 @@
 """cadenza-tiny v2 corpus: Piper's joe voice fed our own espeak-ng phonemes, with its own phoneme timings as tokens.
 
     python recipes/tiny/aligned_corpus.py --out WORK/corpus_v4 [--utterances 8000] [--workers 2]
+        [--seed 0] [--length-scale 0.95 1.2] [--id-prefix joe]
 
 Why (docs/cadenza-tiny.md, "v2 design"): the v1 model's LM had to learn both a BPE over archaic text and acoustic
 codes from a weakly supervised tokenizer; it never generalised. Here the teacher itself says which phoneme it speaks
@@ -183,7 +184,16 @@ def _train_sentences(n: int, seed: int, test: set[str]) -> list[str]:
     return pool[:n]
 
 
-def build(out: Path, utterances: int, workers: int, seed: int) -> None:
+def build(out: Path, utterances: int, workers: int, seed: int,
+          length_scale: tuple[float, float] = (0.95, 1.2), id_prefix: str = VOICE) -> None:
+    """Render ``utterances`` training sentences (text drawn with ``seed``), each at a random Piper length scale in
+    ``length_scale`` (1 = the voice's own rate, 0.5 = twice as fast), with ids ``<id_prefix>_00000``...; a second
+    corpus for the same model takes another seed and prefix so that its ids and sentences do not collide."""
+    lo, hi = length_scale
+    if not 0.3 <= lo <= hi <= 2.0:
+        raise SystemExit(f"--length-scale {lo} {hi}: want 0.3 <= LO <= HI <= 2.0")
+    if not id_prefix.isidentifier() or id_prefix.startswith("everyday"):
+        raise SystemExit(f"--id-prefix {id_prefix!r}: want letters, digits and _ (not 'everyday', the test ids)")
     voice = piper_voice_file()
     out.mkdir(parents=True, exist_ok=True)
     model = aligned_model(voice, out / "joe_aligned.onnx")
@@ -200,9 +210,9 @@ def build(out: Path, utterances: int, workers: int, seed: int) -> None:
     rng = random.Random(seed + 2)
     jobs = []
     for i, text in enumerate(train):
-        uid = f"{VOICE}_{i:05d}"
+        uid = f"{id_prefix}_{i:05d}"
         jobs.append({"id": uid, "text": text, "path": str(out / "wavs" / VOICE / f"{uid}.wav"),
-                     "length_scale": round(rng.uniform(0.95, 1.2), 3)})
+                     "length_scale": round(rng.uniform(lo, hi), 3)})
     test_jobs = []
     for i, text in enumerate(test_lines):
         uid = f"everyday_{i:03d}"
@@ -247,8 +257,11 @@ def main() -> None:
     p.add_argument("--utterances", type=int, default=8000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--length-scale", type=float, nargs=2, default=(0.95, 1.2), metavar=("LO", "HI"),
+                   help="Piper length scale per utterance, uniform in [LO, HI] (v2's corpus: 0.95 1.2)")
+    p.add_argument("--id-prefix", default=VOICE, help="utterance ids <prefix>_00000... (default: joe)")
     a = p.parse_args()
-    build(a.out, a.utterances, a.workers, a.seed)
+    build(a.out, a.utterances, a.workers, a.seed, tuple(a.length_scale), a.id_prefix)
 
 
 if __name__ == "__main__":
