@@ -35,6 +35,10 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   package     recipes/tiny/package.py --design v2 (HiFT and speaker encoder from v1, or hift_joe)
   --from-shipped: the shipped folder stands in for lm_phoneme / flow_phoneme / frame_tokenizer; then (in parallel)
   flow_phoneme_r2 (--more-flow) one more flow round                 -> WORK/runs/flow_phoneme_r2
+  corpus_v3 + flow_phoneme_rates (--rates-flow, after those): 9,000 new sentences read at rates 0.5-1.2 (data_q),
+              a flow round on them from the newest flow           -> WORK/runs/flow_phoneme_rates
+  hift_joe_flowmel (--flow-mel-hift): the built-in flow's mels of corpus_v3 (flow_mel), the shipped vocoder
+              fine-tuned on them                                  -> WORK/runs/hift_joe_flowmel
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -87,7 +91,10 @@ class Recipe:
         import yaml
 
         text = (HERE / "configs" / f"{name}.yaml").read_text().replace("WORK/", f"{self.work}/")
-        text = text.replace("init_flow: SHIPPED", f"init_flow: {self.work / 'runs' / 'flow_phoneme'}")
+        runs = self.work / "runs"  # SHIPPED flow: the newest finished v2 flow round (the shipped one with --from-shipped)
+        newest_flow = next((runs / n for n in ("flow_phoneme_r2", "flow_phoneme") if (runs / n / "done").is_file()),
+                           runs / "flow_phoneme")
+        text = text.replace("init_flow: SHIPPED", f"init_flow: {newest_flow}")
         text = text.replace("init_hift: SHIPPED", f"init_hift: {SHIPPED}")
         text = text.replace("init_hift: RUN:", f"init_hift: {self.work / 'runs'}/")  # another run's export
         cfg = yaml.safe_load(text)
@@ -236,15 +243,39 @@ class Recipe:
             (self.work / "runs" / run / "from_model.txt").write_text(f"copied from {model}\n")
             self.mark_done(run)
 
+    def aligned_data(self, corpus: str, data: str, *corpus_args: str) -> None:
+        """WORK/<corpus> rendered by aligned_corpus.py (``corpus_args`` passed on), prepared into WORK/<data> (2
+        processes) with the alignment's tokens and text ids and x-vectors from runs/speaker; each step skipped once
+        done."""
+        w = self.work
+        if not (w / corpus / "arrays.jsonl").is_file():
+            self.run([sys.executable, str(HERE / "aligned_corpus.py"), "--out", str(w / corpus), *corpus_args], corpus)
+        if not (w / data / "index.jsonl").is_file():
+            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / corpus / "manifest.jsonl"),
+                                 "--layout", "jsonl", "--out", str(w / data), "--max-seconds", "15",
+                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_{data}{i}")
+                     for i in range(2)]
+            self.wait(*parts)
+        done = w / data / "extracted.ok"
+        if not done.is_file():
+            self.run([*self.cadenza, "data", "extract", "--data", str(w / data), "--no-progress",
+                      "--extractor", f"cadenza.data.extractors:manifest_arrays={w / corpus / 'arrays.jsonl'}",
+                      "--extractor", "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
+                      f"{w / 'runs' / 'speaker'}"], f"extract_{data}")
+            done.write_text("ok\n")
+
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
-           more_hift: str | None = None) -> None:
+           more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
         of the flow (configs/flow_phoneme_r2.yaml) from the newest v2 flow; ``more_hift``: the config (``hift_joe``,
         ``hift_joe_source``, ``hift_joe_tf``), or comma-separated configs run one after another (the v2 vocoder
         round: ``hift_joe_tfv,hift_joe_tf_gan``), that continue a vocoder on joe's corpus into runs/hift_joe, beside the
-        flow round."""
+        flow round; ``rates_flow``: a second corpus of new sentences read at rates 0.5-1.2 (WORK/corpus_v3 ->
+        WORK/data_q) and a flow round on it (configs/flow_phoneme_rates.yaml) from the newest v2 flow;
+        ``flow_mel_hift``: the built-in model's flow mels of that corpus (``flow_mel``, from the teacher's timings)
+        and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel)."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -255,21 +286,7 @@ class Recipe:
         if v1_model is not None:
             self.seed_runs(v1_model, {"speaker": ("speaker_encoder.safetensors", "speaker_encoder.json"),
                                       "flow_v3": ("flow.pt",), "hift_gan": ("hift.pt", "cosyvoice2.yaml")})
-        if not (w / "corpus_v2" / "arrays.jsonl").is_file():
-            self.run([sys.executable, str(HERE / "aligned_corpus.py"), "--out", str(w / "corpus_v2")], "corpus_v2")
-        if not (w / "data_p" / "index.jsonl").is_file():
-            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus_v2" / "manifest.jsonl"),
-                                 "--layout", "jsonl", "--out", str(w / "data_p"), "--max-seconds", "15",
-                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_p{i}")
-                     for i in range(2)]
-            self.wait(*parts)
-        done = w / "data_p" / "extracted.ok"
-        if not done.is_file():
-            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_p"), "--no-progress",
-                      "--extractor", f"cadenza.data.extractors:manifest_arrays={w / 'corpus_v2' / 'arrays.jsonl'}",
-                      "--extractor", "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
-                      f"{w / 'runs' / 'speaker'}"], "extract_p")
-            done.write_text("ok\n")
+        self.aligned_data("corpus_v2", "data_p")
         back = [p for p in (self.train("lm", "lm_phoneme", "data_p"), self.train("flow", "flow_phoneme", "data_p"))
                 if p is not None]
         self.wait(*back)
@@ -286,6 +303,25 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
+        if rates_flow or flow_mel_hift:
+            self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
+                              "--id-prefix", "joe_s1", "--utterances", "9000")
+        if rates_flow:
+            flow = self.train("flow", "flow_phoneme_rates", "data_q")
+            if flow is not None:
+                self.wait(flow)
+            self.mark_done("flow_phoneme_rates")
+        if flow_mel_hift:
+            done = w / "data_q" / "flow_mel.ok"
+            if not done.is_file():
+                self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_q"), "--no-progress",
+                          "--extractor", f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}"],
+                         "extract_flow_mel")
+                done.write_text("ok\n")
+            hift = self.train("hift", "hift_joe_flowmel", "data_q")
+            if hift is not None:
+                self.wait(hift)
+            self.mark_done("hift_joe_flowmel")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
@@ -312,12 +348,18 @@ def main() -> None:
                         "hift_joe: as a GAN; hift_joe_source: its harmonic source reset, an STFT loss; hift_joe_tf: that source "
                         "driven by the data's f0 while training); CONFIG,CONFIG...: rounds one after another, the last into "
                         "runs/hift_joe (the v2 vocoder round: hift_joe_tfv,hift_joe_tf_gan)")
+    p.add_argument("--rates-flow", action="store_true",
+                   help="with --design v2: 9,000 new sentences read at rates 0.5-1.2 (WORK/corpus_v3) and a flow round "
+                        "on them (configs/flow_phoneme_rates.yaml) from the newest v2 flow")
+    p.add_argument("--flow-mel-hift", action="store_true",
+                   help="with --design v2: the shipped vocoder fine-tuned on the built-in flow's own mels of "
+                        "WORK/corpus_v3 (configs/hift_joe_flowmel.yaml)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
-        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift)
+        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from cadenza.data.extractors import PCM_SCALE, load_extractor
 from cadenza.data.prepare import add_features, prepare
 from cadenza.data.shards import INDEX_FILE, REJECTED_FILE, done_file, read_jsonl
 from cadenza.data.validate import DataLimits
+from cadenza.errors import InputError
 from cadenza.models.cosyvoice2.config import MelConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,6 +228,25 @@ def test_sidecar_features_and_pluggable_extractors(tmp_path):
     assert read_jsonl(tmp_path / "out" / "rejected.flaky.jsonl")[0]["id"] == "a1"
     assert sorted(item["id"] for item in ShardDataset(tmp_path / "out", ("energy",))) == ["a0", "a2"]
     assert add_features(tmp_path / "out", Flaky(), progress=False)["processed_shards"] == 0  # resumable
+
+    class FromEnergy:  # reads a field stored by an earlier extraction (``needs``)
+        name, fields, needs = "louder", ("louder",), ("energy",)
+
+        def __call__(self, utt):
+            return {"louder": 2 * utt.stored["energy"]}
+
+    result = add_features(tmp_path / "out", FromEnergy(), progress=False)
+    assert result["failed"] == 1  # a1 has no stored energy: rejected with that reason, the others computed
+    assert "lacks a stored field the extractor needs (energy)" in read_jsonl(
+        tmp_path / "out" / "rejected.louder.jsonl")[0]["reason"]
+    both = ShardDataset(tmp_path / "out", ("energy", "louder"))
+    assert len(both) == 2 and all(torch.equal(it["louder"], 2 * it["energy"]) for it in both)
+
+    class NeedsNothingStored(FromEnergy):
+        name, needs = "louder2", ("pitch_marks",)
+
+    with pytest.raises(InputError, match="'louder2' needs the stored fields pitch_marks.*extract those first"):
+        add_features(tmp_path / "out", NeedsNothingStored(), progress=False)
 
 
 def test_model_folder_fills_tokens_embeddings_and_text_ids(cv2_dir, tmp_path):

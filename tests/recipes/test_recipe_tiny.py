@@ -74,6 +74,17 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     tf_gan = yaml.safe_load(recipe.config("hift_joe_tf_gan").read_text())["hift"]
     assert tfv["init_hift"] == f"{tmp_path.resolve()}/runs/hift_gan" and tfv["source_f0"] == "target"
     assert tf_gan["init_hift"] == f"{tmp_path.resolve()}/runs/hift_joe_tfv" and tf_gan["adversarial_start"] == 0
+    # The rates round starts from the newest finished flow round: the first (or shipped) one, then the second.
+    rates = yaml.safe_load(recipe.config("flow_phoneme_rates").read_text())["flow"]
+    assert rates["init_flow"] == f"{tmp_path.resolve()}/runs/flow_phoneme"
+    (tmp_path / "runs" / "flow_phoneme_r2").mkdir(parents=True)
+    assert yaml.safe_load(recipe.config("flow_phoneme_rates").read_text())["flow"]["init_flow"].endswith("flow_phoneme")
+    (tmp_path / "runs" / "flow_phoneme_r2" / "done").write_text("ok\n")
+    rates = yaml.safe_load(recipe.config("flow_phoneme_rates").read_text())["flow"]
+    assert rates["init_flow"] == f"{tmp_path.resolve()}/runs/flow_phoneme_r2"
+    # The vocoder fine-tune on the flow's mels continues the shipped vocoder and reads the stored flow_mel.
+    flowmel = yaml.safe_load(recipe.config("hift_joe_flowmel").read_text())["hift"]
+    assert Path(flowmel["init_hift"]) == shipped and flowmel["input_mel"] == "flow"
     lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
     assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
     assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
@@ -164,6 +175,19 @@ def test_aligned_corpus_labels_every_phoneme_with_its_stress():
     total = float(dur.sum()) * 256 / 882
     assert abs(len(labels) - total) <= 2  # the frames cover the audio (a forced frame may add one or two)
     assert max(labels) < 3 * s_count
+
+
+def test_aligned_corpus_refuses_bad_rates_and_prefixes(tmp_path):
+    """A second corpus (``--length-scale``, ``--id-prefix``) is checked before anything is rendered."""
+    ac = _module("aligned_corpus")
+    with pytest.raises(SystemExit, match="--length-scale 1.2 0.5"):
+        ac.build(tmp_path, 10, 1, 0, (1.2, 0.5))
+    with pytest.raises(SystemExit, match="--length-scale 0.1 1.0"):
+        ac.build(tmp_path, 10, 1, 0, (0.1, 1.0))
+    for prefix in ("joe-1", "everyday_x", "a/b"):
+        with pytest.raises(SystemExit, match="--id-prefix"):
+            ac.build(tmp_path, 10, 1, 0, (0.5, 1.2), prefix)
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_vocoder_subset_copies_minutes_of_a_corpus_as_flac(tmp_path, monkeypatch):

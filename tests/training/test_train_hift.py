@@ -384,3 +384,69 @@ def test_f0_targets_recomputed_with_a_voicing_threshold_and_filled(tmp_path):
     for key, value in (("f0_track", "crepe"), ("f0_voicing_threshold", 1.5), ("f0_fill_gaps", -1)):
         with pytest.raises(InputError, match=key):
             HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], key: value}}, tmp_path)
+
+
+class _ToyFlowMel:
+    """A stand-in acoustic model for ``hift.input_mel: flow``: a mel made from the stored f0 (``needs``), unlike the
+    audio's own mel, so a test can tell which one the generator was given."""
+
+    name, fields, needs = "flow_mel", ("flow_mel",), ("f0",)
+
+    def __call__(self, utt):
+        assert set(utt.stored) == {"f0"}
+        f0 = utt.stored["f0"]
+        return {"flow_mel": (torch.log1p(f0)[:, None] - 6.0 + torch.linspace(0, 1, 80)).float()}
+
+
+def test_input_mel_flow_trains_on_the_stored_mels_cropped_with_the_audio(data_dir, tmp_path):
+    """``cadenza data extract`` hands an extractor the fields it ``needs``; ``hift.input_mel: flow`` then feeds the
+    generator the stored ``flow_mel`` crop that lines up with the audio crop (not the crop's own mel)."""
+    from cadenza.data.prepare import add_features, prepare
+
+    with one_torch_thread():
+        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False)
+        summary = add_features(tmp_path, _ToyFlowMel(), progress=False)
+    assert summary["failed"] == 0
+    cfg = {**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "flow"}}
+    stage = HiFTStage(cfg, tmp_path)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    dataset = stage.dataset()
+    item = dataset[0]
+    frames = item["wav"].shape[0] // 480
+    stored = dataset.source.stored(0, "flow_mel")
+    assert item["mel"].shape == (80, frames) and torch.equal(item["mel"], stored[:frames].T)
+
+    seen = []
+    forward = stage.g_forward
+
+    def spy(mel, *args):
+        seen.append(mel.clone())
+        return forward(mel, *args)
+
+    stage.g_forward = spy
+    batch = stage.collate([dataset[i] for i in range(3)])
+    metrics = stage.train_step(batch, 4)
+    assert math.isfinite(metrics["loss"])
+    segment = CONFIG["hift"]["segment_samples"]
+    crops = crop_batch(batch, segment, 480, 9, stage.train_cfg.seed, 4)
+    assert crops.mel is not None and torch.equal(seen[-1], crops.mel)
+    own = flow_prompt_mel(crops.speech, stage.mel_cfg)
+    assert (seen[-1] - own).abs().mean() > 1.0  # not the audio's own mel
+    for b, it in enumerate(batch):  # each mel crop is the stored frames where its audio crop starts
+        starts = [k for k in range(it["wav"].shape[0] // 480)
+                  if torch.equal(it["wav"][k * 480: k * 480 + segment], crops.speech[b])]
+        assert starts, "the audio crop is not in its utterance"
+        assert torch.equal(crops.mel[b], it["mel"][:, starts[0]: starts[0] + segment // 480])
+
+
+def test_input_mel_flow_errors(data_dir, tmp_path):
+    with pytest.raises(InputError, match="input_mel"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "teacher"}}, data_dir)
+    stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "flow"}}, data_dir)  # a manifest folder
+    stage.setup(torch.device("cpu"), lambda m: m)
+    with pytest.raises(InputError, match="prepared corpus"):
+        stage.dataset()
+    from cadenza.data.prepare import prepare
+
+    with pytest.raises(InputError, match="cadenza data extract"):  # an extractor with needs cannot run in prepare
+        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False, extractors=[_ToyFlowMel()])

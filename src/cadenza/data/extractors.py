@@ -18,6 +18,11 @@ Built-in fields and their layout in the shards:
 | ``spk_emb`` | float32 ``[192]`` raw x-vector | ``SpeakerEmbeddingExtractor`` (``campplus.onnx``) |
 | ``text_ids`` | int32 ``[n]`` Qwen2 ids of the transcript | ``TextIdsExtractor`` (``CosyVoice-BlankEN``) |
 
+An extractor run over a prepared corpus (``cadenza data extract``, ``add_features``) may also declare
+``needs: tuple[str, ...]``: fields an earlier extraction stored (e.g. ``speech_tokens``); they arrive as
+``utt.stored`` (an utterance lacking one is rejected with that reason), so a trained model can compute a feature
+from another one — the vocoder's flow mels from the alignment's tokens (``cadenza.training.hift.flow_mels``).
+
 A custom extractor is named on the command line as ``module.path:factory`` or ``module.path:factory=ARG`` (the factory
 is called with ARG, e.g. a checkpoint path, or with no argument).
 """
@@ -55,6 +60,7 @@ class Utterance:
     sample_rate: int
     speaker: str = ""
     language: str = ""
+    stored: dict[str, torch.Tensor] = field(default_factory=dict)  # fields the extractor ``needs`` (module docstring)
     _resampled: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def audio_at(self, sample_rate: int) -> torch.Tensor:

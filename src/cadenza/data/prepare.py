@@ -64,6 +64,9 @@ def _fingerprint(items: Sequence[CorpusItem], shard_size: int) -> str:
 def _check_fields(extractors: Sequence[Extractor]) -> list[str]:
     seen: dict[str, str] = {}
     for ex in extractors:
+        if getattr(ex, "needs", ()):
+            raise InputError(f"extractor {ex.name!r} reads stored fields ({', '.join(ex.needs)}): run it with "
+                             "`cadenza data extract` on the prepared corpus, after they are stored")
         for f in ex.fields:
             if f in seen:
                 raise InputError(f"extractors {seen[f]!r} and {ex.name!r} both produce the field {f!r}")
@@ -236,11 +239,38 @@ def _stored_utterance(entry: dict, arrays: dict[str, torch.Tensor], sample_rate:
     return Utterance(entry["id"], entry["text"], wav, sample_rate, entry.get("speaker", ""), entry.get("language", ""))
 
 
+class _StoredFields:
+    """The fields an extractor ``needs`` (``Extractor`` docs), read from the corpus's shards by utterance id."""
+
+    def __init__(self, data_dir: Path, extractor: Extractor) -> None:
+        from cadenza.data.dataset import ShardDataset
+
+        self.needs = tuple(extractor.needs)
+        try:
+            self.dataset = ShardDataset(data_dir, fields=self.needs)  # only items that have every one of them
+        except InputError as exc:
+            raise InputError(f"extractor {extractor.name!r} needs the stored fields {', '.join(self.needs)}, and "
+                             f"{data_dir} has no item with them: extract those first ({exc})") from exc
+        self.by_id = {e["id"]: i for i, e in enumerate(self.dataset.entries)}
+
+    def fields_of(self, utt_id: str) -> dict[str, torch.Tensor]:
+        i = self.by_id.get(utt_id)
+        if i is None:
+            raise ItemRejected(f"lacks a stored field the extractor needs ({', '.join(self.needs)})", "extractor")
+        item = self.dataset[i]
+        return {f: item[f] for f in self.needs}
+
+
+def _stored_fields(data_dir: Path, extractor: Extractor) -> _StoredFields | None:
+    return _StoredFields(data_dir, extractor) if getattr(extractor, "needs", ()) else None
+
+
 def add_features(data_dir: str | Path, extractor: Extractor, sample_rate: int = 24000, progress: bool = True) -> dict:
     """Run ``extractor`` over a prepared corpus (from the stored waveforms) into sidecar shards; resumable.
 
     Items it fails on keep their other features and just lack the new fields (listed with reasons in
-    ``rejected.<name>.jsonl``); datasets that need those fields skip them.
+    ``rejected.<name>.jsonl``); datasets that need those fields skip them. An extractor that declares ``needs``
+    gets those stored fields as ``utt.stored``.
     """
     from safetensors import SafetensorError, safe_open
 
@@ -258,6 +288,7 @@ def add_features(data_dir: str | Path, extractor: Extractor, sample_rate: int = 
             raise InputError(f"{data_dir / INDEX_FILE}:{n} lacks shard/key/id/text/fields: the folder is damaged")
         by_shard.setdefault(e["shard"], []).append(e)
     todo = [k for k in sorted(by_shard) if read_done(data_dir, k, extractor.name) is None]
+    stored = _stored_fields(data_dir, extractor) if todo else None
     bar = _progress(sum(len(by_shard[k]) for k in todo), progress, f"extract {extractor.name}")
     try:
         for k in todo:
@@ -275,7 +306,10 @@ def add_features(data_dir: str | Path, extractor: Extractor, sample_rate: int = 
                         raise InputError(f"shard {shard} lacks {e['key']}/wav ({exc}): the folder is damaged; "
                                          "prepare it again") from exc
                     try:
-                        out = _run_extractors(_stored_utterance(e, arrays, sample_rate), [extractor])
+                        utt = _stored_utterance(e, arrays, sample_rate)
+                        if stored is not None:
+                            utt.stored = stored.fields_of(e["id"])
+                        out = _run_extractors(utt, [extractor])
                         try:
                             writer.add(e["key"], out)
                         except ValueError as exc:

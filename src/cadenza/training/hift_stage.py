@@ -17,6 +17,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       f0_track: stored            # stored | yin: the f0 targets (yin: recomputed here with f0_voicing_threshold)
       f0_voicing_threshold: 0.15  # YIN's threshold when it runs here (higher: more frames voiced)
       f0_fill_gaps: 0             # fill unvoiced gaps of at most this many frames inside voiced stretches
+      input_mel: audio            # audio | flow: the generator's input, the crop's own mel or the stored flow_mel
+                                  # (the acoustic model's mels of the same audio, cadenza.training.hift.flow_mels)
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -66,6 +68,7 @@ from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.wav_manifest import MANIFEST_NAME, open_utterances
 
 EXPORT_NAME = "hift.pt"
+INPUT_MELS = {"audio": None, "flow": "flow_mel"}  # hift.input_mel -> the stored field it reads
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,14 @@ class HiFTStageConfig:
     f0_track: str = "stored"
     f0_voicing_threshold: float = 0.15
     f0_fill_gaps: int = 0
+    # The generator's input mel. ``audio`` (the reference): computed from the crop. ``flow``: the stored
+    # ``flow_mel`` of the utterance (what the acoustic model makes of its tokens, ``training/hift/flow_mels.py``),
+    # cropped in step with the audio, so the vocoder learns to render the mels it is given at inference.
+    input_mel: str = "audio"
 
     def __post_init__(self) -> None:
+        if self.input_mel not in INPUT_MELS:
+            raise InputError(f"hift.input_mel must be one of {', '.join(INPUT_MELS)}, got {self.input_mel!r}")
         if self.f0_track not in ("stored", "yin"):
             raise InputError(f"hift.f0_track must be 'stored' or 'yin', got {self.f0_track!r}")
         if not 0 < self.f0_voicing_threshold < 1:
@@ -181,11 +190,12 @@ class HiFTStage(TrainingStage):
 
     def dataset(self) -> HiFTUtterances:
         if self._dataset is None:
+            stored_mel = INPUT_MELS[self.cfg.input_mel]
             source = open_utterances(self.data_dir, self.cfg.data_format, self.cfg.manifest,
-                                     self.cfg.shard_sample_rate)
+                                     self.cfg.shard_sample_rate, (stored_mel,) if stored_mel else ())
             self._dataset = HiFTUtterances(source, range(len(source)), self.model_cfg.sampling_rate,
                                            self.model_cfg.hop_length, self.cfg.f0_range, self.cfg.f0_track,
-                                           self.cfg.f0_voicing_threshold, self.cfg.f0_fill_gaps)
+                                           self.cfg.f0_voicing_threshold, self.cfg.f0_fill_gaps, stored_mel)
         return self._dataset
 
     def collate(self, items: Sequence[dict]) -> list[dict]:
@@ -204,8 +214,11 @@ class HiFTStage(TrainingStage):
         f0_target = crops.f0.to(self.device)
         rand_ini, sine_noise = crops.rand_ini.to(self.device), crops.sine_noise.to(self.device)
         source_f0 = f0_target if self.cfg.source_f0 == "target" else None
-        with torch.no_grad():
-            mel = flow_prompt_mel(speech, self.mel_cfg)  # the generator's input, from the crop (as the reference)
+        if crops.mel is not None:  # hift.input_mel: flow — the acoustic model's mel of this audio
+            mel = crops.mel.to(self.device)
+        else:
+            with torch.no_grad():
+                mel = flow_prompt_mel(speech, self.mel_cfg)  # the generator's input, from the crop (as the reference)
         lc = self.loss_cfg
 
         if step < self.cfg.adversarial_start:

@@ -106,12 +106,13 @@ class ManifestSource:
 
 
 class ShardSource:
-    """A prepared corpus (``cadenza.data``): its ``wav`` field (int16 at ``sample_rate``) and optional ``f0``."""
+    """A prepared corpus (``cadenza.data``): its ``wav`` field (int16 at ``sample_rate``) and optional ``f0``;
+    ``required`` names more fields an item must have (others are skipped), read with ``stored``."""
 
-    def __init__(self, data_dir: str | Path, sample_rate: int = 24000) -> None:
+    def __init__(self, data_dir: str | Path, sample_rate: int = 24000, required: tuple[str, ...] = ()) -> None:
         from cadenza.data.dataset import ShardDataset  # training-only package, imported when used
 
-        self.dataset = ShardDataset(data_dir, fields=("wav",), optional=("f0",))
+        self.dataset = ShardDataset(data_dir, fields=("wav", *required), optional=("f0",))
         self.sample_rate = sample_rate
 
     def __len__(self) -> int:
@@ -127,17 +128,25 @@ class ShardSource:
         f0 = item.get("f0")
         return resample(item["wav"], self.sample_rate, sample_rate), None if f0 is None else f0.float()
 
+    def stored(self, index: int, name: str) -> torch.Tensor:
+        """Item ``index``'s stored field ``name`` (one of ``required``), as stored."""
+        return self.dataset[index][name]
+
 
 def open_utterances(data_dir: str | Path, data_format: str = "auto", manifest: str = MANIFEST_NAME,
-                    shard_sample_rate: int = 24000) -> UtteranceSource:
+                    shard_sample_rate: int = 24000, required: tuple[str, ...] = ()) -> UtteranceSource:
     """The utterance source of ``data_dir``. ``data_format``: ``auto`` (shards if ``index.jsonl`` exists, else the
     manifest), ``shards`` or ``manifest``; ``manifest`` names the manifest file; ``shard_sample_rate`` is the rate of
-    the shards' ``wav`` (the preparation's ``DataLimits.sample_rate``)."""
+    the shards' ``wav`` (the preparation's ``DataLimits.sample_rate``); ``required``: stored fields every item must
+    have (a prepared corpus only)."""
     if data_format not in FORMATS:
         raise InputError(f"unknown data format {data_format!r}; supported: {', '.join(FORMATS)}")
     d = Path(data_dir)
     if data_format == "shards" or (data_format == "auto" and (d / SHARD_INDEX_NAME).is_file()):
-        return ShardSource(d, shard_sample_rate)
+        return ShardSource(d, shard_sample_rate, required)
+    if required:
+        raise InputError(f"{d}: the stored fields {', '.join(required)} need a prepared corpus (`cadenza data "
+                         "prepare`, then `cadenza data extract`), not a manifest folder")
     if data_format == "auto" and not (d / manifest).is_file():
         raise InputError(f"{d} holds neither a prepared corpus ({SHARD_INDEX_NAME}) nor a {manifest}")
     return ManifestSource(d, manifest)

@@ -23,15 +23,18 @@ SALT_CROP = 11
 class HiFTUtterances(SourceItems):
     """Item: ``{"index": i, "wav": [samples], "f0": [samples // hop]}`` at ``sample_rate``; the stored f0 is used
     when it has the right length (unless ``track="yin"``), otherwise YIN runs here (in the DataLoader worker) with
-    ``voicing_threshold``; then unvoiced gaps of at most ``fill_gaps`` frames inside voiced stretches are filled."""
+    ``voicing_threshold``; then unvoiced gaps of at most ``fill_gaps`` frames inside voiced stretches are filled.
+    ``input_mel``: a stored field (``flow_mel``, ``[frames, n_mels]``) that becomes the item's ``"mel"``
+    ``[n_mels, samples // hop]``, the generator's input instead of the crop's own mel (``hift.input_mel: flow``)."""
 
     def __init__(self, source: UtteranceSource, indices: Sequence[int], sample_rate: int, hop: int,
                  f0_range: tuple[float, float], track: str = "stored", voicing_threshold: float = 0.15,
-                 fill_gaps: int = 0) -> None:
+                 fill_gaps: int = 0, input_mel: str | None = None) -> None:
         super().__init__(source, list(indices), sample_rate)
         self.hop = hop
         self.f0_range = f0_range
         self.track, self.voicing_threshold, self.fill_gaps = track, voicing_threshold, fill_gaps
+        self.input_mel = input_mel
 
     def __getitem__(self, i: int) -> dict:
         item = super().__getitem__(i)
@@ -42,25 +45,33 @@ class HiFTUtterances(SourceItems):
                         threshold=self.voicing_threshold)
         f0 = fill_f0_gaps(f0, self.fill_gaps)
         item["f0"] = torch.nn.functional.pad(f0[:frames], (0, max(0, frames - f0.shape[0])))
+        if self.input_mel is not None:
+            mel = self.source.stored(self.indices[i], self.input_mel).float()
+            if abs(mel.shape[0] - frames) > 2:
+                raise ValueError(f"item {i}: stored {self.input_mel} has {mel.shape[0]} frames, its audio {frames}")
+            mel = torch.cat([mel, mel[-1:].expand(max(0, frames - mel.shape[0]), -1)])[:frames]
+            item["mel"] = mel.T.contiguous()
         return item
 
 
 @dataclass
 class CropBatch:
     """``speech [B, L]``, ``f0 [B, L / hop]`` and the NSF source randomness ``rand_ini [B, H]``,
-    ``sine_noise [B, L, H]`` of one step (CPU tensors)."""
+    ``sine_noise [B, L, H]`` of one step (CPU tensors); ``mel [B, n_mels, L / hop]`` when the items carry a stored
+    input mel (the same frames as ``f0``), else None."""
 
     speech: torch.Tensor
     f0: torch.Tensor
     rand_ini: torch.Tensor
     sine_noise: torch.Tensor
+    mel: torch.Tensor | None = None
 
 
 def crop_batch(items: Sequence[dict], segment: int, hop: int, harmonics: int, seed: int, step: int) -> CropBatch:
     """Random ``segment``-sample crops (starting on a multiple of ``hop``) and their source noise, each drawn from
     the item's own stream ``item_generator(seed, step, index)``."""
     frames = segment // hop
-    speech, f0, rand_ini, noise = [], [], [], []
+    speech, f0, rand_ini, noise, mels = [], [], [], [], []
     for item in items:
         g = item_generator(seed, step, int(item["index"]), SALT_CROP)
         wav, track = item["wav"], item["f0"]
@@ -70,6 +81,13 @@ def crop_batch(items: Sequence[dict], segment: int, hop: int, harmonics: int, se
         t = track[k: k + frames]
         speech.append(torch.nn.functional.pad(w, (0, segment - w.shape[0])))
         f0.append(torch.nn.functional.pad(t, (0, frames - t.shape[0])))
+        if "mel" in item:  # past the end, the quietest frame of the utterance (zero-padded audio is silence)
+            m = item["mel"][:, k: k + frames]
+            floor = item["mel"].min(dim=1, keepdim=True).values
+            mels.append(torch.cat([m, floor.expand(-1, frames - m.shape[1])], dim=1))
         rand_ini.append(torch.rand(harmonics, generator=g))
         noise.append(torch.randn(segment, harmonics, generator=g))
-    return CropBatch(torch.stack(speech), torch.stack(f0), torch.stack(rand_ini), torch.stack(noise))
+    if mels and len(mels) != len(items):
+        raise ValueError("some items carry an input mel and some do not")
+    return CropBatch(torch.stack(speech), torch.stack(f0), torch.stack(rand_ini), torch.stack(noise),
+                     torch.stack(mels) if mels else None)
