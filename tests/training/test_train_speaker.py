@@ -88,7 +88,7 @@ def test_speaker_stage_trains_separates_speakers_and_exports(data_dir, tmp_path)
     loader = torch.utils.data.DataLoader(stage.dataset(), batch_size=8, shuffle=True, collate_fn=stage.collate,
                                          drop_last=True)
     metrics: list[dict[str, float]] = []
-    while len(metrics) < 40:
+    while len(metrics) < 60:
         for batch in loader:
             metrics.append(stage.train_step(batch, len(metrics)))
     first = sum(m["loss"] for m in metrics[:5]) / 5
