@@ -59,7 +59,10 @@ def cosyvoice2_yaml(cfg: CosyVoice2Config) -> dict[str, Any]:
                         "static_chunk_size": enc.static_chunk_size},
             "decoder": {
                 "cfm_params": {"sigma_min": cfm.sigma_min, "t_scheduler": cfm.t_scheduler,
-                               "training_cfg_rate": cfm.training_cfg_rate, "inference_cfg_rate": cfm.inference_cfg_rate},
+                               "training_cfg_rate": cfm.training_cfg_rate, "inference_cfg_rate": cfm.inference_cfg_rate,
+                               # a Cadenza key: written only when set, so release-shaped configs stay as they were
+                               **({"inference_temperature": cfm.inference_temperature}
+                                  if cfm.inference_temperature != 1.0 else {})},
                 "estimator": {"in_channels": est.in_channels, "out_channels": est.out_channels,
                               "channels": list(est.channels), "attention_head_dim": est.attention_head_dim,
                               "n_blocks": est.n_blocks, "num_mid_blocks": est.num_mid_blocks, "num_heads": est.num_heads,

@@ -58,7 +58,8 @@ class ConditionalFlowMatching(nn.Module):
         self.inference_cfg_rate = cfg.inference_cfg_rate
         self.n_timesteps = cfg.n_timesteps
         # A plain attribute, not a buffer: it stays out of the state dict and survives ``to_empty`` / meta builds.
-        self.rand_noise = fixed_noise(mel_bins, cfg.noise_frames, cfg.noise_seed)
+        # Scaled once by the inference temperature, so every path that reads it (whole, streamed, incremental) does.
+        self.rand_noise = fixed_noise(mel_bins, cfg.noise_frames, cfg.noise_seed) * cfg.inference_temperature
         self._noise_copy: torch.Tensor | None = None  # rand_noise on the last device/dtype used
 
     @property

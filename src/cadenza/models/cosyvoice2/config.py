@@ -212,10 +212,15 @@ class CFMConfig:
     n_timesteps: int = 10
     noise_frames: int = 15000  # the fixed noise buffer: 300 s of mel frames
     noise_seed: int = 0
+    # Scale of the starting noise at inference (Grad-TTS / Matcha-TTS's temperature; a Cadenza key of
+    # ``cfm_params``, absent from the release's yaml: 1.0 there, as the reference samples). Below 1 the ODE starts
+    # nearer the condition's mean: fewer slips of a small flow, less variety (docs/cadenza-tiny.md, "Quality").
+    inference_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         require(self.t_scheduler in T_SCHEDULERS, f"unknown t_scheduler {self.t_scheduler!r} (one of {T_SCHEDULERS})")
         check_reals(self, ("sigma_min", "inference_cfg_rate"))
+        check_reals(self, ("inference_temperature",), minimum=0.0, maximum=2.0)
         check_reals(self, ("training_cfg_rate",), maximum=1.0)
         check_ints(self, ("n_timesteps", "noise_frames"))
         check_ints(self, ("noise_seed",), minimum=0)
@@ -422,6 +427,7 @@ class CosyVoice2Config:
             t_scheduler=cfm.choice("t_scheduler", "cosine", T_SCHEDULERS),
             training_cfg_rate=cfm.real("training_cfg_rate", 0.2, maximum=1.0),
             inference_cfg_rate=cfm.real("inference_cfg_rate", 0.7),
+            inference_temperature=cfm.real("inference_temperature", 1.0, maximum=2.0),
         )
         flow_cfg = FlowConfig(
             vocab_size=flow.integer("vocab_size"),

@@ -1,0 +1,72 @@
+"""The flow's inference temperature (``cfm_params.inference_temperature``, a Cadenza key): read and validated from
+the yaml, written back only when set, and applied on every path that draws the fixed noise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from cadenza.builtin import builtin_model_dir
+from cadenza.errors import CheckpointError
+from cadenza.models.cosyvoice2.config import CosyVoice2Config
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
+from cadenza.training.model_files import write_model_config
+from helpers import one_torch_thread
+from small_model import small_model, voice
+
+BUILTIN = builtin_model_dir()
+
+
+def _config_with(tmp_path, line: str | None) -> CosyVoice2Config:
+    lines = (BUILTIN / "cosyvoice2.yaml").read_text().splitlines(keepends=True)
+    text = "".join(x for x in lines if "inference_temperature" not in x)  # the release's layout: no such key
+    if line is not None:
+        anchor = "      inference_cfg_rate:"
+        assert anchor in text
+        text = text.replace(anchor, f"      {line}\n{anchor}", 1)
+    (tmp_path / "cosyvoice2.yaml").write_text(text)
+    return CosyVoice2Config.from_files(tmp_path / "cosyvoice2.yaml", BUILTIN / "CosyVoice-BlankEN" / "config.json")
+
+
+def test_read_validated_and_written_back_only_when_set(tmp_path):
+    assert _config_with(tmp_path, None).flow.cfm.inference_temperature == 1.0  # the release's yaml has no such key
+    cfg = _config_with(tmp_path, "inference_temperature: 0.5")
+    assert cfg.flow.cfm.inference_temperature == 0.5
+    for bad in ("3.0", "-0.1", "warm"):
+        with pytest.raises(CheckpointError, match="inference_temperature"):
+            _config_with(tmp_path, f"inference_temperature: {bad}")
+    write_model_config(tmp_path / "out", cfg)
+    assert "inference_temperature: 0.5" in (tmp_path / "out" / "cosyvoice2.yaml").read_text()
+    again = CosyVoice2Config.from_files(tmp_path / "out" / "cosyvoice2.yaml",
+                                        tmp_path / "out" / "CosyVoice-BlankEN" / "config.json")
+    assert again.flow.cfm.inference_temperature == 0.5
+    write_model_config(tmp_path / "plain", _config_with(tmp_path, None))
+    assert "inference_temperature" not in (tmp_path / "plain" / "cosyvoice2.yaml").read_text()
+
+
+def test_scales_the_noise_of_whole_and_streamed_inference_alike():
+    model = small_model()
+    cold_cfg = dataclasses.replace(model.config.flow,
+                                   cfm=dataclasses.replace(model.config.flow.cfm, inference_temperature=0.5))
+    cold = TokenToMelFlow(cold_cfg).eval()
+    cold.load_state_dict(model.flow.state_dict())
+    assert torch.equal(cold.decoder.rand_noise, 0.5 * model.flow.decoder.rand_noise)
+    v = voice(model, 6, seed=3)
+    tokens = torch.randint(0, cold_cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(4))
+    args = (v.flow_prompt_speech, v.prompt_mel, v.embedding)
+    la, ratio = cold_cfg.pre_lookahead_len, cold_cfg.token_mel_ratio
+    with one_torch_thread(), torch.inference_mode():
+        whole = cold.inference(tokens, *args, streaming=True, finalize=True)
+        warm = model.flow.inference(tokens, *args, streaming=True, finalize=True)
+        assert (whole - warm).abs().mean() > 1e-3  # the temperature changes the output
+        # The streamed path (cached, chunk by chunk) reads the same scaled noise: each push gives what recomputing
+        # the prefix gives (as tests/models/cosyvoice2/test_cv2_flow_incremental.py checks at temperature 1).
+        with IncrementalFlow(cold, *args) as session:
+            first = session.push(tokens[:, :20], tokens[:, 20:20 + la], final=False)
+            rest = session.push(tokens[:, 20:], None, final=True)
+        ref_first = cold.inference(tokens[:, :20 + la], *args, streaming=True, finalize=False)
+        assert torch.allclose(first, ref_first, atol=1e-4)
+        assert torch.allclose(rest, whole[:, :, ratio * 20:], atol=1e-4)
