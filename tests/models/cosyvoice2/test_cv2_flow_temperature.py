@@ -15,6 +15,7 @@ from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.training.model_files import write_model_config
 from helpers import one_torch_thread
+
 from small_model import small_model, voice
 
 BUILTIN = builtin_model_dir()
