@@ -96,6 +96,11 @@ class ShardDataset(Dataset):
             handle = self._handles[path] = safe_open(str(path), framework="pt")
         return handle.get_tensor(name)
 
+    def field(self, i: int, name: str) -> torch.Tensor:
+        """Item ``i``'s stored field ``name`` alone, as stored (``KeyError`` if the item lacks it)."""
+        e = self.entries[i]
+        return self._tensor(self._where[(int(e["shard"]), e["key"])][name], f"{e['key']}/{name}")
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         e = self.entries[i]
         where = self._where[(int(e["shard"]), e["key"])]

@@ -257,8 +257,7 @@ class _StoredFields:
         i = self.by_id.get(utt_id)
         if i is None:
             raise ItemRejected(f"lacks a stored field the extractor needs ({', '.join(self.needs)})", "extractor")
-        item = self.dataset[i]
-        return {f: item[f] for f in self.needs}
+        return {f: self.dataset.field(i, f) for f in self.needs}
 
 
 def _stored_fields(data_dir: Path, extractor: Extractor) -> _StoredFields | None:

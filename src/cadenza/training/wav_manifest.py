@@ -129,8 +129,8 @@ class ShardSource:
         return resample(item["wav"], self.sample_rate, sample_rate), None if f0 is None else f0.float()
 
     def stored(self, index: int, name: str) -> torch.Tensor:
-        """Item ``index``'s stored field ``name`` (one of ``required``), as stored."""
-        return self.dataset[index][name]
+        """Item ``index``'s stored field ``name`` (one of ``required``), as stored; reads that field only."""
+        return self.dataset.field(index, name)
 
 
 def open_utterances(data_dir: str | Path, data_format: str = "auto", manifest: str = MANIFEST_NAME,

@@ -20,6 +20,12 @@ from cadenza.training.wav_manifest import SourceItems, UtteranceSource
 SALT_CROP = 11
 
 
+def fit_frames(mel: torch.Tensor, frames: int) -> torch.Tensor:
+    """``mel [F, n_mels]`` -> ``[frames, n_mels]``: the last frame repeated, or the extra cut (as ``mel`` is cut to
+    ``samples // hop``)."""
+    return torch.cat([mel, mel[-1:].expand(max(0, frames - mel.shape[0]), -1)])[:frames].contiguous()
+
+
 class HiFTUtterances(SourceItems):
     """Item: ``{"index": i, "wav": [samples], "f0": [samples // hop]}`` at ``sample_rate``; the stored f0 is used
     when it has the right length (unless ``track="yin"``), otherwise YIN runs here (in the DataLoader worker) with
@@ -49,8 +55,7 @@ class HiFTUtterances(SourceItems):
             mel = self.source.stored(self.indices[i], self.input_mel).float()
             if abs(mel.shape[0] - frames) > 2:
                 raise ValueError(f"item {i}: stored {self.input_mel} has {mel.shape[0]} frames, its audio {frames}")
-            mel = torch.cat([mel, mel[-1:].expand(max(0, frames - mel.shape[0]), -1)])[:frames]
-            item["mel"] = mel.T.contiguous()
+            item["mel"] = fit_frames(mel, frames).T.contiguous()
         return item
 
 

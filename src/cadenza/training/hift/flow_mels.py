@@ -25,8 +25,12 @@ import torch
 
 from cadenza.data.extractors import Utterance
 from cadenza.errors import InputError
-from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
+from cadenza.models.cosyvoice2.config import CosyVoice2Config
+from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+from cadenza.models.cosyvoice2.loader import inspect_directory
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
+from cadenza.training.hift.data import fit_frames
+from cadenza.training.init_weights import load_component
 
 
 class FlowMelExtractor:
@@ -39,10 +43,11 @@ class FlowMelExtractor:
 
     def __init__(self, model_dir: str | Path, voice: str | None = None) -> None:
         files = inspect_directory(model_dir)
-        self.model = load_cosyvoice2_weights(files)
-        self.flow = self.model.flow
-        self.hop = self.model.config.mel.hop_size  # samples per mel frame at the model's rate
-        self.sample_rate = self.model.config.sample_rate
+        config = CosyVoice2Config.from_files(files.config, files.qwen_config)
+        self.flow = TokenToMelFlow(config.flow).eval()  # the flow alone: the LM and the vocoder are not needed
+        load_component(self.flow, files.directory, "flow.pt")
+        self.hop = config.mel.hop_size  # samples per mel frame at the model's rate
+        self.sample_rate = config.sample_rate
         speakers = SpeakerStore(files.spk2info)
         voice = voice or self._default_voice(Path(model_dir), speakers)
         if voice not in speakers:
@@ -67,9 +72,7 @@ class FlowMelExtractor:
         frames = utt.audio_at(self.sample_rate).numel() // self.hop
         mel = self.flow.inference(tokens, self.voice.flow_prompt_speech, self.voice.prompt_mel, self.voice.embedding,
                                   streaming=False, finalize=True)[0].float().T  # [2 T, n_mels]
-        if mel.shape[0] < frames:
-            mel = torch.cat([mel, mel[-1:].expand(frames - mel.shape[0], -1)])
-        return {"flow_mel": mel[:frames].contiguous()}
+        return {"flow_mel": fit_frames(mel, frames)}
 
 
 def flow_mel_extractor(spec: str) -> FlowMelExtractor:
