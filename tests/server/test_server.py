@@ -229,7 +229,8 @@ def test_client_disconnect_cancels_the_generation(tts, live):
             "voice": "alice", "seed": 3, "response_format": "pcm"}
     with live.client.stream("POST", "/v1/audio/speech", json=body) as r:
         assert r.status_code == 200
-        first = next(r.iter_raw())
+        body_bytes = r.iter_raw()  # kept open: dropping the iterator would close the connection here already
+        first = next(body_bytes)
         assert len(first) > 0 and sched.load[0] + sched.load[1] >= 1  # still generating
     # The response is closed after the first chunk: the server cancels the request and frees its state.
     assert wait_until(lambda: sched.load == (0, 0) and live.app_state.admission.inflight == 0), sched.load

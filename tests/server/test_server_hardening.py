@@ -395,11 +395,12 @@ def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, op
     # finish the whole input (into the socket's buffers) before the client reads its first bytes, and there would
     # be nothing left to stop (CI once saw exactly that). Holding the vocoder worker does not hold the server: the
     # disconnect and the cancel it causes go on without it.
-    emitted, client_gone = [], threading.Event()
+    emitted, held, client_gone = [], threading.Event(), threading.Event()
     emit = board.emit
 
     def held_emit(job, audio):
         if emitted:
+            held.set()
             assert client_gone.wait(60), "the test never let the engine go on"
         emitted.append(audio.size)
         emit(job, audio)
@@ -409,8 +410,13 @@ def test_a_client_that_leaves_mid_stream_stops_its_work_within_one_chunk(tts, op
     try:
         with open_server.client.stream("POST", "/v1/audio/speech", json=body) as r:
             assert r.status_code == 200
-            next(r.iter_raw())
-            assert sched.load != (0, 0)  # still generating: held at its second chunk
+            body_bytes = r.iter_raw()  # kept: a dropped iterator closes the connection (the client would be gone)
+            next(body_bytes)
+            # Still generating: the engine reaches its second chunk and is held there, with the client connected.
+            # (Reading the first bytes through a throwaway `next(r.iter_raw())` closed the connection at once, so
+            # the server's cancel raced this check: CI once read load (0, 0) here.)
+            assert held.wait(30), ("the engine never reached a second chunk", emitted, sched.load)
+            assert sched.load != (0, 0)
             at_close = sched.chunks_emitted
         # The server lets go of the request (cancelled, its admission slot freed) while the engine is still held.
         assert wait_until(lambda: open_server.state.admission.inflight == 0)

@@ -176,10 +176,13 @@ def test_scheduler_batches_flow_chunks_of_concurrent_requests(cv2_dir, monkeypat
                for i, t in enumerate(texts)]
         sizes = count_batches(monkeypatch)
         results: dict[int, np.ndarray] = {}
-        requests = [tts.request(text_ids=t, seed=i) for i, t in enumerate(texts)]
+        # All three are submitted before any is read, so they are in the engine together however slowly the
+        # consumer threads start (starting a thread per submit let one finish before the next began on a loaded
+        # machine: nothing to batch).
+        handles = [eng.scheduler.submit(tts.request(text_ids=t, seed=i)) for i, t in enumerate(texts)]
 
         def run(i: int) -> None:
-            results[i] = np.concatenate(list(eng.scheduler.submit(requests[i])))
+            results[i] = np.concatenate(list(handles[i]))
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(texts))]
         for t in threads:
