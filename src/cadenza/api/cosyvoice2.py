@@ -398,13 +398,22 @@ class Cadenza:
         threading.Thread(target=feed, name="cadenza-text-feed", daemon=True).start()
         return iter(handle)
 
-    def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio, seed: int | None = None) -> Audio:
-        """Voice conversion: say what ``source_wav`` says in the voice of ``prompt_wav`` (no LM)."""
+    def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
+                      *, speaker: str | None = None) -> Audio:
+        """Voice conversion: say what ``source_wav`` says in another voice (no LM): that of ``prompt_wav``, of the
+        saved ``speaker``, or, with neither, the model's default voice (the built-in model: joe)."""
         check_seed(seed)
+        if prompt_wav is not None and speaker is not None:
+            raise InputError("give either prompt_wav or speaker as the target voice, not both")
+        if speaker is None and prompt_wav is None and self.default_speaker is None:
+            raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
         src, sr = self._load_prompt(source_wav)
         validate_prompt_audio(src, sr, max_seconds=30.0)
+        if prompt_wav is not None:
+            voice = self.voice_from_audio(prompt_wav)
+        else:  # a saved voice: its flow prompt (mel, tokens, x-vector) is the target, as in speaker mode
+            voice, _, _, _ = self._voice(None, None, None, None, speaker)
         source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
-        voice = self.voice_from_audio(prompt_wav)
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
 

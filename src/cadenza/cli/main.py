@@ -111,10 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision_arguments(clone)
     add_watermark_arguments(clone)
 
-    vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav")
+    vc = sub.add_parser("vc", help="voice conversion: say what --source-wav says in the voice of --prompt-wav, of "
+                                   "a saved --speaker, or (neither) the model's default voice")
     _model_arg(vc)
     vc.add_argument("--source-wav", required=True)
-    vc.add_argument("--prompt-wav", required=True)
+    target = vc.add_mutually_exclusive_group()
+    target.add_argument("--prompt-wav", help="a recording of the target voice")
+    target.add_argument("--speaker", help="a saved speaker of the model (see `cadenza speakers`)")
     vc.add_argument("--seed", type=seed)
     vc.add_argument("-o", "--output", type=output_wav, required=True)
     add_precision_arguments(vc)
@@ -294,7 +297,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 
 def _vc(args) -> None:
     tts = _load(args)
-    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed)
+    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed, speaker=args.speaker)
     _save(audio, args.output)
     print(f"wrote {args.output}: {audio.duration:.2f} s", file=sys.stderr)
 
