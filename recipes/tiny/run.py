@@ -39,6 +39,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               a flow round on them from the newest flow           -> WORK/runs/flow_phoneme_rates
   hift_joe_flowmel (--flow-mel-hift): the built-in flow's mels of corpus_v3 (flow_mel), the shipped vocoder
               fine-tuned on them                                  -> WORK/runs/hift_joe_flowmel
+  frame_tokenizer_r2 (--more-tokenizer): the shipped frame tokenizer continued on corpus_v3
+                                                                  -> WORK/runs/frame_tokenizer_r2
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -96,6 +98,7 @@ class Recipe:
                            runs / "flow_phoneme")
         text = text.replace("init_flow: SHIPPED", f"init_flow: {newest_flow}")
         text = text.replace("init_hift: SHIPPED", f"init_hift: {SHIPPED}")
+        text = text.replace("init_tokenizer: SHIPPED", f"init_tokenizer: {SHIPPED}")
         text = text.replace("init_hift: RUN:", f"init_hift: {self.work / 'runs'}/")  # another run's export
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
@@ -265,7 +268,8 @@ class Recipe:
             done.write_text("ok\n")
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
-           more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False) -> None:
+           more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
+           more_tokenizer: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -275,7 +279,8 @@ class Recipe:
         flow round; ``rates_flow``: a second corpus of new sentences read at rates 0.5-1.2 (WORK/corpus_v3 ->
         WORK/data_q) and a flow round on it (configs/flow_phoneme_rates.yaml) from the newest v2 flow;
         ``flow_mel_hift``: the built-in model's flow mels of that corpus (``flow_mel``, from the teacher's timings)
-        and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel)."""
+        and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel);
+        ``more_tokenizer``: the shipped frame tokenizer continued on that corpus (configs/frame_tokenizer_r2.yaml)."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -303,7 +308,7 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
-        if rates_flow or flow_mel_hift:
+        if rates_flow or flow_mel_hift or more_tokenizer:
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
@@ -311,6 +316,11 @@ class Recipe:
             if flow is not None:
                 self.wait(flow)
             self.mark_done("flow_phoneme_rates")
+        if more_tokenizer:
+            tok = self.train("frame_tokenizer", "frame_tokenizer_r2", "data_q")
+            if tok is not None:
+                self.wait(tok)
+            self.mark_done("frame_tokenizer_r2")
         if flow_mel_hift:
             done = w / "data_q" / "flow_mel.ok"
             if not done.is_file():
@@ -354,12 +364,16 @@ def main() -> None:
     p.add_argument("--flow-mel-hift", action="store_true",
                    help="with --design v2: the shipped vocoder fine-tuned on the built-in flow's own mels of "
                         "WORK/corpus_v3 (configs/hift_joe_flowmel.yaml)")
+    p.add_argument("--more-tokenizer", action="store_true",
+                   help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 "
+                        "(configs/frame_tokenizer_r2.yaml)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
-        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift)
+        recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
+                  a.more_tokenizer)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,17 @@ def test_stage_learns_the_labels_and_the_export_reloads(data_dir, tmp_path):
     doc = json.loads((tmp_path / "speech_tokenizer.json").read_text())
     assert doc["metadata"]["heldout_frame_acc"] == pytest.approx(after)
 
+    # A second round starts where the export left off (init_tokenizer), not from scratch.
+    again = FrameTokenizerStage({**config, "frame_tokenizer": {**config["frame_tokenizer"],
+                                                               "init_tokenizer": str(tmp_path)}}, data_dir)
+    again.setup(torch.device("cpu"), lambda m: m)
+    assert again.evaluate()["heldout_frame_acc"] == pytest.approx(after)
+    other = {**MODEL, "hidden_size": 32}
+    bad = FrameTokenizerStage({**config, "frame_tokenizer": {"model": other, "init_tokenizer": str(tmp_path)}},
+                              data_dir)
+    with pytest.raises(InputError, match="differs from frame_tokenizer.model in hidden_size"):
+        bad.setup(torch.device("cpu"), lambda m: m)
+
 
 def test_stage_rejects_a_config_without_classes(data_dir):
     with pytest.raises(InputError, match="frame_classes"):

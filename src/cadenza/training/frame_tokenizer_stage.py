@@ -15,6 +15,8 @@ Config (``frame_tokenizer:`` section, ``FrameTokenizerStageConfig``)::
       eval_every: 0               # steps between held-out evaluations (heldout_frame_acc in metrics.jsonl)
       eval_max_items: 100
       max_seconds: 15.0           # longer items are cut (labels with them)
+      init_tokenizer: null        # a trained frame tokenizer to continue (its folder or either of its two files);
+                                  # its config must equal model: (same classes, same sizes)
 
 Exports ``speech_tokenizer.safetensors`` + ``speech_tokenizer.json`` (held-out frame accuracy in its metadata).
 """
@@ -35,7 +37,7 @@ from cadenza.audio.whisper_mel import WHISPER_SAMPLE_RATE, whisper_log_mel
 from cadenza.data.dataset import ShardDataset
 from cadenza.errors import InputError
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
-from cadenza.models.speech_tokenizer.inference import save_speech_tokenizer
+from cadenza.models.speech_tokenizer.inference import load_speech_tokenizer, save_speech_tokenizer
 from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.optim import Optimization
@@ -54,6 +56,7 @@ class FrameTokenizerStageConfig:
     eval_every: int = 0
     eval_max_items: int = 100
     max_seconds: float = 15.0
+    init_tokenizer: str | None = None
 
 
 class LabelledMels(torch.utils.data.Dataset):
@@ -106,9 +109,21 @@ class FrameTokenizerStage(TrainingStage):
 
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         self.device = torch.device(device)
-        self.model = SpeechTokenizerModel(self.cfg).to(self.device).train()
+        self.model = SpeechTokenizerModel(self.cfg)
+        if self.stage_cfg.init_tokenizer:
+            self._load_init(Path(self.stage_cfg.init_tokenizer).expanduser())
+        self.model = self.model.to(self.device).train()
         self.wrapped = wrap(self.model)
         self.opt = Optimization(self.model.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
+
+    def _load_init(self, path: Path) -> None:
+        """Start from a trained tokenizer: its config must be this stage's model config, field for field."""
+        start = load_speech_tokenizer(path).model
+        if start.cfg != self.cfg:
+            differ = sorted(k for k, v in start.cfg.to_dict().items() if self.cfg.to_dict().get(k) != v)
+            raise InputError(f"frame_tokenizer.init_tokenizer {path}: its config differs from frame_tokenizer.model "
+                             f"in {', '.join(differ)}")
+        self.model.load_state_dict(start.state_dict(), strict=True)
 
     def _items(self, indices: Sequence[int]) -> LabelledMels:
         return LabelledMels(self.base, indices, self.cfg, self.stage_cfg.max_seconds)
