@@ -142,3 +142,19 @@ def test_stage_learns_the_labels_and_the_export_reloads(data_dir, tmp_path):
 def test_stage_rejects_a_config_without_classes(data_dir):
     with pytest.raises(InputError, match="frame_classes"):
         FrameTokenizerStage({"frame_tokenizer": {"model": {**MODEL, "frame_classes": 0}}}, data_dir)
+
+
+def test_voice_augmentation_reaches_training_items_only(data_dir):
+    """``frame_tokenizer.augment``: training items are heard in other voices (features change, labels keep their
+    count per frame of the new features); held-out items stay as recorded."""
+    config = {"frame_tokenizer": {"model": MODEL, "heldout_fraction": 0.15,
+                                  "augment": {"probability": 1.0, "pitch": [1.5, 1.5], "tempo": [1.2, 1.2]}}}
+    stage = FrameTokenizerStage(config, data_dir)
+    plain = FrameTokenizerStage({"frame_tokenizer": {"model": MODEL, "heldout_fraction": 0.15}}, data_dir)
+    augmented, recorded = stage.dataset()[0], plain.dataset()[0]
+    assert augmented["labels"].numel() == augmented["mel"].shape[-1] // 4
+    assert augmented["labels"].numel() == pytest.approx(recorded["labels"].numel() / 1.2, abs=2)
+    held = stage._items(stage.heldout_idx)[0]
+    assert torch.equal(held["mel"], plain._items(plain.heldout_idx)[0]["mel"])
+    with pytest.raises(InputError, match="augment.pitch"):
+        FrameTokenizerStage({"frame_tokenizer": {"model": MODEL, "augment": {"pitch": [3.0, 4.0]}}}, data_dir)

@@ -27,6 +27,11 @@ def whisper_log_mel(wav16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     The 8-decade clamp uses the maximum of each utterance. Whisper takes the maximum over the whole tensor, which
     for a batch would let one loud utterance change another's features; for batch 1 the two are identical.
     """
+    return whisper_log_mel_from_power(whisper_power(wav16k), n_mels)
+
+
+def whisper_power(wav16k: torch.Tensor) -> torch.Tensor:
+    """The power spectrum whisper's mel is taken of: ``[batch, 201, samples // 160]`` float32 (40 Hz bins)."""
     if wav16k.dim() == 1:
         wav16k = wav16k.unsqueeze(0)
     if wav16k.dim() != 2:
@@ -38,8 +43,12 @@ def whisper_log_mel(wav16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     wav16k = wav16k.to(torch.float32)
     window = torch.hann_window(WHISPER_N_FFT, dtype=torch.float32, device=wav16k.device)
     spec = torch.stft(wav16k, WHISPER_N_FFT, WHISPER_HOP, window=window, return_complex=True)  # center=True, reflect
-    power = spec[..., :-1].abs() ** 2  # [batch, 201, frames]; the last (centred past-the-end) frame is dropped
-    bank = slaney_mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT, n_mels).to(wav16k.device)
+    return spec[..., :-1].abs() ** 2  # [batch, 201, frames]; the last (centred past-the-end) frame is dropped
+
+
+def whisper_log_mel_from_power(power: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
+    """``power [batch, 201, frames]`` (``whisper_power``) -> whisper's log-mel ``[batch, n_mels, frames]``."""
+    bank = slaney_mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT, n_mels).to(power.device)
     log_spec = torch.clamp(bank @ power, min=LOG10_FLOOR).log10()  # [batch, n_mels, frames]
     ceiling = log_spec.amax(dim=(-2, -1), keepdim=True)
     log_spec = torch.maximum(log_spec, ceiling - DYNAMIC_RANGE_DECADES)

@@ -15,6 +15,7 @@ Config (``frame_tokenizer:`` section, ``FrameTokenizerStageConfig``)::
       eval_every: 0               # steps between held-out evaluations (heldout_frame_acc in metrics.jsonl)
       eval_max_items: 100
       max_seconds: 15.0           # longer items are cut (labels with them)
+      augment: {}                 # VoiceAugmentConfig fields: other voices saying the same frames (voice_augment.py)
       init_tokenizer: null        # a trained frame tokenizer to continue (its folder or either of its two files);
                                   # its config must equal model: (same classes, same sizes)
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -42,6 +44,7 @@ from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.optim import Optimization
 from cadenza.training.stage import TrainingStage, Wrap, register
+from cadenza.training.voice_augment import VoiceAugmentConfig, augmented_log_mel, draw, stretch_labels
 from cadenza.training.wav_manifest import heldout_split
 
 IGNORE = -100
@@ -57,14 +60,18 @@ class FrameTokenizerStageConfig:
     eval_max_items: int = 100
     max_seconds: float = 15.0
     init_tokenizer: str | None = None
+    augment: dict = field(default_factory=dict)  # VoiceAugmentConfig fields (training items only)
 
 
 class LabelledMels(torch.utils.data.Dataset):
     """Item: ``{"mel": [n_mels, T] whisper log-mel at 100 Hz, "labels": [T // downsample] int64}``."""
 
-    def __init__(self, base: ShardDataset, indices: Sequence[int], cfg: SpeechTokenizerConfig, max_seconds: float):
+    def __init__(self, base: ShardDataset, indices: Sequence[int], cfg: SpeechTokenizerConfig, max_seconds: float,
+                 augment: VoiceAugmentConfig | None = None):
         self.base, self.indices, self.cfg = base, list(indices), cfg
         self.max_samples = int(max_seconds * WHISPER_SAMPLE_RATE)
+        self.augment = augment if augment is not None and augment.enabled else None
+        self._draws = 0
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -77,6 +84,14 @@ class LabelledMels(torch.utils.data.Dataset):
         labels = item["speech_tokens"][:n].long()
         if labels.numel() and (int(labels.max()) >= self.cfg.frame_classes or int(labels.min()) < 0):
             raise InputError(f"{item['id']}: speech_tokens outside [0, frame_classes={self.cfg.frame_classes})")
+        if self.augment is not None:  # another voice saying the same frames (training items only)
+            self._draws += 1
+            rng = np.random.default_rng([torch.initial_seed() % 2**32, self.indices[i], self._draws])
+            voice = draw(self.augment, rng)
+            if voice is not None:
+                mel = augmented_log_mel(wav, voice, self.cfg.n_mels, rng)
+                n = mel.shape[-1] // self.cfg.downsample
+                labels = stretch_labels(labels, n)
         return {"mel": mel[:, : n * self.cfg.downsample], "labels": labels}
 
 
@@ -103,6 +118,7 @@ class FrameTokenizerStage(TrainingStage):
         self.cfg = SpeechTokenizerConfig.from_dict(self.stage_cfg.model)
         if self.cfg.frame_classes < 2:
             raise InputError("frame_tokenizer.model.frame_classes must be the label count (>= 2)")
+        self.augment = dataclass_from_dict(VoiceAugmentConfig, self.stage_cfg.augment, "frame_tokenizer.augment")
         self.base = ShardDataset(self.data_dir, ("wav", "speech_tokens"))
         self.train_idx, self.heldout_idx = heldout_split(len(self.base), self.stage_cfg.heldout_fraction,
                                                          self.stage_cfg.split_seed)
@@ -125,11 +141,11 @@ class FrameTokenizerStage(TrainingStage):
                              f"in {', '.join(differ)}")
         self.model.load_state_dict(start.state_dict(), strict=True)
 
-    def _items(self, indices: Sequence[int]) -> LabelledMels:
-        return LabelledMels(self.base, indices, self.cfg, self.stage_cfg.max_seconds)
+    def _items(self, indices: Sequence[int], augment: VoiceAugmentConfig | None = None) -> LabelledMels:
+        return LabelledMels(self.base, indices, self.cfg, self.stage_cfg.max_seconds, augment)
 
     def dataset(self) -> LabelledMels:
-        return self._items(self.train_idx)
+        return self._items(self.train_idx, self.augment)
 
     def collate(self, items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         return collate_labelled(items)
