@@ -39,8 +39,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               a flow round on them from the newest flow           -> WORK/runs/flow_phoneme_rates
   hift_joe_flowmel (--flow-mel-hift): the built-in flow's mels of corpus_v3 (flow_mel), the shipped vocoder
               fine-tuned on them                                  -> WORK/runs/hift_joe_flowmel
-  frame_tokenizer_r2 (--more-tokenizer): the shipped frame tokenizer continued on corpus_v3
-                                                                  -> WORK/runs/frame_tokenizer_r2
+  frame_tokenizer_r2 (--more-tokenizer [CONFIG]): the shipped frame tokenizer continued on corpus_v3
+              (frame_tokenizer_voices: heard in other voices too)  -> WORK/runs/CONFIG
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -269,7 +269,7 @@ class Recipe:
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
-           more_tokenizer: bool = False) -> None:
+           more_tokenizer: str | None = None) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -280,7 +280,8 @@ class Recipe:
         WORK/data_q) and a flow round on it (configs/flow_phoneme_rates.yaml) from the newest v2 flow;
         ``flow_mel_hift``: the built-in model's flow mels of that corpus (``flow_mel``, from the teacher's timings)
         and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel);
-        ``more_tokenizer``: the shipped frame tokenizer continued on that corpus (configs/frame_tokenizer_r2.yaml)."""
+        ``more_tokenizer``: the config (``frame_tokenizer_r2``, ``frame_tokenizer_voices``) that continues the shipped
+        frame tokenizer on that corpus, into runs/<config>."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -317,10 +318,10 @@ class Recipe:
                 self.wait(flow)
             self.mark_done("flow_phoneme_rates")
         if more_tokenizer:
-            tok = self.train("frame_tokenizer", "frame_tokenizer_r2", "data_q")
+            tok = self.train("frame_tokenizer", more_tokenizer, "data_q")
             if tok is not None:
                 self.wait(tok)
-            self.mark_done("frame_tokenizer_r2")
+            self.mark_done(more_tokenizer)
         if flow_mel_hift:
             done = w / "data_q" / "flow_mel.ok"
             if not done.is_file():
@@ -364,9 +365,9 @@ def main() -> None:
     p.add_argument("--flow-mel-hift", action="store_true",
                    help="with --design v2: the shipped vocoder fine-tuned on the built-in flow's own mels of "
                         "WORK/corpus_v3 (configs/hift_joe_flowmel.yaml)")
-    p.add_argument("--more-tokenizer", action="store_true",
-                   help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 "
-                        "(configs/frame_tokenizer_r2.yaml)")
+    p.add_argument("--more-tokenizer", nargs="?", const="frame_tokenizer_r2", default=None, metavar="CONFIG",
+                   help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 (configs/CONFIG.yaml, "
+                        "default frame_tokenizer_r2; frame_tokenizer_voices: heard in other voices too)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

@@ -85,6 +85,11 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     # The vocoder fine-tune on the flow's mels continues the shipped vocoder and reads the stored flow_mel.
     flowmel = yaml.safe_load(recipe.config("hift_joe_flowmel").read_text())["hift"]
     assert Path(flowmel["init_hift"]) == shipped and flowmel["input_mel"] == "flow"
+    # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
+    for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
+        tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
+        assert Path(tok["init_tokenizer"]) == shipped and (shipped / "speech_tokenizer.safetensors").is_file()
+    assert yaml.safe_load(recipe.config("frame_tokenizer_voices").read_text())["frame_tokenizer"]["augment"]["probability"] > 0
     lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
     assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
     assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
