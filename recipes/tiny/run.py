@@ -40,7 +40,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   hift_joe_flowmel (--flow-mel-hift): the built-in flow's mels of corpus_v3 (flow_mel), the shipped vocoder
               fine-tuned on them                                  -> WORK/runs/hift_joe_flowmel
   frame_tokenizer_r2 (--more-tokenizer [CONFIG]): the shipped frame tokenizer continued on corpus_v3
-              (frame_tokenizer_voices: heard in other voices too)  -> WORK/runs/CONFIG
+              (frame_tokenizer_voices: heard in other voices too; frame_tokenizer_flite: with three flite voices,
+              corpus_f -> data_f)                                 -> WORK/runs/CONFIG
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -267,6 +268,25 @@ class Recipe:
                       f"{w / 'runs' / 'speaker'}"], f"extract_{data}")
             done.write_text("ok\n")
 
+    def flite_data(self) -> None:
+        """WORK/corpus_f (flite_corpus.py: three flite voices, labelled from flite's phone timings, plus joe's
+        corpus_v3 rows) prepared into WORK/data_f with the labels; each step skipped once done."""
+        w = self.work
+        if not (w / "corpus_f" / "arrays.jsonl").is_file():
+            self.run([sys.executable, str(HERE / "flite_corpus.py"), "--out", str(w / "corpus_f"), "--sentences",
+                      str(w / "corpus_v3" / "manifest.jsonl"), "--with-corpus", str(w / "corpus_v3")], "corpus_f")
+        if not (w / "data_f" / "index.jsonl").is_file():
+            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus_f" / "manifest.jsonl"),
+                                 "--layout", "jsonl", "--out", str(w / "data_f"), "--max-seconds", "15",
+                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_data_f{i}")
+                     for i in range(2)]
+            self.wait(*parts)
+        done = w / "data_f" / "extracted.ok"
+        if not done.is_file():
+            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_f"), "--no-progress", "--extractor",
+                      f"cadenza.data.extractors:manifest_arrays={w / 'corpus_f' / 'arrays.jsonl'}"], "extract_data_f")
+            done.write_text("ok\n")
+
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None) -> None:
@@ -318,7 +338,11 @@ class Recipe:
                 self.wait(flow)
             self.mark_done("flow_phoneme_rates")
         if more_tokenizer:
-            tok = self.train("frame_tokenizer", more_tokenizer, "data_q")
+            data = "data_q"
+            if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
+                self.flite_data()
+                data = "data_f"
+            tok = self.train("frame_tokenizer", more_tokenizer, data)
             if tok is not None:
                 self.wait(tok)
             self.mark_done(more_tokenizer)
@@ -367,7 +391,8 @@ def main() -> None:
                         "WORK/corpus_v3 (configs/hift_joe_flowmel.yaml)")
     p.add_argument("--more-tokenizer", nargs="?", const="frame_tokenizer_r2", default=None, metavar="CONFIG",
                    help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 (configs/CONFIG.yaml, "
-                        "default frame_tokenizer_r2; frame_tokenizer_voices: heard in other voices too)")
+                        "default frame_tokenizer_r2; frame_tokenizer_voices: heard in other voices too; "
+                        "frame_tokenizer_flite: with three of flite's voices, needs Debian's flite)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

@@ -222,3 +222,27 @@ def test_vocoder_subset_copies_minutes_of_a_corpus_as_flac(tmp_path, monkeypatch
         original, _ = source.load(ids[subset.meta(i).id], 24000)
         assert wav.shape == original.shape and float((wav - original).abs().max()) <= 1 / 32768 + 1e-6
     assert all(p.suffix == ".flac" for p in (out / "wavs").iterdir())
+
+
+def test_flite_phone_timings_label_our_phonemes():
+    """flite_corpus.py: flite's timed ARPAbet phones become one label per 40 ms frame of our espeak phonemes (with
+    stress), pauses only at the ends or word breaks; a phoneme flite does not say keeps one frame, a phone of flite's
+    with no partner gives its time to the phoneme before it."""
+    fc = _module("flite_corpus")
+    symbols = ["^", "$", " ", ".", "h", "ə", "l", "o", "ʊ", "ɛ", "t", "ˈ"]
+    index = {s: i for i, s in enumerate(symbols)}
+    S = len(symbols)
+    phones = [("pau", 0.2), ("hh", 0.28), ("ax", 0.36), ("l", 0.44), ("ow", 0.6), ("pau", 0.8)]
+    labels, same = fc.frame_labels(["h", "ə", "l", "ˈ", "o", "ʊ", "."], phones, index, 20)
+    # The closing pause matches the end ("$"); the full stop keeps its one frame.
+    expect = ["^"] * 5 + ["h"] * 2 + ["ə"] * 2 + ["l"] * 2 + ["o'"] * 2 + ["ʊ'"] * 2 + ["."] + ["$"] * 4
+    names = [symbols[x % S] + ("'" if x // S == 1 else "") for x in labels]
+    assert names == expect and same == 1.0
+    # "hello" said by flite with an extra t (no partner: its time goes to the l before it); our ɛ is not said by
+    # flite (one frame of its own).
+    phones = [("pau", 0.2), ("hh", 0.28), ("l", 0.36), ("t", 0.44), ("ow", 0.6), ("pau", 0.8)]
+    labels, same = fc.frame_labels(["h", "ɛ", "l", "o", "ʊ", "."], phones, index, 20)
+    names = [symbols[x % S] for x in labels]
+    assert names[:5] == ["^"] * 5 and names[5:7] == ["h", "h"] and names[7] == "ɛ"
+    assert names.count("l") == 4 - 1 and len(names) == 20  # l: its own 2 frames + t's 2, one given to ɛ's frame
+    assert same == pytest.approx(4 / 5)  # h, l, o, ʊ of h ɛ l o ʊ
