@@ -133,6 +133,9 @@ def test_voice_conversion_keeps_the_source_length(tts, prompt_wav):
     out = tts.convert_voice((source, SR_PROMPT), prompt_wav, seed=1)
     n_tokens = tts.engine.frontend.speech_tokens(torch.from_numpy(source)).shape[1]
     assert len(out.samples) == n_tokens * tts.engine.token2wav.hop
+    assert tts.default_speaker is None  # a release folder names no default voice: a target must be given
+    with pytest.raises(InputError, match="no default voice"):
+        tts.convert_voice((source, SR_PROMPT))
 
 
 @pytest.mark.parametrize("sr", [8000, 11025, 22050, 44100, 48000])

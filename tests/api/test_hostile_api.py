@@ -98,6 +98,11 @@ def test_api_convert_voice_and_add_speaker_hostile(tts, audio):
         tts.convert_voice(audio["ten_min"], audio["good"])
     with pytest.raises(AudioError, match="cannot read audio from a NoneType"):
         tts.convert_voice(None, audio["good"])
+    # the target voice is checked before the source audio is read: not_audio would fail otherwise
+    with pytest.raises(UnknownSpeakerError, match="unknown speaker 'nobody'"):
+        tts.convert_voice(audio["not_audio"], speaker="nobody")
+    with pytest.raises(InputError, match="either prompt_wav or speaker as the target voice"):
+        tts.convert_voice(audio["not_audio"], audio["good"], speaker="joe")
     # the id is checked before the audio is decoded: not_audio would fail otherwise
     for speaker_id, error, message in (("x" * 10_000, InputError, "speaker id is 10000 characters; at most 64"),
                                        ("../../x", InputError, "invalid speaker id '../../x'"),

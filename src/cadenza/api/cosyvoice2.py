@@ -407,12 +407,12 @@ class Cadenza:
             raise InputError("give either prompt_wav or speaker as the target voice, not both")
         if speaker is None and prompt_wav is None and self.default_speaker is None:
             raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
+        if prompt_wav is None:  # a saved voice (checked before any audio is read): its flow prompt is the target
+            voice, _, _, _ = self._voice(None, None, None, None, speaker)
         src, sr = self._load_prompt(source_wav)
         validate_prompt_audio(src, sr, max_seconds=30.0)
         if prompt_wav is not None:
             voice = self.voice_from_audio(prompt_wav)
-        else:  # a saved voice: its flow prompt (mel, tokens, x-vector) is the target, as in speaker mode
-            voice, _, _, _ = self._voice(None, None, None, None, speaker)
         source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
