@@ -42,6 +42,7 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   frame_tokenizer_r2 (--more-tokenizer [CONFIG]): the shipped frame tokenizer continued on corpus_v3
               (frame_tokenizer_voices: heard in other voices too; frame_tokenizer_flite: with three flite voices,
               corpus_f -> data_f)                                 -> WORK/runs/CONFIG
+  flow_phoneme_voices (--voices-flow): a flow round on data_f (joe, three flite voices) -> WORK/runs/flow_phoneme_voices
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -289,7 +290,7 @@ class Recipe:
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
-           more_tokenizer: str | None = None) -> None:
+           more_tokenizer: str | None = None, voices_flow: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -301,7 +302,8 @@ class Recipe:
         ``flow_mel_hift``: the built-in model's flow mels of that corpus (``flow_mel``, from the teacher's timings)
         and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel);
         ``more_tokenizer``: the config (``frame_tokenizer_r2``, ``frame_tokenizer_voices``) that continues the shipped
-        frame tokenizer on that corpus, into runs/<config>."""
+        frame tokenizer on that corpus, into runs/<config>; ``voices_flow``: a flow round from the shipped flow on
+        joe's second corpus plus three flite voices (configs/flow_phoneme_voices.yaml, WORK/data_f with x-vectors)."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -329,7 +331,7 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
-        if rates_flow or flow_mel_hift or more_tokenizer:
+        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow:
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
@@ -346,6 +348,18 @@ class Recipe:
             if tok is not None:
                 self.wait(tok)
             self.mark_done(more_tokenizer)
+        if voices_flow:
+            self.flite_data()
+            done = w / "data_f" / "spk_emb.ok"
+            if not done.is_file():
+                self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_f"), "--no-progress", "--extractor",
+                          "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
+                          f"{w / 'runs' / 'speaker'}"], "extract_data_f_spk")
+                done.write_text("ok\n")
+            flow = self.train("flow", "flow_phoneme_voices", "data_f")
+            if flow is not None:
+                self.wait(flow)
+            self.mark_done("flow_phoneme_voices")
         if flow_mel_hift:
             done = w / "data_q" / "flow_mel.ok"
             if not done.is_file():
@@ -393,13 +407,16 @@ def main() -> None:
                    help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 (configs/CONFIG.yaml, "
                         "default frame_tokenizer_r2; frame_tokenizer_voices: heard in other voices too; "
                         "frame_tokenizer_flite: with three of flite's voices, needs Debian's flite)")
+    p.add_argument("--voices-flow", action="store_true",
+                   help="with --design v2: a flow round on joe's second corpus plus three flite voices "
+                        "(configs/flow_phoneme_voices.yaml; measured, not shipped: docs/cadenza-tiny.md)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
         recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
-                  a.more_tokenizer)
+                  a.more_tokenizer, a.voices_flow)
 
 
 if __name__ == "__main__":

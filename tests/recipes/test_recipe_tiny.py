@@ -90,6 +90,8 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
         assert Path(tok["init_tokenizer"]) == shipped and (shipped / "speech_tokenizer.safetensors").is_file()
     assert yaml.safe_load(recipe.config("frame_tokenizer_voices").read_text())["frame_tokenizer"]["augment"]["probability"] > 0
+    voices = yaml.safe_load(recipe.config("flow_phoneme_voices").read_text())["flow"]
+    assert voices["init_flow"] == f"{tmp_path.resolve()}/runs/flow_phoneme_r2" and voices["prior_weight"] == 0.5
     lm_p = yaml.safe_load(recipe.config("lm_phoneme").read_text())
     assert "init_llm" not in lm_p["lm"] and lm_p["train"]["mixed_precision"] == "auto"
     assert lm_p["model"]["overrides"]["llm"]["speech_token_size"] == 3 * 151
