@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -234,6 +235,8 @@ def main() -> None:
                    help="phonemes.json (default: the built-in cadenza-tiny's)")
     p.add_argument("--with-corpus", type=Path, default=None, help="a corpus folder whose rows are added")
     a = p.parse_args()
+    if shutil.which("flite") is None:
+        raise SystemExit("flite_corpus.py needs Debian's flite (apt-get install flite, or recipes/tiny/setup_tools.sh)")
     if a.phonemes is None:
         from cadenza.builtin import builtin_model_dir
 
