@@ -220,7 +220,7 @@ def build(out: Path, sentences: Path, voices: list[str], per_voice: int, workers
     agreement = {v: round(float(np.mean([r["agreement"] for r in rows if r["voice"] == v] or [0])), 3)
                  for v in voices}
     (out / "alignment.json").write_text(json.dumps({"utterances": len(rows), "same_spelling": agreement}, indent=1))
-    print(f"{len(rows)} flite utterances ({len(manifest)} rows with --with-corpus); same spelling: {agreement}")
+    print(f"{len(rows)} flite utterances, {len(manifest)} rows in all; same spelling: {agreement}")
 
 
 def main() -> None:
