@@ -104,10 +104,16 @@ def frame_labels(symbols: list[str], durations: np.ndarray, index: dict[str, int
     if pending and units:
         units[-1][2] += pending
     ends = np.cumsum([u[2] for u in units]) * HOP / TOKEN_HOP
+    return labels_from_ends([(sym, st) for sym, st, _ in units], ends, index)
+
+
+def labels_from_ends(units: list[tuple[str, int]], ends: np.ndarray, index: dict[str, int]) -> list[int]:
+    """``(symbol, stress)`` units and where each ends (in 25 Hz frames) -> one speech id (``stress * S + symbol``)
+    per frame. Every unit keeps at least one frame, except word spaces (they may vanish)."""
     labels: list[int] = []
     start = 0
     S = len(index)
-    for (sym, st, _), end in zip(units, ends, strict=True):
+    for (sym, st), end in zip(units, ends, strict=True):
         stop = max(int(round(end)), start + (0 if sym == " " else 1))
         labels.extend([st * S + index[sym]] * (stop - start))
         start = stop

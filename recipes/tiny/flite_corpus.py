@@ -13,8 +13,8 @@ Each flite phone is spelt in IPA characters (``ay`` -> ``a ɪ``, its time split 
 are aligned (edit distance: same character free, vowel for vowel or consonant for consonant cheaper than across,
 pauses only with word breaks or the ends), and every espeak character takes the time of the flite character it
 is aligned with; flite time left unaligned goes to the espeak character before it, and an espeak character flite
-does not say keeps one frame (as in ``aligned_corpus.frame_labels``). Labels: ``stress * S + symbol``, exactly as
-``aligned_corpus.py`` makes them for joe.
+does not say keeps one frame. Labels: ``stress * S + symbol`` by ``aligned_corpus.labels_from_ends``, with its stress
+and break rules, exactly as joe's corpus is labelled.
 
 Writes ``manifest.jsonl`` and ``arrays.jsonl`` (as aligned_corpus.py), the wavs under ``wavs/<voice>/``, and
 ``alignment.json`` (the share of espeak characters aligned with a flite one of the same spelling, per voice).
@@ -36,9 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from aligned_corpus import BREAKS, STRESS, labels_from_ends  # joe's labels: the same stress and break rules
 
-STRESS = {"ˈ": 1, "ˌ": 2}
-BREAKS = set(" ,.;:!?^$-")
 PAUSE = "|"
 TOKEN_RATE = 25  # speech tokens per second
 # flite's US English phones (cmulex) spelt in espeak-ng's en-us characters.
@@ -126,7 +125,7 @@ def frame_labels(phonemes: list[str], phones: list[tuple[str, float]], index: di
                  n_frames: int) -> tuple[list[int], float]:
     """Our phonemes and flite's timed phones -> one speech id per 40 ms frame (``n_frames`` of them), and the share
     of our characters aligned with a flite character spelt the same."""
-    units: list[list] = []  # [symbol, stress]
+    units: list[tuple[str, int]] = []
     stress = 0
     for sym in ["^", *phonemes, "$"]:
         if sym in STRESS:
@@ -134,7 +133,7 @@ def frame_labels(phonemes: list[str], phones: list[tuple[str, float]], index: di
             continue
         if sym in BREAKS:
             stress = 0
-        units.append([sym, 0 if sym in BREAKS else stress])
+        units.append((sym, 0 if sym in BREAKS else stress))
     theirs = flite_chars(phones)
     if theirs and theirs[0][0] == PAUSE:
         theirs[0] = ("^", *theirs[0][1:])
@@ -153,14 +152,7 @@ def frame_labels(phonemes: list[str], phones: list[tuple[str, float]], index: di
             same += units[a][0] == theirs[b][0] and units[a][0] not in BREAKS
         else:  # flite time no character of ours is aligned with: the character before it (or the first)
             seconds[last if last is not None else 0] += span
-    ends = np.cumsum(seconds) * TOKEN_RATE
-    labels: list[int] = []
-    start = 0
-    S = len(index)
-    for (sym, st), end in zip(units, ends, strict=True):
-        stop = max(int(round(end)), start + (0 if sym == " " else 1))
-        labels.extend([st * S + index[sym]] * (stop - start))
-        start = stop
+    labels = labels_from_ends(units, np.cumsum(seconds) * TOKEN_RATE, index)
     labels = labels[:n_frames] + [labels[-1]] * max(0, n_frames - len(labels))
     return labels, same / max(1, sum(u[0] not in BREAKS for u in units))
 

@@ -226,10 +226,11 @@ def test_vocoder_subset_copies_minutes_of_a_corpus_as_flac(tmp_path, monkeypatch
     assert all(p.suffix == ".flac" for p in (out / "wavs").iterdir())
 
 
-def test_flite_phone_timings_label_our_phonemes():
+def test_flite_phone_timings_label_our_phonemes(monkeypatch):
     """flite_corpus.py: flite's timed ARPAbet phones become one label per 40 ms frame of our espeak phonemes (with
     stress), pauses only at the ends or word breaks; a phoneme flite does not say keeps one frame, a phone of flite's
     with no partner gives its time to the phoneme before it."""
+    monkeypatch.syspath_prepend(str(RECIPE))  # it labels with aligned_corpus's rules, as the script does
     fc = _module("flite_corpus")
     symbols = ["^", "$", " ", ".", "h", "ə", "l", "o", "ʊ", "ɛ", "t", "ˈ"]
     index = {s: i for i, s in enumerate(symbols)}
