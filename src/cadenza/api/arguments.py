@@ -7,12 +7,12 @@ and the CLI use the same checks, so a value is refused the same way everywhere.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 import torch
 
-from cadenza.errors import AudioError, InputError, TextError
+from cadenza.errors import AudioError, InputError, TextError, UnknownSpeakerError
 
 MAX_SEED = 2**63 - 1  # a request's RNG is a torch.Generator: seeds are signed 64-bit
 MAX_SPEAKER_CHARS = 128  # no saved speaker id (64) or voice name or id (the server's limit: 128) is longer
@@ -54,6 +54,20 @@ def check_seed(seed: object) -> int | None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
         raise InputError(f"seed must be an integer from 0 to 2**63-1, got {short_repr(seed)}")
     return int(seed)
+
+
+def check_speaker(speaker: object, known: Container[str]) -> str:
+    """A speaker argument: a non-empty string of sane characters, and not longer than any saved name unless
+    ``known`` (the saved speakers) has it."""
+    if not isinstance(speaker, str):
+        raise InputError(f"speaker must be a string (a saved speaker id or voice name), not {type(speaker).__name__}")
+    check_chars(speaker, "speaker", InputError)
+    if not speaker.strip():
+        raise UnknownSpeakerError("speaker is empty: give a saved speaker id or voice name")
+    if len(speaker) > MAX_SPEAKER_CHARS and speaker not in known:
+        raise UnknownSpeakerError(f"speaker is {len(speaker)} characters: no saved speaker id or voice name is "
+                                  f"longer than {MAX_SPEAKER_CHARS}")
+    return speaker
 
 
 def check_speed(speed: object) -> float:

@@ -18,11 +18,11 @@ import torch
 from cadenza import builtin
 from cadenza.api import markup
 from cadenza.api.arguments import (
-    MAX_SPEAKER_CHARS,
     MAX_SPEAKER_ID_CHARS,
     check_chars,
     check_ids,
     check_seed,
+    check_speaker,
     check_speed,
     check_text_arg,
     pcm_to_float,
@@ -184,7 +184,7 @@ class Cadenza:
         check_text_arg(prompt_text, "prompt_text", optional=True)
         check_text_arg(instruct, "instruct", optional=True)
         if speaker is not None:
-            self._check_speaker(speaker)
+            check_speaker(speaker, self.engine.speakers)
         if prompt_wav is not None and speaker is not None:
             raise InputError("give either prompt_wav or speaker, not both")
         if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
@@ -220,17 +220,6 @@ class Cadenza:
         if instruct is not None:
             mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
         return voice, mode, lm_text, lm_speech
-
-    def _check_speaker(self, speaker: object) -> None:
-        if not isinstance(speaker, str):
-            raise InputError(f"speaker must be a string (a saved speaker id or voice name), not "
-                             f"{type(speaker).__name__}")
-        check_chars(speaker, "speaker", InputError)
-        if not speaker.strip():
-            raise UnknownSpeakerError("speaker is empty: give a saved speaker id or voice name")
-        if len(speaker) > MAX_SPEAKER_CHARS and speaker not in self.engine.speakers:
-            raise UnknownSpeakerError(f"speaker is {len(speaker)} characters: no saved speaker id or voice name is "
-                                      f"longer than {MAX_SPEAKER_CHARS}")
 
     def _check_args(self, text, text_ids, prompt_text, seed, speed) -> None:
         """Type and character checks of the arguments every synthesis entry point shares (before any work)."""
