@@ -61,6 +61,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SHIPPED = HERE.parents[1] / "src" / "cadenza" / "assets" / "cadenza-tiny"  # the built-in model folder
 STAGES = ("tokenizer", "speaker", "hift", "lm", "flow")
+ARRAYS_EXTRACTOR = "cadenza.data.extractors:manifest_arrays"  # =arrays.jsonl: labels and text ids per utterance
+SPEAKER_EXTRACTOR = "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor"  # =a speaker encoder run
 EXTRA_MINUTES = 50  # third round: more minutes per fast teacher (flite, festival, Piper), new sentences only
 
 
@@ -149,14 +151,20 @@ class Recipe:
     def extract(self, data: str, log_name: str, **runs: str) -> None:
         """``cadenza data extract`` into WORK/<data> with the extractors of ``runs`` (``tokens=``: a speech tokenizer
         run, ``speakers=``: a speaker encoder run), unless done before (``extracted.ok``)."""
-        done = self.work / data / "extracted.ok"
+        factories = {"tokens": "cadenza.training.speech_tokenizer_stage:speech_token_extractor",
+                     "speakers": SPEAKER_EXTRACTOR}
+        self.extract_once(data, "extracted.ok", log_name,
+                          *(f"{factories[kind]}={self.work / 'runs' / run}" for kind, run in runs.items()))
+
+    def extract_once(self, data: str, marker: str, log_name: str, *extractors: str) -> None:
+        """``cadenza data extract`` into WORK/<data> with ``extractors`` (``module:factory=ARG``), unless
+        WORK/<data>/<marker> says it was done."""
+        done = self.work / data / marker
         if done.is_file():
             return
-        factories = {"tokens": "cadenza.training.speech_tokenizer_stage:speech_token_extractor",
-                     "speakers": "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor"}
         cmd = [*self.cadenza, "data", "extract", "--data", str(self.work / data), "--no-progress"]
-        for kind, run in runs.items():
-            cmd += ["--extractor", f"{factories[kind]}={self.work / 'runs' / run}"]
+        for extractor in extractors:
+            cmd += ["--extractor", extractor]
         self.run(cmd, log_name)
         done.write_text("ok\n")
 
@@ -171,12 +179,13 @@ class Recipe:
                 p.unlink(missing_ok=True)
         self.extract("data_v2", "extract_v2", tokens="tokenizer_v2")
 
-    def prepare(self, manifest: str, data: str) -> None:
-        """``cadenza data prepare`` of WORK/corpus/<manifest> into WORK/<data> (24 kHz wav, mel, f0; 2 processes)."""
+    def prepare(self, manifest: Path, data: str) -> None:
+        """``cadenza data prepare`` of ``manifest`` into WORK/<data> (24 kHz wav, mel, f0; 2 processes), unless
+        done before."""
         w = self.work
         if (w / data / "index.jsonl").is_file():
             return
-        parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus" / manifest),
+        parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(manifest),
                              "--layout", "jsonl", "--out", str(w / data), "--max-seconds", "15",
                              "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_{data}{i}")
                  for i in range(2)]
@@ -196,7 +205,7 @@ class Recipe:
         if not (w / "text_tokenizer" / "merges.txt").is_file():
             self.run([sys.executable, str(HERE / "text_tokenizer.py"), "--corpus", str(w / "corpus" / "manifest.jsonl"),
                       "--out", str(w / "text_tokenizer")], "text")
-        self.prepare("manifest.jsonl", "data")
+        self.prepare(w / "corpus" / "manifest.jsonl", "data")
         hift = self.train("hift")
         front = [p for p in (self.train("tokenizer"), self.train("speaker")) if p is not None]
         self.wait(*front)
@@ -223,7 +232,7 @@ class Recipe:
         back = [p for p in (self.train("lm", "lm_v2", "data_v2"), self.train("flow", "flow_v2", "data_v2")) if p]
         self.wait(*back)
         self.mark_done("lm_v2", "flow_v2")
-        self.prepare("manifest_extended.jsonl", "data_v3")
+        self.prepare(w / "corpus" / "manifest_extended.jsonl", "data_v3")
         self.extract("data_v3", "extract_v3", tokens="tokenizer_v2", speakers="speaker")
         back = [p for p in (self.train("lm", "lm_v3", "data_v3"), self.train("flow", "flow_v3", "data_v3")) if p]
         self.wait(*back)
@@ -255,19 +264,9 @@ class Recipe:
         w = self.work
         if not (w / corpus / "arrays.jsonl").is_file():
             self.run([sys.executable, str(HERE / "aligned_corpus.py"), "--out", str(w / corpus), *corpus_args], corpus)
-        if not (w / data / "index.jsonl").is_file():
-            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / corpus / "manifest.jsonl"),
-                                 "--layout", "jsonl", "--out", str(w / data), "--max-seconds", "15",
-                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_{data}{i}")
-                     for i in range(2)]
-            self.wait(*parts)
-        done = w / data / "extracted.ok"
-        if not done.is_file():
-            self.run([*self.cadenza, "data", "extract", "--data", str(w / data), "--no-progress",
-                      "--extractor", f"cadenza.data.extractors:manifest_arrays={w / corpus / 'arrays.jsonl'}",
-                      "--extractor", "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
-                      f"{w / 'runs' / 'speaker'}"], f"extract_{data}")
-            done.write_text("ok\n")
+        self.prepare(w / corpus / "manifest.jsonl", data)
+        self.extract_once(data, "extracted.ok", f"extract_{data}",
+                          f"{ARRAYS_EXTRACTOR}={w / corpus / 'arrays.jsonl'}", f"{SPEAKER_EXTRACTOR}={w / 'runs' / 'speaker'}")
 
     def flite_data(self) -> None:
         """WORK/corpus_f (flite_corpus.py: three flite voices, labelled from flite's phone timings, plus joe's
@@ -276,17 +275,9 @@ class Recipe:
         if not (w / "corpus_f" / "arrays.jsonl").is_file():
             self.run([sys.executable, str(HERE / "flite_corpus.py"), "--out", str(w / "corpus_f"), "--sentences",
                       str(w / "corpus_v3" / "manifest.jsonl"), "--with-corpus", str(w / "corpus_v3")], "corpus_f")
-        if not (w / "data_f" / "index.jsonl").is_file():
-            parts = [self.start([*self.cadenza, "data", "prepare", "--corpus", str(w / "corpus_f" / "manifest.jsonl"),
-                                 "--layout", "jsonl", "--out", str(w / "data_f"), "--max-seconds", "15",
-                                 "--part", str(i), "--num-parts", "2", "--no-progress"], f"prepare_data_f{i}")
-                     for i in range(2)]
-            self.wait(*parts)
-        done = w / "data_f" / "extracted.ok"
-        if not done.is_file():
-            self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_f"), "--no-progress", "--extractor",
-                      f"cadenza.data.extractors:manifest_arrays={w / 'corpus_f' / 'arrays.jsonl'}"], "extract_data_f")
-            done.write_text("ok\n")
+        self.prepare(w / "corpus_f" / "manifest.jsonl", "data_f")
+        self.extract_once("data_f", "extracted.ok", "extract_data_f",
+                          f"{ARRAYS_EXTRACTOR}={w / 'corpus_f' / 'arrays.jsonl'}")
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
@@ -350,23 +341,15 @@ class Recipe:
             self.mark_done(more_tokenizer)
         if voices_flow:
             self.flite_data()
-            done = w / "data_f" / "spk_emb.ok"
-            if not done.is_file():
-                self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_f"), "--no-progress", "--extractor",
-                          "cadenza.training.speaker_encoder_stage:speaker_embedding_extractor="
-                          f"{w / 'runs' / 'speaker'}"], "extract_data_f_spk")
-                done.write_text("ok\n")
+            self.extract_once("data_f", "spk_emb.ok", "extract_data_f_spk",
+                              f"{SPEAKER_EXTRACTOR}={w / 'runs' / 'speaker'}")
             flow = self.train("flow", "flow_phoneme_voices", "data_f")
             if flow is not None:
                 self.wait(flow)
             self.mark_done("flow_phoneme_voices")
         if flow_mel_hift:
-            done = w / "data_q" / "flow_mel.ok"
-            if not done.is_file():
-                self.run([*self.cadenza, "data", "extract", "--data", str(w / "data_q"), "--no-progress",
-                          "--extractor", f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}"],
-                         "extract_flow_mel")
-                done.write_text("ok\n")
+            self.extract_once("data_q", "flow_mel.ok", "extract_flow_mel",
+                              f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}")
             hift = self.train("hift", "hift_joe_flowmel", "data_q")
             if hift is not None:
                 self.wait(hift)

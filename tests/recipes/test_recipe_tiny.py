@@ -249,3 +249,34 @@ def test_flite_phone_timings_label_our_phonemes(monkeypatch):
     assert names[:5] == ["^"] * 5 and names[5:7] == ["h", "h"] and names[7] == "ɛ"
     assert names.count("l") == 4 - 1 and len(names) == 20  # l: its own 2 frames + t's 2, one given to ɛ's frame
     assert same == pytest.approx(4 / 5)  # h, l, o, ʊ of h ɛ l o ʊ
+
+
+def test_corpus_preparation_and_extraction_run_once(tmp_path, monkeypatch):
+    """aligned_data / flite_data: prepare the corpus's manifest (two parts), extract labels (and x-vectors) into the
+    data folder, each step once: a second call runs nothing."""
+    run = _module("run")
+    recipe = run.Recipe(tmp_path, sys.executable, threads=1, scale=1.0)
+    ran, started = [], []
+
+    def start(cmd, log_name):
+        started.append(cmd)
+        (tmp_path / "data_x").mkdir(exist_ok=True)
+        (tmp_path / "data_x" / "index.jsonl").write_text("")  # what prepare leaves behind
+        return cmd
+
+    monkeypatch.setattr(recipe, "run", lambda cmd, log_name: ran.append(cmd))
+    monkeypatch.setattr(recipe, "start", start)
+    monkeypatch.setattr(recipe, "wait", lambda *procs: None)
+    (tmp_path / "corpus_x").mkdir()
+    (tmp_path / "corpus_x" / "arrays.jsonl").write_text("")  # rendered already: no corpus step
+    recipe.aligned_data("corpus_x", "data_x")
+    assert len(started) == 2 and all(str(tmp_path / "corpus_x" / "manifest.jsonl") in c for c in started)
+    assert ["--part", "1"] == started[1][started[1].index("--part"):][:2]
+    (extract,) = ran
+    extractors = [extract[i + 1] for i, a in enumerate(extract) if a == "--extractor"]
+    assert extractors == [f"{run.ARRAYS_EXTRACTOR}={tmp_path / 'corpus_x' / 'arrays.jsonl'}",
+                          f"{run.SPEAKER_EXTRACTOR}={tmp_path / 'runs' / 'speaker'}"]
+    assert (tmp_path / "data_x" / "extracted.ok").is_file()
+    recipe.aligned_data("corpus_x", "data_x")
+    recipe.extract_once("data_x", "extracted.ok", "again", "x:y=z")
+    assert len(started) == 2 and len(ran) == 1
