@@ -126,16 +126,20 @@ class Recipe:
             cmd.append("--resume")
         return self.start(cmd, name)
 
+    def train_through(self, stage: str, name: str, data: str = "data", config: str | None = None) -> None:
+        """``train`` one run and wait for it (nothing runs when it is done already), then mark it done."""
+        proc = self.train(stage, name, data, config=config)
+        if proc is not None:
+            self.wait(proc)
+        self.mark_done(name)
+
     def hift_rounds(self, configs: list[str]) -> None:
         """HiFT rounds on joe's corpus (``data_p``), one after another: ``configs[i]`` into ``runs/<configs[i]>``,
         the last into ``runs/hift_joe`` (what package.py takes); a round may start from an earlier one's export
         (``init_hift: RUN:<name>``)."""
         for i, config in enumerate(configs):
             name = "hift_joe" if i == len(configs) - 1 else config
-            proc = self.train("hift", name, "data_p", config=config)
-            if proc is not None:
-                self.wait(proc)
-            self.mark_done(name)
+            self.train_through("hift", name, "data_p", config=config)
 
     def continue_run(self, source: str, name: str) -> None:
         """Seed ``runs/<name>`` with the newest checkpoint of ``runs/<source>``: ``name`` resumes from it on its own
@@ -217,17 +221,11 @@ class Recipe:
         if hift is not None:
             self.wait(hift)
         self.mark_done("hift")
-        refine = self.train("hift", "hift_refine")  # generator-only refinement from the hift export
-        if refine is not None:
-            self.wait(refine)
-        self.mark_done("hift_refine")
+        self.train_through("hift", "hift_refine")  # generator-only refinement from the hift export
 
         gan = self.train("hift", "hift_gan")
         self.continue_run("tokenizer", "tokenizer_v2")
-        tokenizer = self.train("tokenizer", "tokenizer_v2")
-        if tokenizer is not None:
-            self.wait(tokenizer)
-        self.mark_done("tokenizer_v2")
+        self.train_through("tokenizer", "tokenizer_v2")
         self.extract_tokens_v2()
         back = [p for p in (self.train("lm", "lm_v2", "data_v2"), self.train("flow", "flow_v2", "data_v2")) if p]
         self.wait(*back)
@@ -310,10 +308,7 @@ class Recipe:
                 if p is not None]
         self.wait(*back)
         self.mark_done("lm_phoneme", "flow_phoneme")
-        tok = self.train("frame_tokenizer", "frame_tokenizer", "data_p")
-        if tok is not None:
-            self.wait(tok)
-        self.mark_done("frame_tokenizer")
+        self.train_through("frame_tokenizer", "frame_tokenizer", "data_p")
         # The flow round runs beside the HiFT rounds; the HiFT rounds run one after another (each may start from
         # the one before: ``init_hift: RUN:<config>``), the last into runs/hift_joe, which package.py takes.
         flow = self.train("flow", "flow_phoneme_r2", "data_p") if more_flow else None
@@ -326,34 +321,22 @@ class Recipe:
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
-            flow = self.train("flow", "flow_phoneme_rates", "data_q")
-            if flow is not None:
-                self.wait(flow)
-            self.mark_done("flow_phoneme_rates")
+            self.train_through("flow", "flow_phoneme_rates", "data_q")
         if more_tokenizer:
             data = "data_q"
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
                 self.flite_data()
                 data = "data_f"
-            tok = self.train("frame_tokenizer", more_tokenizer, data)
-            if tok is not None:
-                self.wait(tok)
-            self.mark_done(more_tokenizer)
+            self.train_through("frame_tokenizer", more_tokenizer, data)
         if voices_flow:
             self.flite_data()
             self.extract_once("data_f", "spk_emb.ok", "extract_data_f_spk",
                               f"{SPEAKER_EXTRACTOR}={w / 'runs' / 'speaker'}")
-            flow = self.train("flow", "flow_phoneme_voices", "data_f")
-            if flow is not None:
-                self.wait(flow)
-            self.mark_done("flow_phoneme_voices")
+            self.train_through("flow", "flow_phoneme_voices", "data_f")
         if flow_mel_hift:
             self.extract_once("data_q", "flow_mel.ok", "extract_flow_mel",
                               f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}")
-            hift = self.train("hift", "hift_joe_flowmel", "data_q")
-            if hift is not None:
-                self.wait(hift)
-            self.mark_done("hift_joe_flowmel")
+            self.train_through("hift", "hift_joe_flowmel", "data_q")
         cmd = [sys.executable, str(HERE / "package.py"), "--work", str(w), "--design", "v2"]
         self.run(cmd + (["--install"] if install else []), "package")
         _log(f"done: {w / 'model'}")
