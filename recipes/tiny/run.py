@@ -43,6 +43,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               (frame_tokenizer_voices: heard in other voices too; frame_tokenizer_flite: with three flite voices,
               corpus_f -> data_f)                                 -> WORK/runs/CONFIG
   flow_phoneme_voices (--voices-flow): a flow round on data_f (joe, three flite voices) -> WORK/runs/flow_phoneme_voices
+  corpus_r + flow_phoneme_speed (--speed-flow): 6,000 sentences read 0.5-2.1x as fast as their tokens (data_r),
+              a flow round on them from the newest flow (speed_method="flow") -> WORK/runs/flow_phoneme_speed
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -279,7 +281,7 @@ class Recipe:
 
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
-           more_tokenizer: str | None = None, voices_flow: bool = False) -> None:
+           more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -292,7 +294,9 @@ class Recipe:
         and the shipped vocoder fine-tuned on them (configs/hift_joe_flowmel.yaml -> runs/hift_joe_flowmel);
         ``more_tokenizer``: the config (``frame_tokenizer_r2``, ``frame_tokenizer_voices``) that continues the shipped
         frame tokenizer on that corpus, into runs/<config>; ``voices_flow``: a flow round from the shipped flow on
-        joe's second corpus plus three flite voices (configs/flow_phoneme_voices.yaml, WORK/data_f with x-vectors)."""
+        joe's second corpus plus three flite voices (configs/flow_phoneme_voices.yaml, WORK/data_f with x-vectors);
+        ``speed_flow``: speaking-rate pairs (WORK/corpus_r -> WORK/data_r, audio read 0.5-2.1x as fast as its tokens)
+        and a flow round on them (configs/flow_phoneme_speed.yaml) from the newest v2 flow."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -333,6 +337,10 @@ class Recipe:
             self.extract_once("data_f", "spk_emb.ok", "extract_data_f_spk",
                               f"{SPEAKER_EXTRACTOR}={w / 'runs' / 'speaker'}")
             self.train_through("flow", "flow_phoneme_voices", "data_f")
+        if speed_flow:
+            self.aligned_data("corpus_r", "data_r", "--seed", "2", "--speeds", "0.5", "2.1", "--id-prefix", "joe_r",
+                              "--utterances", "6000")
+            self.train_through("flow", "flow_phoneme_speed", "data_r")
         if flow_mel_hift:
             self.extract_once("data_q", "flow_mel.ok", "extract_flow_mel",
                               f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}")
@@ -376,13 +384,16 @@ def main() -> None:
     p.add_argument("--voices-flow", action="store_true",
                    help="with --design v2: a flow round on joe's second corpus plus three flite voices "
                         "(configs/flow_phoneme_voices.yaml; measured, not shipped: docs/cadenza-tiny.md)")
+    p.add_argument("--speed-flow", action="store_true",
+                   help="with --design v2: a flow round on speaking-rate pairs, audio read 0.5-2.1x as fast as its "
+                        "tokens (configs/flow_phoneme_speed.yaml), for speed_method='flow'")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
         recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
-                  a.more_tokenizer, a.voices_flow)
+                  a.more_tokenizer, a.voices_flow, a.speed_flow)
 
 
 if __name__ == "__main__":

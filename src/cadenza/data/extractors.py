@@ -176,6 +176,9 @@ class TextIdsExtractor:
 class ManifestArraysExtractor:
     """Integer arrays computed elsewhere, per utterance id, from a JSONL file (one object per line: ``id`` plus
     ``speech_tokens`` and/or ``text_ids`` lists) — e.g. tokens from a teacher's own alignment (recipes/tiny).
+    A row may also give ``speech_rate``, a positive number stored as float32 ``[1]``: how many times faster than its
+    speech tokens' own timeline the audio is read (speaking-rate pairs for the flow, ``training/flow_stage.py``); once
+    one row gives it, a row without it stores 1.
 
     On the command line: ``--extractor cadenza.data.extractors:manifest_arrays=PATH``. An utterance the file does
     not list is rejected with that reason; the fields are those of the file's first line.
@@ -198,13 +201,21 @@ class ManifestArraysExtractor:
                 raw = json.loads(line)
                 row = {k: np.asarray(raw[k], dtype=np.int32) for k in self._KNOWN if k in raw}
                 key = str(raw["id"])
+                rate = raw.get("speech_rate")
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"{path}:{n}: not an object with 'id' and integer lists: {exc}") from exc
             if not row or any(a.ndim != 1 or a.size == 0 for a in row.values()):
                 raise InputError(f"{path}:{n}: needs non-empty 'speech_tokens' and/or 'text_ids' lists")
+            if rate is not None:
+                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 16:
+                    raise InputError(f"{path}:{n}: speech_rate must be a number in (0, 16), not {rate!r}")
+                row["speech_rate"] = np.asarray([rate], dtype=np.float32)
             self.rows[key] = row
         if not self.rows:
             raise InputError(f"{path} lists no utterances")
+        if any("speech_rate" in r for r in self.rows.values()):  # a row without one is read at its own rate
+            for r in self.rows.values():
+                r.setdefault("speech_rate", np.ones(1, dtype=np.float32))
         self.fields = tuple(next(iter(self.rows.values())))
 
     def __call__(self, utt: Utterance) -> dict[str, Any]:

@@ -6,6 +6,11 @@ the encoder with each row's attention chunk, the projection to ``mu``, the speak
 each row (the prompt, as at inference) and the loss covers the frames after them (or all valid frames with
 ``loss_on_prompt``, the reference's choice).
 
+Speaking-rate pairs (``frame_lens``, docs/controls.md "Speed"): a row whose mel is read faster or slower than its
+tokens' own timeline has its ``mu`` (``ratio`` frames per token) resampled linearly to the mel's frame count — the
+same resampling the engine applies for ``speed`` with ``speed_method="flow"`` — so the estimator learns to render
+a condition at another rate instead of blurring it.
+
 Attention mask kinds (the CosyVoice 2 paper's four; docs/training.md, "Stage flow"), one per row: ``full`` (non-causal),
 ``causal`` (full-causal: a frame sees only the past), ``chunk`` (chunk-M: the config's static chunk sizes, 25 tokens /
 50 frames) and ``chunk2`` (chunk-2M). Training on all four lets one model serve offline and streaming inference at
@@ -15,6 +20,7 @@ different latencies.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import InputError
@@ -58,15 +64,20 @@ class FlowForTraining(nn.Module):
         t: torch.Tensor,
         z: torch.Tensor,
         cfg_keep: torch.Tensor,
+        frame_lens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens ``[B, T]`` (padded), token_lens ``[B]``, mel ``[B, mel, ratio*T]`` (padded with zeros), spk
-        ``[B, spk_dim]``, prompt_lens ``[B]`` (frames), enc/est_chunks ``[B]``, t ``[B]``, z like mel, cfg_keep
-        ``[B]`` bool -> (loss averaged over this batch's loss frames x mel bins, number of loss frames)."""
+        """tokens ``[B, T]`` (padded), token_lens ``[B]``, mel ``[B, mel, F]`` (padded with zeros; ``F = ratio*T``
+        without ``frame_lens``), spk ``[B, spk_dim]``, prompt_lens ``[B]`` (frames), enc/est_chunks ``[B]``, t
+        ``[B]``, z like mel, cfg_keep ``[B]`` bool, frame_lens ``[B]`` (optional: each row's mel frames, where they
+        differ from ``ratio x`` its tokens ``mu`` is resampled to them) -> (loss averaged over this batch's loss
+        frames x mel bins, number of loss frames)."""
         flow = self.flow
         token_mask = padding_mask(token_lens, tokens.size(1)).transpose(1, 2)  # [B, T, 1]
         x = flow.input_embedding(tokens.clamp(min=0)) * token_mask.to(flow.input_embedding.weight.dtype)
         h, h_mask = flow.encoder(x, token_lens, chunk_sizes=enc_chunks)
         mu = flow.encoder_proj(h).transpose(1, 2).contiguous()
+        if frame_lens is not None:
+            mu, h_mask = self._at_frame_lens(mu, token_lens, frame_lens, mel.size(2))
         if mu.shape != mel.shape:
             raise InputError(f"mel {tuple(mel.shape)} does not match the encoder output {tuple(mu.shape)}")
         mask = h_mask.to(mu.dtype)  # [B, 1, frames]
@@ -82,3 +93,14 @@ class FlowForTraining(nn.Module):
             prior = ((mu.float() - mel.float()) ** 2 * loss_mask).sum() / (loss_mask.sum() * mel.size(1)).clamp_min(1)
             loss = loss + self.prior_weight * prior
         return loss, loss_mask.sum()
+
+    def _at_frame_lens(self, mu: torch.Tensor, token_lens: torch.Tensor, frame_lens: torch.Tensor,
+                       frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """mu ``[B, mel, ratio*T]`` -> ``[B, mel, frames]``: row ``i``'s first ``ratio * token_lens[i]`` frames
+        resampled (linear, half-pixel centres: the engine's rule) to ``frame_lens[i]``; the mask of those frames."""
+        ratio = self.flow.cfg.token_mel_ratio
+        out = mu.new_zeros(mu.size(0), mu.size(1), frames)
+        for i, (n, f) in enumerate(zip((token_lens * ratio).tolist(), frame_lens.tolist(), strict=True)):
+            row = mu[i: i + 1, :, :n]
+            out[i, :, :f] = (row if f == n else F.interpolate(row, size=f, mode="linear", align_corners=False))[0]
+        return out, padding_mask(frame_lens.to(mu.device), frames)

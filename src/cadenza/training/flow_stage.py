@@ -10,7 +10,10 @@ Per utterance (drawn from ``seeding.item_generator``, so reproducible across res
 * one attention mask kind per utterance, uniformly from ``attention_masks`` (the paper's four: non-causal,
   full-causal, chunk-M, chunk-2M). The reference has two (full or chunk-M) and draws one per *batch*;
 * flow time ``t ~ U(0, 1)``, noise ``z ~ N(0, I)`` and classifier-free-guidance dropout (``mu``, speaker and
-  ``cond`` zeroed with probability ``training_cfg_rate`` = 0.2 of the model config).
+  ``cond`` zeroed with probability ``training_cfg_rate`` = 0.2 of the model config);
+* speaking-rate pairs: an item whose corpus gives a ``speech_rate`` ``s`` (``recipes/tiny/aligned_corpus.py
+  --speeds``) has audio read ``s`` x as fast as its tokens' timeline; its ``mu`` is resampled to the mel's
+  ``ratio x tokens / s`` frames (flow_objective.py), which teaches the flow ``speed_method="flow"``.
 
 Config (``flow:`` section)::
 
@@ -84,16 +87,22 @@ class FlowStageConfig:
 
 
 class FlowItems(Dataset):
-    """``[i] -> {"index", "tokens" [n], "mel" [ratio*n, mel], "spk" [spk_dim]}`` with tokens and mel cut to a common
-    length ``n = min(frames // ratio, tokens)`` (the frontend's rule for prompts)."""
+    """``[i] -> {"index", "tokens" [n], "mel" [f, mel], "spk" [spk_dim], "rate"}`` with tokens and mel cut to a
+    common length: ``n = min(frames // ratio, tokens)`` and ``f = ratio * n`` (the frontend's rule for prompts); for
+    an item stored with a ``speech_rate`` ``s`` != 1, ``n = min(tokens, floor(frames * s / ratio))`` and
+    ``f = min(frames, round(ratio * n / s))``."""
 
     def __init__(self, data_dir: Path, ratio: int, min_tokens: int, max_tokens: int) -> None:
-        self.base = ShardDataset(data_dir, ("speech_tokens", "mel", "spk_emb"))
+        self.base = ShardDataset(data_dir, ("speech_tokens", "mel", "spk_emb"), optional=("speech_rate",))
         self.ratio = ratio
         self.keep = []
+        self.rates: dict[int, float] = {}
         for i in range(len(self.base)):
             shapes = self.base.shapes(i)
-            n = min(shapes["mel"][0] // ratio, shapes["speech_tokens"][0])
+            rate = float(self.base.field(i, "speech_rate").reshape(-1)[0]) if "speech_rate" in shapes else 1.0
+            if rate != 1.0:
+                self.rates[i] = rate
+            n, _ = self._lengths(shapes["speech_tokens"][0], shapes["mel"][0], rate)
             if n >= min_tokens and (not max_tokens or n <= max_tokens):
                 self.keep.append(i)
         if not self.keep:
@@ -104,11 +113,20 @@ class FlowItems(Dataset):
     def __len__(self) -> int:
         return len(self.keep)
 
+    def _lengths(self, tokens: int, frames: int, rate: float) -> tuple[int, int]:
+        """(tokens kept, mel frames kept) of an item (class docstring)."""
+        if rate == 1.0:
+            n = min(frames // self.ratio, tokens)
+            return n, self.ratio * n
+        n = min(tokens, int(frames * rate / self.ratio))
+        return n, min(frames, round(self.ratio * n / rate))
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         item = self.base[self.keep[i]]
-        n = min(item["mel"].shape[0] // self.ratio, item["speech_tokens"].shape[0])
-        return {"index": i, "tokens": item["speech_tokens"][:n].long(), "mel": item["mel"][: self.ratio * n].float(),
-                "spk": item["spk_emb"].float().reshape(-1)}
+        rate = self.rates.get(self.keep[i], 1.0)
+        n, f = self._lengths(item["speech_tokens"].shape[0], item["mel"].shape[0], rate)
+        return {"index": i, "tokens": item["speech_tokens"][:n].long(), "mel": item["mel"][:f].float(),
+                "spk": item["spk_emb"].float().reshape(-1), "rate": rate}
 
 
 @register
@@ -138,17 +156,24 @@ class FlowStage(TrainingStage):
         return FlowItems(self.data_dir, self.flow_cfg.token_mel_ratio, self.cfg.min_tokens, self.cfg.max_tokens)
 
     def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """-> tokens ``[B, T]``, token_lens ``[B]``, mel ``[B, mel, F]``, spk, and ``frame_lens [B]`` when an item is
+        a speaking-rate pair (``F = ratio * T`` otherwise)."""
         b, ratio = len(items), self.flow_cfg.token_mel_ratio
         t_max = max(it["tokens"].numel() for it in items)
+        paired = any(it.get("rate", 1.0) != 1.0 for it in items)
+        f_max = max(it["mel"].shape[0] for it in items) if paired else ratio * t_max
         mel_bins = items[0]["mel"].shape[1]
         tokens = torch.zeros(b, t_max, dtype=torch.long)
-        mel = torch.zeros(b, mel_bins, ratio * t_max)
+        mel = torch.zeros(b, mel_bins, f_max)
         for i, it in enumerate(items):
             tokens[i, : it["tokens"].numel()] = it["tokens"]
             mel[i, :, : it["mel"].shape[0]] = it["mel"].transpose(0, 1)
-        return {"index": [it["index"] for it in items], "tokens": tokens, "mel": mel,
-                "token_lens": torch.tensor([it["tokens"].numel() for it in items]),
-                "spk": torch.stack([it["spk"] for it in items])}
+        batch = {"index": [it["index"] for it in items], "tokens": tokens, "mel": mel,
+                 "token_lens": torch.tensor([it["tokens"].numel() for it in items]),
+                 "spk": torch.stack([it["spk"] for it in items])}
+        if paired:
+            batch["frame_lens"] = torch.tensor([it["mel"].shape[0] for it in items])
+        return batch
 
     def draws(self, batch: dict[str, Any], step: int) -> dict[str, torch.Tensor]:
         """Per-utterance random choices: prompt length, mask kind, t, z, CFG keep."""
@@ -161,7 +186,7 @@ class FlowStage(TrainingStage):
         for i, index in enumerate(batch["index"]):
             g = item_generator(self.train_cfg.seed, step, index, SALT_FLOW)
             u_prompt, u_ratio, u_kind, t, u_cfg = torch.rand(5, generator=g).tolist()
-            frames = ratio * int(batch["token_lens"][i])
+            frames = int(batch["frame_lens"][i]) if "frame_lens" in batch else ratio * int(batch["token_lens"][i])
             r = lo + (hi - lo) * u_ratio
             prompt = 0 if u_prompt < self.cfg.no_prompt_probability else int(math.floor((1 - r) * frames))
             kind = self.cfg.attention_masks[min(int(u_kind * len(self.cfg.attention_masks)), len(self.cfg.attention_masks) - 1)]
@@ -181,7 +206,7 @@ class FlowStage(TrainingStage):
         loss, count = self.model(
             batch["tokens"].to(self.device), batch["token_lens"].to(self.device), batch["mel"].to(self.device),
             batch["spk"].to(self.device), d["prompt_lens"], d["enc_chunks"], d["est_chunks"], d["t"], d["z"],
-            d["cfg_keep"],
+            d["cfg_keep"], batch["frame_lens"].to(self.device) if "frame_lens" in batch else None,
         )
         # compute_loss averages over this rank's loss frames; rescale to the global average (see distributed.py)
         loss = loss * (count.detach().float() / global_mean_count(count, self.device))
