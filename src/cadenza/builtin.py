@@ -2,7 +2,8 @@
 
 cadenza-tiny is a small CosyVoice-2-architecture model trained by ``recipes/tiny`` (see docs/cadenza-tiny.md); its
 folder has the same layout as a released CosyVoice 2 directory plus ``cadenza.json`` (name, default speaker, the
-voice table). Any model folder may carry a ``cadenza.json``; only ``default_speaker`` is read at synthesis time.
+voice table). Any model folder may carry a ``cadenza.json``; ``default_speaker`` and ``speed_method`` (how the
+model's ``speed`` is best made, when the caller names none) are what synthesis reads of it.
 
 ``cadenza.json`` is checked key by key when a model loads (``ModelMetadata``): a wrong type or an unknown ``status``
 is a ``CheckpointError`` naming the file and the key, not a value that is silently ignored.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cadenza.engine.stream_schedule import SPEED_METHODS
 from cadenza.errors import CheckpointError, InputError
 from cadenza.loading.files import read_json_object
 from cadenza.loading.hub import locate_model
@@ -80,6 +82,7 @@ class ModelMetadata:
     text_frontend: str | None = None
     weights_dtype: str | None = None
     recipe: str | None = None
+    speed_method: str | None = None  # how this model's speed != 1 is best made (StreamSchedule.speed_method)
 
 
 def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> ModelMetadata:
@@ -111,6 +114,9 @@ def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> Mo
     dtype = doc.get("weights_dtype")
     if dtype is not None and dtype not in WEIGHT_DTYPES:
         raise fail("weights_dtype", f"one of {WEIGHT_DTYPES}", dtype)
+    speed_method = doc.get("speed_method")
+    if speed_method is not None and speed_method not in SPEED_METHODS:
+        raise fail("speed_method", f"one of {SPEED_METHODS}", speed_method)
     voices_raw = doc.get("voices", [])
     if not isinstance(voices_raw, list):
         raise fail("voices", "a list of objects", voices_raw)
@@ -138,6 +144,7 @@ def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> Mo
         log.warning("%s: ignoring unknown keys %s", source, unknown)
     return ModelMetadata(
         format=fmt, version=version, status=status, weights_dtype=dtype, voices=tuple(voices), speaker_prompts=prompts,
+        speed_method=speed_method,
         name=text(doc.get("name"), "name", blank=False),
         default_speaker=text(doc.get("default_speaker"), "default_speaker", blank=False),
         **{k: text(doc.get(k), k) for k in _TEXT_KEYS},

@@ -87,13 +87,15 @@ class Cadenza:
                         dtype: str | torch.dtype | Precision = torch.float32,
                         voices_dir: str | os.PathLike | None = None,
                         scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True,
-                        revision: str | None = None, speed_method: str = "wsola") -> Cadenza:
+                        revision: str | None = None, speed_method: str | None = None) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
         hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
         (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate, ``"wsola"`` (the
-        audio time-scaled, pitch kept) or ``"mel"`` (the flow's mel stretched before HiFT, as the release's
-        non-streaming speed does; docs/controls.md, "Speed").
+        audio time-scaled, pitch kept), ``"mel"`` (the flow's mel stretched before HiFT, as the release's
+        non-streaming speed does) or ``"flow"`` (the flow renders 1/speed as many frames: for a flow trained on
+        speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"wsola"`` (docs/controls.md,
+        "Speed").
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
         (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
@@ -105,12 +107,13 @@ class Cadenza:
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
         try:  # the schedule checks its own fields
-            schedule = StreamSchedule(speed_method=speed_method)
+            StreamSchedule(speed_method=speed_method or "wsola")
         except ValueError as exc:
             raise InputError(str(exc)[:200]) from exc
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
+        schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "wsola")
         model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``
         frontend = CosyVoice2Frontend(files, model.config)
         frontend.load_all()

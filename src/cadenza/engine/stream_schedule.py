@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SPEED_METHODS = ("wsola", "mel")
+SPEED_METHODS = ("wsola", "mel", "flow")
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,10 @@ class StreamSchedule:
     # Primed prompts (``engine/primed_prompts.py``): the flow state of each voice's prompt, kept for the voice's next
     # requests up to this many MiB in all (0: off). Saves a saved voice's prompt frames in every first chunk.
     primed_prompt_cache_mb: float = 1024.0
-    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "wsola" time-scales the audio (pitch kept;
-    # measured more intelligible on the built-in model at every speed), "mel" stretches the flow's mel before HiFT
-    # (what the release's non-streaming speed does).
+    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "wsola" time-scales the audio (pitch kept),
+    # "mel" stretches the flow's mel before HiFT (what the release's non-streaming speed does), "flow" renders the
+    # tokens at 1/speed as many frames inside the flow (``models/cosyvoice2/flow_rate.py``; for a flow trained on
+    # speaking-rate pairs; a model folder's cadenza.json may name it).
     speed_method: str = "wsola"
 
     def __post_init__(self) -> None:

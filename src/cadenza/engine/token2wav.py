@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from cadenza.audio.frame_stretch import FrameStretch
 from cadenza.audio.wsola import Wsola, time_scale
 from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker, crossfade_windows
+from cadenza.models.cosyvoice2.flow_rate import FrameRate
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
@@ -42,9 +43,11 @@ class Token2Wav:
     def full(
         self, tokens: torch.Tensor, prompt: SpeakerPrompt, speed: float = 1.0, generator: torch.Generator | None = None
     ) -> np.ndarray:
-        """All tokens at once (flow without chunk masks). tokens ``[1, T]`` -> float32 ``[960 T / speed]``."""
+        """All tokens at once (flow without chunk masks). tokens ``[1, T]`` -> float32 ``[960 T / speed]`` (the flow's
+        ``FrameRate.total`` frames x 480 with ``speed_method="flow"``)."""
+        by_flow = speed != 1.0 and self.schedule.speed_method == "flow"
         mel = self.model.flow.inference(tokens, prompt.flow_prompt_speech, prompt.prompt_mel, prompt.embedding,
-                                        streaming=False, finalize=True)
+                                        streaming=False, finalize=True, speed=speed if by_flow else 1.0)
         if speed != 1.0 and self.schedule.speed_method == "mel":
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         speech, _ = self.model.hift.inference(mel, generator=generator)
@@ -86,19 +89,30 @@ class _RecomputeFlow:
     """
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, final_full_attention: bool,
-                 frames_done: int = 0) -> None:
-        """frames_done: mel frames of this request already returned (by the flow stage this one replaces)."""
+                 frames_done: int = 0, speed: float = 1.0) -> None:
+        """frames_done: mel frames of this request already returned (by the flow stage this one replaces); speed:
+        the flow's speaking rate (``speed_method="flow"``)."""
         self.flow, self.prompt = model.flow, prompt
         self.ratio = model.config.flow.token_mel_ratio
         self.lookahead = model.config.flow.pre_lookahead_len
         self.final_full_attention = final_full_attention
         self.frames_done = frames_done
+        self.speed = speed
+        self.rate = None if speed == 1.0 else FrameRate(speed, prompt.prompt_mel.size(1))
+
+    def _frames(self, n_tokens: int, final: bool) -> int:
+        """Frames after the prompt a call on ``n_tokens`` tokens with complete look-ahead gives."""
+        prompt = self.prompt.prompt_mel.size(1)
+        mu = self.ratio * (self.prompt.flow_prompt_speech.size(1) + n_tokens)
+        if self.rate is None:
+            return mu - prompt
+        return (self.rate.total(mu) if final else self.rate.ready(mu)) - prompt
 
     def _mel(self, ids: list[int], streaming: bool, finalize: bool) -> torch.Tensor:
         """The frames of ``ids`` after those returned already: ``[1, mel, frames]``."""
         p = self.prompt
         mel = self.flow.inference(torch.tensor([ids]), p.flow_prompt_speech, p.prompt_mel, p.embedding,
-                                  streaming=streaming, finalize=finalize)[:, :, self.frames_done :]
+                                  streaming=streaming, finalize=finalize, speed=self.speed)[:, :, self.frames_done :]
         self.frames_done += mel.size(2)
         return mel
 
@@ -106,12 +120,12 @@ class _RecomputeFlow:
         """The frames of ``ids[offset:end]`` whose ``lookahead`` tokens exist (the reference's ``finalize=False``
         call on ``ids[:end + lookahead]``), with any left over from earlier chunks."""
         seen = ids[: end + lookahead]
-        if self.ratio * (len(seen) - self.lookahead) <= self.frames_done:
+        if len(seen) <= self.lookahead or self._frames(len(seen) - self.lookahead, False) <= self.frames_done:
             return self._empty()  # no token gained its look-ahead (a call on so few tokens would be refused)
         return self._mel(seen, streaming=True, finalize=False)
 
     def final(self, ids: list[int], offset: int) -> torch.Tensor:
-        if self.ratio * len(ids) <= self.frames_done:
+        if self._frames(len(ids), True) <= self.frames_done:
             return self._empty()
         return self._mel(ids, streaming=not self.final_full_attention, finalize=True)
 
@@ -125,12 +139,15 @@ class _RecomputeFlow:
 class _IncrementalFlowStage:
     """Cached flow stage: each token's mel is computed once (``IncrementalFlow``, its ``session``)."""
 
-    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, session=None) -> None:
-        """session: an ``IncrementalFlow`` of this prompt to continue (e.g. a primed one); default a new one."""
+    def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, session=None, speed: float = 1.0) -> None:
+        """session: an ``IncrementalFlow`` of this prompt to continue (e.g. a primed one); default a new one.
+        speed: the flow's speaking rate (``speed_method="flow"``)."""
         from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 
         self.session = session or IncrementalFlow(model.flow, prompt.flow_prompt_speech, prompt.prompt_mel,
                                                   prompt.embedding)
+        if speed != 1.0:
+            self.session.set_speed(speed)
 
     def chunk(self, ids: list[int], offset: int, end: int, lookahead: int) -> torch.Tensor:
         return self.session.push(*self.push_args(ids, offset, end, lookahead))
@@ -162,8 +179,10 @@ class StreamSynthesis:
     (``Wsola``: the same samples as time-scaling the whole; holds back ~55-70 ms of look-ahead until the next chunk
     or the end), or each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
     the whole-utterance ``F.interpolate`` of ``Token2Wav.full``) between the flow and HiFT, which rebuilds the pitch
-    from the frames, holding back at most one mel frame. Either way the chunk schedule (in tokens) is unchanged, so
-    the first chunk comes as early as at speed 1 (docs/controls.md, "Speed").
+    from the frames, holding back at most one mel frame, or the flow itself renders ``1 / speed`` as many frames
+    (``"flow"``: ``flow_rate.FrameRate`` inside ``IncrementalFlow``, holding back at most one frame until the next
+    chunk; no flow ahead then). Either way the chunk schedule (in tokens) is unchanged, so the first chunk comes as
+    early as at speed 1 (docs/controls.md, "Speed").
     """
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
@@ -171,15 +190,16 @@ class StreamSynthesis:
                  speed: float = 1.0) -> None:
         """flow_session: the ``IncrementalFlow`` of ``prompt`` to start from (a primed copy; taken over: ``close``
         frees it); only with an incremental schedule. speed: speaking rate in [0.5, 2]."""
-        by_mel = schedule.speed_method == "mel"
-        self.stretch = FrameStretch(speed) if speed != 1.0 and by_mel else None
-        self.time_scale = (Wsola(speed, model.config.hift.sampling_rate) if speed != 1.0 and not by_mel else None)
+        method = schedule.speed_method if speed != 1.0 else None
+        self.stretch = FrameStretch(speed) if method == "mel" else None
+        self.time_scale = Wsola(speed, model.config.hift.sampling_rate) if method == "wsola" else None
+        self.flow_speed = speed if method == "flow" else 1.0
         self.lookahead = model.config.flow.pre_lookahead_len
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)
         if flow_session is not None and not schedule.incremental:
             raise ValueError("a flow session needs an incremental schedule")
-        self.flow = (_IncrementalFlowStage(model, prompt, flow_session) if schedule.incremental
-                     else _RecomputeFlow(model, prompt, schedule.final_full_attention))
+        self.flow = (_IncrementalFlowStage(model, prompt, flow_session, self.flow_speed) if schedule.incremental
+                     else _RecomputeFlow(model, prompt, schedule.final_full_attention, speed=self.flow_speed))
         self._model, self._prompt, self._schedule = model, prompt, schedule
         self.vocoder = _StreamingVocoder(model, schedule)
         self.generator_for_call = generator_for_call
@@ -240,8 +260,8 @@ class StreamSynthesis:
         and whose look-ahead has arrived. Their mel is final there: each frame attends up to the end of its own
         attention chunk, so computing it before the chunk's last token gives the same frames (0 with the
         recomputing flow, which has no state to carry them)."""
-        if self.flow_session is None:
-            return 0
+        if self.flow_session is None or self.flow_speed != 1.0:
+            return 0  # at a flow speaking rate the estimator's chunks do not end on token boundaries
         start, prompt = self.flow_start, self._prompt.flow_prompt_speech.shape[1]
         last = min(self.chunker.offset + self.chunker.hop - 1, n_tokens - self.lookahead)
         point = (prompt + last) // self._boundary * self._boundary - prompt
@@ -274,7 +294,8 @@ class StreamSynthesis:
                      held / 2**20, self.chunks + 1, limit)
             frames_done = session.frames_emitted
             self.flow.close()
-            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done)
+            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done,
+                                       self.flow_speed)
 
     def flow_frames(self, n_tokens: int, final: bool) -> int | None:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""
@@ -283,7 +304,7 @@ class StreamSynthesis:
             return None
         start = self.flow_start
         return session.frames_to_compute(n_tokens - start if final
-                                                   else self.chunker.offset + self.chunker.hop - start)
+                                         else self.chunker.offset + self.chunker.hop - start, final)
 
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, final: bool) -> np.ndarray:

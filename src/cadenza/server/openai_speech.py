@@ -10,10 +10,10 @@ this request alone; ``model: "<model>:<adapter>"`` selects one too) and ``timest
 a ``speech.word`` event with each word's start and end, sent with the audio; docs/controls.md). Which fields each family honours: docs/server.md;
 a field a model cannot honour is a 400 naming it.
 
-Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): the output goes through a pitch-preserving
-time-scale (WSOLA; a CosyVoice 2 model loaded with ``speed_method="mel"`` stretches each chunk's mel before its
-vocoder instead). Values OpenAI allows
-outside that range are refused with 400 rather than faked by resampling (which would shift the pitch).
+Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): made as the loaded model's
+``speed_method`` says — a pitch-preserving time-scale of the output (WSOLA, the default), the mel stretched before
+the vocoder (``"mel"``) or the flow rendering fewer frames (``"flow"``, for a flow trained on speaking-rate
+pairs). Values OpenAI allows outside that range are refused with 400 rather than faked by resampling (which would shift the pitch).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import torch
 
 from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.engine.token2wav import StreamSynthesis, Token2Wav
+from cadenza.errors import InputError
 from cadenza.models.cosyvoice2.config import (
     CFMConfig,
     CosyVoice2Config,
@@ -48,6 +49,7 @@ from cadenza.models.cosyvoice2.config import (
 )
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
+from cadenza.models.cosyvoice2.flow_rate import FrameRate
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from helpers import assert_close, one_torch_thread
 
@@ -96,16 +98,16 @@ class Case:
     def lookahead(self) -> int:
         return self.flow.cfg.pre_lookahead_len
 
-    def recomputed(self, n: int, final: bool) -> torch.Tensor:
-        """``flow.inference(tokens[:n], streaming=True, finalize=final)`` -> ``[1, mel, frames]``; the frames of the
-        first ``n - pre_lookahead_len`` tokens (all ``n`` when final), none when there are none."""
-        key = (n, final)
+    def recomputed(self, n: int, final: bool, speed: float = 1.0) -> torch.Tensor:
+        """``flow.inference(tokens[:n], streaming=True, finalize=final, speed=speed)`` -> ``[1, mel, frames]``; the
+        frames of the first ``n - pre_lookahead_len`` tokens (all ``n`` when final), none when there are none."""
+        key = (n, final, speed)
         if key not in self.cache:
             if self.ratio * (n if final else n - self.lookahead) <= 0:
                 self.cache[key] = torch.zeros(1, self.flow.cfg.output_size, 0)
             else:
                 self.cache[key] = self.flow.inference(self.tokens[:, :n], self.prompt_token, self.prompt_feat,
-                                                      self.embedding, streaming=True, finalize=final)
+                                                      self.embedding, streaming=True, finalize=final, speed=speed)
         return self.cache[key]
 
 
@@ -141,9 +143,13 @@ def case(request) -> Case:
 Push = tuple[int, int, bool]
 
 
-def stream(case: Case, pushes: Sequence[Push], session: IncrementalFlow | None = None) -> list[torch.Tensor]:
-    """Run ``pushes`` on an ``IncrementalFlow``: the mel ``[1, mel, F_k]`` of each push."""
+def stream(case: Case, pushes: Sequence[Push], session: IncrementalFlow | None = None,
+           speed: float = 1.0) -> list[torch.Tensor]:
+    """Run ``pushes`` on an ``IncrementalFlow`` (at the flow speaking rate ``speed``): the mel ``[1, mel, F_k]`` of
+    each push."""
     session = session or IncrementalFlow(case.flow, case.prompt_token, case.prompt_feat, case.embedding)
+    if speed != 1.0:
+        session.set_speed(speed)
     outs, end = [], 0
     with session:
         for n, a, final in pushes:
@@ -153,24 +159,27 @@ def stream(case: Case, pushes: Sequence[Push], session: IncrementalFlow | None =
     return outs
 
 
-def recompute(case: Case, pushes: Sequence[Push]) -> list[torch.Tensor]:
+def recompute(case: Case, pushes: Sequence[Push], speed: float = 1.0) -> list[torch.Tensor]:
     """The same pushes on the recompute path (module docstring): the new frames of each push."""
     outs, end, seen, done = [], 0, 0, 0
     for n, a, final in pushes:
         end += n
         seen = max(seen, end + a)
-        mel = case.recomputed(end, True) if final else case.recomputed(seen, False)
+        mel = case.recomputed(end, True, speed) if final else case.recomputed(seen, False, speed)
         outs.append(mel[:, :, done:])
         done = max(done, mel.size(2))
     return outs
 
 
-def check(case: Case, pushes: Sequence[Push], name: str, outs: list[torch.Tensor] | None = None) -> None:
+def check(case: Case, pushes: Sequence[Push], name: str, outs: list[torch.Tensor] | None = None,
+          speed: float = 1.0) -> None:
     total = sum(n for n, _, _ in pushes)
-    outs = stream(case, pushes) if outs is None else outs
-    expected = recompute(case, pushes)
+    outs = stream(case, pushes, speed=speed) if outs is None else outs
+    expected = recompute(case, pushes, speed)
     assert [o.size(2) for o in outs] == [e.size(2) for e in expected], f"{name}: frames per push"
-    assert sum(o.size(2) for o in outs) == case.ratio * total, f"{name}: frames in all"
+    prompt = case.prompt_feat.size(1)
+    frames = FrameRate(speed, prompt).total(prompt + case.ratio * total) - prompt
+    assert sum(o.size(2) for o in outs) == frames, f"{name}: frames in all"
     for k, (got, ref) in enumerate(zip(outs, expected)):
         assert got.dtype == torch.float32
         assert_close(got, ref, TOL, f"{name}, push {k}")
@@ -306,6 +315,32 @@ def test_chunk_aligned_pushes_equal_one_call(case):
     assert_close(torch.cat(outs, dim=2), case.recomputed(total, True), TOL, "aligned pushes vs one call")
 
 
+@pytest.mark.parametrize("speed", [0.5, 1.5, 2.0])
+def test_push_patterns_at_a_flow_speaking_rate_equal_recompute(case, speed):
+    """``set_speed`` (``speed_method="flow"``: mu resampled to 1/speed of the frames): seeded random push patterns
+    and one push per token, each equal push by push to ``flow.inference(..., speed=speed)`` on the tokens seen,
+    ``FrameRate.total`` frames in all."""
+    rng = random.Random(23)
+    for k in range(12):
+        pushes = random_pushes(rng, case)
+        check(case, pushes, f"speed {speed}, pattern {k}: {pushes}", speed=speed)
+    check(case, plain_pushes([1] * 9, case.lookahead, 9, empty_final=False), f"speed {speed}, one token a push",
+          speed=speed)
+
+
+def test_a_primed_session_takes_a_speaking_rate(case):
+    """A primed session (its prompt's chunks committed) set to a rate streams as an unprimed one at that rate."""
+    pushes = plain_pushes([13, 30, 42], case.lookahead, 85, empty_final=False)
+    primed = IncrementalFlow(case.flow, case.prompt_token, case.prompt_feat, case.embedding)
+    primed.prime()
+    outs = stream(case, pushes, session=primed.clone(), speed=1.5)
+    check(case, pushes, "primed at 1.5", outs=outs, speed=1.5)
+    session = IncrementalFlow(case.flow, case.prompt_token, case.prompt_feat, case.embedding)
+    session.push(case.tokens[:, :4], case.tokens[:, 4:4 + case.lookahead])
+    with pytest.raises(InputError, match="before the first push"):
+        session.set_speed(2.0)
+
+
 # --- the engine: token -> wav with the request's hop schedule ---
 
 
@@ -339,11 +374,11 @@ def engine_model(request) -> CosyVoice2Model:
 
 
 def engine_stream(model, prompt, ids: list[int], schedule: StreamSchedule, bursts: list[int],
-                  ahead: list[bool]) -> tuple[list[torch.Tensor], list[np.ndarray]]:
+                  ahead: list[bool], speed: float = 1.0) -> tuple[list[torch.Tensor], list[np.ndarray]]:
     """Drive ``StreamSynthesis`` as the scheduler does: tokens arrive in ``bursts``; after each, every ready chunk
     runs and, where ``ahead`` says so, the flow of the next chunk's first tokens runs ahead; then ``finish``.
     Returns each chunk's (mel, audio)."""
-    synth = StreamSynthesis(model, prompt, schedule, lambda k: torch.Generator().manual_seed(300 + k))
+    synth = StreamSynthesis(model, prompt, schedule, lambda k: torch.Generator().manual_seed(300 + k), speed=speed)
     mels, audio, n = [], [], 0
     try:
         for k, burst in enumerate(bursts):
@@ -389,3 +424,34 @@ def test_engine_streams_equal_the_recomputing_engine(engine_model, n_tokens):
             for k, (got, ref) in enumerate(zip(audio, reference[1])):
                 assert_close(got, ref, TOL_AUDIO, f"{name}: audio of chunk {k}")
         assert Token2Wav(model).full(torch.tensor([ids]), prompt).size == full_len
+
+
+@pytest.mark.parametrize("speed", [0.5, 2.0])
+def test_engine_streams_at_a_flow_speaking_rate(engine_model, speed):
+    """``speed_method="flow"``: the incremental engine streams the recomputing engine's chunks (flow ahead asked for
+    at random moments: it does not run at a flow rate), with and without dropping its cache after the first chunk;
+    its frames and samples add up to the non-streaming ``Token2Wav.full`` at that speed."""
+    model, cfg = engine_model, engine_model.config
+    chunk, n_tokens = cfg.flow.encoder.static_chunk_size, 40
+    rng = random.Random(int(speed * 10))
+    prompt = voice(model, chunk + 2, seed=3)
+    ids = torch.randint(0, cfg.flow.vocab_size, (n_tokens,), generator=torch.Generator().manual_seed(6)).tolist()
+    bursts = []
+    while sum(bursts) < n_tokens:
+        bursts.append(rng.choice([1, 2, chunk, 3 * chunk]))
+    ahead = [rng.random() < 0.5 for _ in bursts]
+    base = dict(token_hop_len=chunk, token_max_hop_len=4 * chunk, speed_method="flow")
+    reference = engine_stream(model, prompt, ids, StreamSchedule(incremental=False, **base), bursts, ahead,
+                              speed=speed)
+    whole = Token2Wav(model, StreamSchedule(**base)).full(torch.tensor([ids]), prompt, speed=speed)
+    frames = FrameRate(speed, prompt.prompt_mel.size(1)).total(prompt.prompt_mel.size(1) + cfg.flow.token_mel_ratio
+                                                               * n_tokens) - prompt.prompt_mel.size(1)
+    assert whole.size == frames * cfg.hift.hop_length
+    for schedule in (StreamSchedule(**base), StreamSchedule(flow_cache_limit_mb=0, **base)):
+        mels, audio = engine_stream(model, prompt, ids, schedule, bursts, ahead, speed=speed)
+        name = f"speed {speed}, cache limit {schedule.flow_cache_limit_mb}"
+        assert [m.size(2) for m in mels] == [m.size(2) for m in reference[0]], name
+        assert sum(m.size(2) for m in mels) == frames, name
+        assert sum(a.size for a in audio) == whole.size, name
+        for k, (got, ref) in enumerate(zip(mels, reference[0])):
+            assert_close(got, ref, TOL, f"{name}: mel of chunk {k}")

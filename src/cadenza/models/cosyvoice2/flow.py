@@ -21,6 +21,7 @@ from cadenza.models.cosyvoice2.cfm import ConditionalFlowMatching
 from cadenza.models.cosyvoice2.config import FlowConfig
 from cadenza.models.cosyvoice2.flow_encoder import UpsampleConformerEncoder
 from cadenza.models.cosyvoice2.flow_estimator import CausalConditionalDecoder
+from cadenza.models.cosyvoice2.flow_rate import FrameRate
 
 
 class TokenToMelFlow(nn.Module):
@@ -90,6 +91,7 @@ class TokenToMelFlow(nn.Module):
         embedding: torch.Tensor,
         streaming: bool = False,
         finalize: bool = True,
+        speed: float = 1.0,
     ) -> torch.Tensor:
         """Generate the mel of ``token``.
 
@@ -101,10 +103,13 @@ class TokenToMelFlow(nn.Module):
             streaming: chunk-causal attention in encoder and estimator (same frames as a longer call would give).
             finalize: False when more tokens will follow: the last ``pre_lookahead_len`` tokens are then look-ahead
                 context only and produce no frames.
+            speed: speaking rate of the tokens after the prompt (``flow_rate.FrameRate``: ``mu`` resampled to
+                ``1 / speed`` as many frames; a flow trained on speaking-rate pairs renders them well).
 
         Returns:
             mel ``[1, mel, ratio * (P + T') - P_mel]`` float32 with ``T' = T`` (finalize) or
-            ``T - pre_lookahead_len``.
+            ``T - pre_lookahead_len``; at ``speed`` != 1 the frames after the prompt number ``FrameRate.total``
+            (finalize) or ``FrameRate.ready`` of theirs.
         """
         self._check_inputs(token, prompt_token, prompt_feat, embedding, finalize)
         weight = self.spk_embed_affine_layer.weight
@@ -114,6 +119,10 @@ class TokenToMelFlow(nn.Module):
         prompt_frames, total = prompt_feat.size(1), mu.size(2)
         if prompt_frames > total:
             raise InputError(f"prompt mel has {prompt_frames} frames but prompt + tokens only give {total}")
+        if speed != 1.0:
+            rate = FrameRate(speed, prompt_frames)
+            total = rate.total(total) if finalize else rate.ready(total)
+            mu = rate.resample(mu, 0, 0, total, mu.size(2))
         cond = self.prompt_condition(prompt_feat, 0, total, mu)
         mask = torch.ones(1, 1, total, device=mu.device, dtype=mu.dtype)
         mel = self.decoder(mu, mask, spks, cond, streaming=streaming)

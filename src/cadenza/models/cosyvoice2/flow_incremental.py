@@ -23,6 +23,11 @@ returns no frames for its last ``pre_lookahead_len`` tokens: a non-final push wh
 so far end before it) holds its last tokens back as look-ahead context only; a later push or the final one returns
 their frames. Every sequence of pushes therefore returns ``ratio`` x (all tokens) frames in all, never a frame
 computed with zeros in place of look-ahead tokens that then arrive.
+
+At a speaking rate (``set_speed``, ``speed_method="flow"``) the estimator's frames are ``FrameRate`` positions in
+``mu``: the committed ``mu`` frames a later frame still reads are kept (``_mu_tail`` from ``_mu_base``), a push
+returns the frames whose ``mu`` is final or, at the end, all of them, and the counts above become
+``FrameRate.total`` of the tokens' frames.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from cadenza.errors import InputError
 from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 from cadenza.models.cosyvoice2.cfm import time_grid
 from cadenza.models.cosyvoice2.flow import TokenToMelFlow
+from cadenza.models.cosyvoice2.flow_rate import FrameRate
 
 
 class _Plan(NamedTuple):
@@ -62,6 +68,8 @@ class _Step(NamedTuple):
     f_end: int
     f_commit: int  # frames whose estimator state is final after this push
     final: bool
+    source: torch.Tensor | None = None  # at a speaking rate: the mu frames read, [1, mel, n] from source_base
+    source_base: int = 0
 
 
 def _decode_batch(sessions: list[IncrementalFlow], steps: list[_Step]) -> torch.Tensor:
@@ -121,7 +129,10 @@ class IncrementalFlow:
         self._pending = prompt_token.to(device=weight.device, dtype=torch.long)  # tokens after the committed ones
         self._promised = self._pending.new_zeros(1, 0)  # look-ahead tokens the committed state relies on
         self._tokens_done = 0  # tokens whose encoder state is committed (a multiple of the token chunk)
-        self._mu_tail = None  # final mu of frames [frames_done, ratio * tokens_done): not yet in the estimator
+        self._mu_tail = None  # final mu of frames [mu_base, ratio * tokens_done) still to be read by the estimator
+        self._mu_base = 0  # first mu frame of _mu_tail (frames_done at speed 1)
+        self._rate: FrameRate | None = None  # set_speed: the estimator's frames at a speaking rate
+        self._prompt_tokens = prompt_token.size(1)
         self._frames_done = 0  # frames whose estimator state is committed (a multiple of the frame chunk)
         self._emitted = prompt_feat.size(1)  # frames returned so far (the prompt's are never returned)
         reserve = prompt_token.size(1) + max(0, reserve_tokens)
@@ -136,10 +147,26 @@ class IncrementalFlow:
         the final push)."""
         return self._emitted - self._prompt_feat.size(1)
 
-    def frames_to_compute(self, n_tokens: int) -> int:
+    def frames_to_compute(self, n_tokens: int, final: bool = False) -> int:
         """Estimator frames a push of ``n_tokens`` new tokens with a complete look-ahead (or a final one) runs (with
         the pending ones and the waiting ``mu``): ``push_many`` batches the sessions whose counts are equal."""
-        return self._ratio * (self._tokens_done + self._pending.size(1) + n_tokens) - self._frames_done
+        return self._out_frames(self._ratio * (self._tokens_done + self._pending.size(1) + n_tokens), final) \
+            - self._frames_done
+
+    def _out_frames(self, mu_frames: int, final: bool) -> int:
+        """Estimator frames computable from the first ``mu_frames`` frames of ``mu`` (all of them when ``final``)."""
+        if self._rate is None:
+            return mu_frames
+        return self._rate.total(mu_frames) if final else self._rate.ready(mu_frames)
+
+    def set_speed(self, speed: float) -> None:
+        """Render the tokens pushed from now on at ``speed`` (``flow_rate.FrameRate``: ``1 / speed`` as many frames;
+        for a flow trained on speaking-rate pairs). Before the first push of tokens (a primed session may be set)."""
+        if self._closed or self._finished or self._promised.size(1) or (
+                self._tokens_done + self._pending.size(1) != self._prompt_tokens):
+            raise InputError("set_speed() comes before the first push")
+        self._rate = None if speed == 1.0 else FrameRate(speed, self._prompt_feat.size(1))
+        self._mu_base = self._frames_done  # at speed 1 so far: _mu_tail starts at the estimator's frames
 
     @property
     def nbytes(self) -> int:
@@ -260,7 +287,7 @@ class IncrementalFlow:
             raise InputError(f"at most {self._lookahead_len} look-ahead tokens, got {lookahead.size(1)}")
         if tokens.size(1) == 0 and not final:
             raise InputError("a non-final push needs at least one token")
-        frames = self._ratio * (self._tokens_done + self._pending.size(1) + tokens.size(1))
+        frames = self._out_frames(self._ratio * (self._tokens_done + self._pending.size(1) + tokens.size(1)), True)
         if frames > self._flow.decoder.rand_noise.size(2):
             raise InputError(f"the flow can generate at most {self._flow.decoder.rand_noise.size(2)} mel frames per "
                              f"utterance (prompt included), this push would reach {frames}")
@@ -282,9 +309,12 @@ class IncrementalFlow:
         held = 0 if final else min(ids.size(1), self._lookahead_len - context.size(1))
         n = ids.size(1) - held
         total = self._tokens_done + n
-        new_frames = self._ratio * total > self._emitted
+        new_frames = self._out_frames(self._ratio * total, final) > self._emitted
         new_chunks = total // self._token_chunk > self._tokens_done // self._token_chunk
-        if n == 0 or not (new_frames or (new_chunks and not final)):
+        # At a speaking rate the final push may owe frames without owing tokens: the last frames read the last mu
+        # frame, which earlier pushes had to keep back (``FrameRate.ready``).
+        owed = final and self._rate is not None and new_frames
+        if (n == 0 and not owed) or not (new_frames or (new_chunks and not final)):
             return None  # no frame out and no state worth keeping: running it would only repeat earlier work
         return _Plan(ids[:, :n], ids[:, n:], context, final)
 
@@ -295,13 +325,18 @@ class IncrementalFlow:
         start, total = self._tokens_done, self._tokens_done + ids.size(1)
         # Every encoded token's look-ahead is complete (``_plan``); only complete chunks become final.
         commit = max(start, total // self._token_chunk * self._token_chunk)
-        self._encoder_cache.at(start, commit - start)
-        context = torch.cat([plan.held, plan.context], dim=1)
-        mu = self._flow.encode_tokens(ids, context, streaming=True, cache=self._encoder_cache)
-        if self._mu_tail is not None:
-            mu = torch.cat([self._mu_tail, mu], dim=2)
+        if ids.size(1):
+            self._encoder_cache.at(start, commit - start)
+            context = torch.cat([plan.held, plan.context], dim=1)
+            mu = self._flow.encode_tokens(ids, context, streaming=True, cache=self._encoder_cache)
+            if self._mu_tail is not None:
+                mu = torch.cat([self._mu_tail, mu], dim=2)
+        else:  # a final push at a speaking rate with frames owed and no token left: the kept mu is all it reads
+            mu = self._mu_tail
 
         r = self._ratio
+        if self._rate is not None:
+            return self._encode_at_rate(plan, commit, mu)
         f_start, f_end = self._frames_done, r * total
         f_commit = max(f_start, r * commit // self._frame_chunk * self._frame_chunk)
         for cache in self._step_caches:
@@ -309,6 +344,21 @@ class IncrementalFlow:
         cond = self._flow.prompt_condition(self._prompt_feat, f_start, f_end, mu)
         mask = torch.ones(1, 1, f_end - f_start, device=mu.device, dtype=mu.dtype)
         return _Step(ids, plan.held, commit, mu, cond, mask, f_start, f_end, f_commit, plan.final)
+
+    def _encode_at_rate(self, plan: _Plan, commit: int, mu: torch.Tensor) -> _Step:
+        """``_encode``'s CFM inputs at a speaking rate: ``mu`` (its frames ``[mu_base, ratio * total)``) resampled
+        to the estimator frames computable now; those whose ``mu`` is all committed are committed, per chunk."""
+        rate, r = self._rate, self._ratio
+        base, end = self._mu_base, r * (self._tokens_done + plan.ids.size(1))
+        f_start = self._frames_done
+        f_end = max(f_start, self._out_frames(end, plan.final))
+        f_commit = max(f_start, rate.ready(r * commit) // self._frame_chunk * self._frame_chunk)
+        frames = rate.resample(mu, base, f_start, f_end, end)
+        for cache in self._step_caches:
+            cache.at(f_start, f_commit - f_start)
+        cond = self._flow.prompt_condition(self._prompt_feat, f_start, f_end, frames)
+        mask = torch.ones(1, 1, f_end - f_start, device=mu.device, dtype=mu.dtype)
+        return _Step(plan.ids, plan.held, commit, frames, cond, mask, f_start, f_end, f_commit, plan.final, mu, base)
 
     def _advance(self, step: _Step, mel: torch.Tensor) -> torch.Tensor:
         """Commit the state after the CFM produced ``mel [1, mel, f_end - f_start]``; return the new frames."""
@@ -318,8 +368,14 @@ class IncrementalFlow:
         self._emitted = max(self._emitted, step.f_end)
         self._pending = torch.cat([step.ids[:, step.commit - start :], step.held], dim=1)
         self._tokens_done = step.commit
-        self._mu_tail = (step.mu[:, :, step.f_commit - step.f_start : r * step.commit - step.f_start]
-                         if r * step.commit > step.f_commit else None)
+        if step.source is None:
+            self._mu_tail = (step.mu[:, :, step.f_commit - step.f_start : r * step.commit - step.f_start]
+                             if r * step.commit > step.f_commit else None)
+        else:  # keep the committed mu frames that the next estimator frames read
+            keep = max(step.source_base, min(self._rate.first_needed(step.f_commit), r * step.commit - 1))
+            self._mu_tail = (step.source[:, :, keep - step.source_base : r * step.commit - step.source_base]
+                             if r * step.commit > keep else None)
+            self._mu_base = keep if self._mu_tail is not None else r * step.commit
         self._frames_done = step.f_commit
         self._finished = step.final
         return out
