@@ -178,7 +178,7 @@ def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
     assemble_model_dir(_newest_run(runs, "frame_tokenizer_flite", "frame_tokenizer_voices", "frame_tokenizer_r2", "frame_tokenizer"), _newest_run(runs, "speaker"),
-                       _newest_run(runs, "lm_phoneme"), _newest_run(runs, "flow_phoneme_rates", "flow_phoneme_r2", "flow_phoneme"),
+                       _newest_run(runs, "lm_phoneme"), _newest_run(runs, "flow_phoneme_speed_fast", "flow_phoneme_rates", "flow_phoneme_r2", "flow_phoneme"),
                        _newest_run(runs, "hift_joe_flowmel", "hift_joe", "hift_gan"), out=fp32)
     shutil.copyfile(corpus / "phonemes.json", fp32 / "CosyVoice-BlankEN" / "phonemes.json")
     _set_flow_sampling(fp32 / "cosyvoice2.yaml", V2_INFERENCE_CFG_RATE, V2_INFERENCE_TEMPERATURE)

@@ -43,8 +43,9 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               (frame_tokenizer_voices: heard in other voices too; frame_tokenizer_flite: with three flite voices,
               corpus_f -> data_f)                                 -> WORK/runs/CONFIG
   flow_phoneme_voices (--voices-flow): a flow round on data_f (joe, three flite voices) -> WORK/runs/flow_phoneme_voices
-  corpus_r + flow_phoneme_speed (--speed-flow): 6,000 sentences read 0.5-2.1x as fast as their tokens (data_r),
-              a flow round on them from the newest flow (speed_method="flow") -> WORK/runs/flow_phoneme_speed
+  corpus_r + flow_phoneme_speed, corpus_r2 + flow_phoneme_speed_fast (--speed-flow): 6,000 sentences read 0.5-2.1x
+              as fast as their tokens (data_r), a flow round on them from the newest flow, then 4,000 more read up to
+              ~2.1x (data_r2) and a round from that one (speed_method="flow") -> WORK/runs/flow_phoneme_speed_fast
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
@@ -296,7 +297,8 @@ class Recipe:
         frame tokenizer on that corpus, into runs/<config>; ``voices_flow``: a flow round from the shipped flow on
         joe's second corpus plus three flite voices (configs/flow_phoneme_voices.yaml, WORK/data_f with x-vectors);
         ``speed_flow``: speaking-rate pairs (WORK/corpus_r -> WORK/data_r, audio read 0.5-2.1x as fast as its tokens)
-        and a flow round on them (configs/flow_phoneme_speed.yaml) from the newest v2 flow."""
+        and a flow round on them (configs/flow_phoneme_speed.yaml) from the newest v2 flow, then fast pairs
+        (WORK/corpus_r2 -> WORK/data_r2) and a round from that one (configs/flow_phoneme_speed_fast.yaml)."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -337,10 +339,13 @@ class Recipe:
             self.extract_once("data_f", "spk_emb.ok", "extract_data_f_spk",
                               f"{SPEAKER_EXTRACTOR}={w / 'runs' / 'speaker'}")
             self.train_through("flow", "flow_phoneme_voices", "data_f")
-        if speed_flow:
+        if speed_flow:  # two rounds: all rates, then the fast ones (configs/flow_phoneme_speed*.yaml)
             self.aligned_data("corpus_r", "data_r", "--seed", "2", "--speeds", "0.5", "2.1", "--id-prefix", "joe_r",
                               "--utterances", "6000")
             self.train_through("flow", "flow_phoneme_speed", "data_r")
+            self.aligned_data("corpus_r2", "data_r2", "--seed", "3", "--speeds", "0.7", "4", "--at-speed-one", "0.15",
+                              "--id-prefix", "joe_f", "--utterances", "4000")
+            self.train_through("flow", "flow_phoneme_speed_fast", "data_r2")
         if flow_mel_hift:
             self.extract_once("data_q", "flow_mel.ok", "extract_flow_mel",
                               f"cadenza.training.hift.flow_mels:flow_mel_extractor={SHIPPED}")
@@ -385,8 +390,8 @@ def main() -> None:
                    help="with --design v2: a flow round on joe's second corpus plus three flite voices "
                         "(configs/flow_phoneme_voices.yaml; measured, not shipped: docs/cadenza-tiny.md)")
     p.add_argument("--speed-flow", action="store_true",
-                   help="with --design v2: a flow round on speaking-rate pairs, audio read 0.5-2.1x as fast as its "
-                        "tokens (configs/flow_phoneme_speed.yaml), for speed_method='flow'")
+                   help="with --design v2: two flow rounds on speaking-rate pairs, audio read 0.5-2.1x as fast as its "
+                        "tokens (configs/flow_phoneme_speed.yaml, flow_phoneme_speed_fast.yaml), for speed_method='flow'")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

@@ -65,10 +65,22 @@ def tts_mel():
         yield model
 
 
-@pytest.mark.parametrize(("method", "speed"), [("wsola", 0.5), ("wsola", 2.0), ("mel", 0.5), ("mel", 2.0)])
-def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel, base_chunks, base_pitch, method,
-                                                                  speed):
-    model = tts if method == "wsola" else tts_mel
+@pytest.fixture(scope="module")
+def tts_flow():
+    """The built-in model with its flow rendering 1/speed as many frames (its flow has heard speaking-rate pairs)."""
+    with cadenza.load(speed_method="flow") as model:
+        yield model
+
+
+def test_the_built_in_model_time_scales_its_output_by_default(tts):
+    assert tts.engine.schedule.speed_method == "wsola"  # measured the most intelligible (docs/controls.md)
+
+
+@pytest.mark.parametrize(("method", "speed"), [("wsola", 0.5), ("wsola", 2.0), ("mel", 0.5), ("mel", 2.0),
+                                               ("flow", 0.5), ("flow", 2.0)])
+def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_flow, tts_mel, base_chunks, base_pitch,
+                                                                  method, speed):
+    model = {"wsola": tts, "flow": tts_flow, "mel": tts_mel}[method]
     sr = model.sample_rate
     chunks = list(model.synthesize_stream(TEXT, seed=7, speed=speed))
     base, fast = np.concatenate(base_chunks), np.concatenate(chunks)
@@ -78,18 +90,19 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_mel
     assert abs(fast.size - whole.size) <= chunks[0].size
     # Pitch (three sentences pooled: one sentence's median swings on this breathy voice, 3.7 % streamed against
     # whole at 2.0 with the fourth flow round): streaming keeps what the whole utterance's rate change gives (within
-    # 3 %); WSOLA keeps speed 1's within 5 %. The mel stretch (opt-in) moves it more: HiFT rebuilds the pitch from
-    # frames fed at another rate (docs/controls.md, "Speed").
+    # 3 %); the flow's own rate and WSOLA keep speed 1's within 5 %. The mel stretch (opt-in) moves it more: HiFT
+    # rebuilds the pitch from frames fed at another rate (docs/controls.md, "Speed").
     streamed = _pooled_f0(model, speed, first=chunks)
     assert abs(streamed / _pooled_f0(model, speed, whole=True) - 1) < 0.03
     ratio = streamed / base_pitch
-    assert abs(ratio - 1) < (0.05 if method == "wsola" else MEL_F0_TOLERANCE)
+    assert abs(ratio - 1) < (MEL_F0_TOLERANCE if method == "mel" else 0.05)
     # The first chunk covers the same tokens as at speed 1 (it is not delayed).
     if method == "wsola":  # its audio time-scaled, less the look-ahead WSOLA holds for the next chunk
         w = Wsola(speed, sr)
         assert (base_chunks[0].size - w.lookahead_samples) / speed - w.frame <= chunks[0].size
         assert chunks[0].size <= base_chunks[0].size / speed + w.frame
-    else:  # its mel frames (the audio plus the 8 frames HiFT holds back) 1 / speed as many, up to one frame
+    else:  # its mel frames (the audio plus the 8 frames HiFT holds back) 1 / speed as many, up to one frame (the
+        # stretch, or the flow's rate, holds back at most one frame whose neighbour comes with the next chunk)
         frame, held = 480, 8 * 480
         assert abs((chunks[0].size + held) - (base_chunks[0].size + held) / speed) <= 2 * frame
 
