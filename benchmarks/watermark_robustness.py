@@ -93,6 +93,7 @@ def robustness(args, rng: np.random.Generator) -> None:
     header = " | ".join(f"{s:g} s crops: found / payload / bits" for s in lengths)
     print(f"| condition | whole clips: found / payload | {header} |")
     print("|---|---|" + "---|" * len(lengths))
+    wrong = reads = 0  # payloads read (CRC matched) that are not the one embedded
     for cname, transform in conditions(rng).items():
         whole_found = whole_payload = 0
         crop_stats = {s: [0, 0, 0, 0] for s in lengths}  # found, payload, bit errors, trials
@@ -108,6 +109,8 @@ def robustness(args, rng: np.random.Generator) -> None:
                     st[0] += c.found
                     st[1] += c.payload == payload
                     st[2] += bit_errors(c.raw_payload, payload)
+                    reads += c.payload is not None
+                    wrong += c.payload is not None and c.payload != payload
                     st[3] += 1
         cells = []
         for seconds in lengths:
@@ -115,7 +118,8 @@ def robustness(args, rng: np.random.Generator) -> None:
             cells.append(f"{found / n:.1%} / {pay / n:.1%} / {1 - errors / (32 * n):.1%}")
         print(f"| {cname} | {whole_found}/{len(marked)} / {whole_payload}/{len(marked)} | {' | '.join(cells)} |")
     print("\nfound: detection rate; payload: payload read with a matching CRC; bits: payload bits right "
-          "(hard decisions, CRC or not).\n")
+          "(hard decisions, CRC or not).")
+    print(f"wrong payloads (read with a matching CRC, not the one embedded): {wrong} of {reads} crop reads\n")
 
 
 def builtin_speech(count: int) -> tuple[int, list[np.ndarray]]:
