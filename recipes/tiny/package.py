@@ -168,6 +168,14 @@ def _set_flow_sampling(yaml_file: Path, rate: float, temperature: float) -> None
     yaml_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
+# The rounds the shipped v2 weights come from, latest first (the first that finished is packaged). Trial rounds that
+# were measured and not kept (docs/cadenza-tiny.md, "Quality": frame_tokenizer_r2 / _voices, flow_phoneme_rates /
+# _voices, hift_joe_flowmel) are never picked, so running one does not change what --install ships.
+V2_TOKENIZER_ROUNDS = ("frame_tokenizer_flite", "frame_tokenizer")
+V2_FLOW_ROUNDS = ("flow_phoneme_speed_fast", "flow_phoneme_r2", "flow_phoneme")
+V2_HIFT_ROUNDS = ("hift_joe", "hift_gan")
+
+
 def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str = V2_STATUS_NOTE) -> Path:
     """The v2 folder: frame tokenizer, v1 speaker encoder and HiFT, phoneme LM and flow, ``phonemes.json``; one
     saved voice (joe, the default) with oracle prompt tokens."""
@@ -177,9 +185,9 @@ def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str
     runs, corpus = work / "runs", work / "corpus_v2"
     fp32 = work / "model_fp32"
     shutil.rmtree(fp32, ignore_errors=True)
-    assemble_model_dir(_newest_run(runs, "frame_tokenizer_flite", "frame_tokenizer_voices", "frame_tokenizer_r2", "frame_tokenizer"), _newest_run(runs, "speaker"),
-                       _newest_run(runs, "lm_phoneme"), _newest_run(runs, "flow_phoneme_speed_fast", "flow_phoneme_rates", "flow_phoneme_r2", "flow_phoneme"),
-                       _newest_run(runs, "hift_joe_flowmel", "hift_joe", "hift_gan"), out=fp32)
+    assemble_model_dir(_newest_run(runs, *V2_TOKENIZER_ROUNDS), _newest_run(runs, "speaker"),
+                       _newest_run(runs, "lm_phoneme"), _newest_run(runs, *V2_FLOW_ROUNDS),
+                       _newest_run(runs, *V2_HIFT_ROUNDS), out=fp32)
     shutil.copyfile(corpus / "phonemes.json", fp32 / "CosyVoice-BlankEN" / "phonemes.json")
     _set_flow_sampling(fp32 / "cosyvoice2.yaml", V2_INFERENCE_CFG_RATE, V2_INFERENCE_TEMPERATURE)
     arrays = {}

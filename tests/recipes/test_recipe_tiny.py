@@ -147,6 +147,22 @@ def test_second_round_continues_the_newest_checkpoint_and_packages_the_newest_ro
     assert newest_run(runs, "lm_v2", "lm") == runs / "lm_v2"
 
 
+def test_packaging_takes_the_shipped_lineage_not_trial_rounds(tmp_path):
+    """A finished trial round (measured, not kept) never displaces the round the shipped weights come from."""
+    package = _module("package")
+    runs = tmp_path / "runs"
+    for name in ("flow_phoneme_r2", "flow_phoneme_rates", "flow_phoneme_voices", "hift_joe", "hift_joe_flowmel",
+                 "frame_tokenizer", "frame_tokenizer_r2", "frame_tokenizer_voices"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "done").write_text("ok\n")
+    assert package._newest_run(runs, *package.V2_FLOW_ROUNDS) == runs / "flow_phoneme_r2"
+    assert package._newest_run(runs, *package.V2_HIFT_ROUNDS) == runs / "hift_joe"
+    assert package._newest_run(runs, *package.V2_TOKENIZER_ROUNDS) == runs / "frame_tokenizer"
+    (runs / "flow_phoneme_speed_fast").mkdir()
+    (runs / "flow_phoneme_speed_fast" / "done").write_text("ok\n")
+    assert package._newest_run(runs, *package.V2_FLOW_ROUNDS) == runs / "flow_phoneme_speed_fast"
+
+
 def test_training_curves_chain_each_stage_runs_on_one_step_axis(tmp_path):
     def write(run: str, steps: list[int], loss: float) -> None:
         (tmp_path / "runs" / run).mkdir(parents=True)
