@@ -104,9 +104,7 @@ class _RecomputeFlow:
         """Frames after the prompt a call on ``n_tokens`` tokens with complete look-ahead gives."""
         prompt = self.prompt.prompt_mel.size(1)
         mu = self.ratio * (self.prompt.flow_prompt_speech.size(1) + n_tokens)
-        if self.rate is None:
-            return mu - prompt
-        return (self.rate.total(mu) if final else self.rate.ready(mu)) - prompt
+        return (mu if self.rate is None else self.rate.frames(mu, final)) - prompt
 
     def _mel(self, ids: list[int], streaming: bool, finalize: bool) -> torch.Tensor:
         """The frames of ``ids`` after those returned already: ``[1, mel, frames]``."""

@@ -140,7 +140,7 @@ class Watermark:
         raw, crc_ok = payload.decode(reading.soft_bits)
         found = reading.score >= self.threshold or (crc_ok and reading.score >= CRC_THRESHOLD)
         value = raw
-        if found and not crc_ok and reading.score >= self.threshold:  # the pilot found it: try its weakest bits
+        if not crc_ok and reading.score >= self.threshold:  # the pilot found it: try its weakest bits
             value, crc_ok = payload.decode_least_reliable(reading.soft_bits)
         return Detection(found=found, payload=value if found and crc_ok else None, score=reading.score,
                          raw_payload=raw)

@@ -97,7 +97,8 @@ class FlowForTraining(nn.Module):
     def _at_frame_lens(self, mu: torch.Tensor, token_lens: torch.Tensor, frame_lens: torch.Tensor,
                        frames: int) -> tuple[torch.Tensor, torch.Tensor]:
         """mu ``[B, mel, ratio*T]`` -> ``[B, mel, frames]``: row ``i``'s first ``ratio * token_lens[i]`` frames
-        resampled (linear, half-pixel centres: the engine's rule) to ``frame_lens[i]``; the mask of those frames."""
+        resampled (linear, half-pixel centres, as the engine's ``FrameRate``, with the scale taken from the two
+        lengths: training rates may lie outside the engine's 0.5-2) to ``frame_lens[i]``; the mask of those frames."""
         ratio = self.flow.cfg.token_mel_ratio
         out = mu.new_zeros(mu.size(0), mu.size(1), frames)
         for i, (n, f) in enumerate(zip((token_lens * ratio).tolist(), frame_lens.tolist(), strict=True)):

@@ -121,7 +121,7 @@ class TokenToMelFlow(nn.Module):
             raise InputError(f"prompt mel has {prompt_frames} frames but prompt + tokens only give {total}")
         if speed != 1.0:
             rate = FrameRate(speed, prompt_frames)
-            total = rate.total(total) if finalize else rate.ready(total)
+            total = rate.frames(total, finalize)
             mu = rate.resample(mu, 0, 0, total, mu.size(2))
         cond = self.prompt_condition(prompt_feat, 0, total, mu)
         mask = torch.ones(1, 1, total, device=mu.device, dtype=mu.dtype)

@@ -155,9 +155,7 @@ class IncrementalFlow:
 
     def _out_frames(self, mu_frames: int, final: bool) -> int:
         """Estimator frames computable from the first ``mu_frames`` frames of ``mu`` (all of them when ``final``)."""
-        if self._rate is None:
-            return mu_frames
-        return self._rate.total(mu_frames) if final else self._rate.ready(mu_frames)
+        return mu_frames if self._rate is None else self._rate.frames(mu_frames, final)
 
     def set_speed(self, speed: float) -> None:
         """Render the tokens pushed from now on at ``speed`` (``flow_rate.FrameRate``: ``1 / speed`` as many frames;

@@ -56,6 +56,10 @@ class FrameRate:
             n += 1
         return n
 
+    def frames(self, mu_frames: int, final: bool) -> int:
+        """``total`` when ``mu`` is complete (``final``), else ``ready``."""
+        return self.total(mu_frames) if final else self.ready(mu_frames)
+
     def first_needed(self, frame: int) -> int:
         """The first ``mu`` frame output frame ``frame`` (and every later one) reads."""
         return int(math.floor(self._at(frame)))
