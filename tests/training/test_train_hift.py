@@ -450,3 +450,74 @@ def test_input_mel_flow_errors(data_dir, tmp_path):
 
     with pytest.raises(InputError, match="cadenza data extract"):  # an extractor with needs cannot run in prepare
         prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False, extractors=[_ToyFlowMel()])
+
+
+def test_parameter_average_follows_the_weights_with_its_decay():
+    from cadenza.training.parameter_average import ParameterAverage
+
+    layer = torch.nn.Linear(3, 2)
+    average = ParameterAverage(layer, 0.9)
+    start = {k: v.detach().clone() for k, v in layer.named_parameters()}
+    expected = {k: v.clone() for k, v in start.items()}
+    for t in range(30):
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(1.0)
+        average.update(layer)
+        decay = min(0.9, (1 + t) / (10 + t))
+        expected = {k: decay * expected[k] + (1 - decay) * dict(layer.named_parameters())[k].detach()
+                    for k in expected}
+    averaged = average.averaged_module(layer)
+    for name, p in averaged.named_parameters():
+        assert torch.allclose(p, expected[name], atol=1e-5)
+        # 30 steps of +1: the average lags the weights by about decay / (1 - decay) steps, the decay still warming
+        # up ((1 + t) / (10 + t) = 0.77 at the last step: ~3 steps behind, not the full decay's 9)
+        assert 2.5 < (dict(layer.named_parameters())[name] - p).mean() < 4
+    assert averaged is not layer and torch.allclose(layer.weight, start["weight"] + 30)  # the live module untouched
+
+    restored = ParameterAverage(torch.nn.Linear(3, 2), 0.9)
+    restored.load_state_dict(average.state_dict())
+    assert restored.updates == 30 and all(torch.equal(restored.average[k], v) for k, v in average.average.items())
+    from cadenza.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="does not match"):
+        ParameterAverage(torch.nn.Linear(4, 2), 0.9).load_state_dict(average.state_dict())
+    with pytest.raises(InputError, match="decay"):
+        ParameterAverage(layer, 1.0)
+
+
+def test_average_decay_exports_the_averaged_generator_and_resumes_it(data_dir, tmp_path):
+    """``hift.average_decay``: the export holds the average of the generator's weights (not the last step's), the
+    checkpoint state carries the average, and a checkpoint without one starts it from its weights."""
+    torch.manual_seed(0)
+    config = {**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 0.5}}
+    stage = HiFTStage(config, data_dir)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    batch = [stage.dataset()[i] for i in range(3)]
+    for step in range(4):
+        stage.train_step(batch, step)
+    assert stage.average.updates == 4
+    stage.export(tmp_path)
+    exported = torch.load(tmp_path / EXPORT_NAME, map_location="cpu", weights_only=True)
+    averaged = release_state_dict(stage.average.averaged_module(stage.generator))
+    last = release_state_dict(stage.generator)
+    assert all(torch.equal(exported[k], averaged[k]) for k in exported)
+    assert any(not torch.equal(exported[k], last[k]) for k in exported)
+
+    resumed = HiFTStage(config, data_dir)
+    resumed.setup(torch.device("cpu"), lambda m: m)
+    resumed.load_state_dict(stage.state_dict())
+    assert resumed.average.updates == 4
+    assert all(torch.equal(resumed.average.average[k], v) for k, v in stage.average.average.items())
+
+    plain = HiFTStage(CONFIG, data_dir)  # a run without the average, continued with one
+    plain.setup(torch.device("cpu"), lambda m: m)
+    plain.train_step(batch, 0)
+    assert "generator_average" not in plain.state_dict()
+    continued = HiFTStage(config, data_dir)
+    continued.setup(torch.device("cpu"), lambda m: m)
+    continued.load_state_dict(plain.state_dict())
+    assert continued.average.updates == 0
+    assert all(torch.equal(continued.average.average[k], p) for k, p in plain.generator.named_parameters())
+    with pytest.raises(InputError, match="average_decay"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 1.0}}, data_dir)

@@ -19,6 +19,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       f0_fill_gaps: 0             # fill unvoiced gaps of at most this many frames inside voiced stretches
       input_mel: audio            # audio | flow: the generator's input, the crop's own mel or the stored flow_mel
                                   # (the acoustic model's mels of the same audio, cadenza.training.hift.flow_mels)
+      average_decay: 0            # > 0: export an exponential moving average of the generator's weights (e.g.
+                                  # 0.999, ~1,000 steps; training/parameter_average.py); 0: the last step's weights
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -64,6 +66,7 @@ from cadenza.training.hift.losses import (
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
+from cadenza.training.parameter_average import ParameterAverage
 from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.wav_manifest import MANIFEST_NAME, open_utterances
 
@@ -104,8 +107,13 @@ class HiFTStageConfig:
     # ``flow_mel`` of the utterance (what the acoustic model makes of its tokens, ``training/hift/flow_mels.py``),
     # cropped in step with the audio, so the vocoder learns to render the mels it is given at inference.
     input_mel: str = "audio"
+    # An exponential moving average of the generator's weights, exported instead of the last step's (0: off). A
+    # small-batch GAN's generator moves a lot from step to step; the average makes the export less a matter of luck.
+    average_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.average_decay < 1:
+            raise InputError(f"hift.average_decay must be in [0, 1), got {self.average_decay}")
         if self.input_mel not in INPUT_MELS:
             raise InputError(f"hift.input_mel must be one of {', '.join(INPUT_MELS)}, got {self.input_mel!r}")
         if self.f0_track not in ("stored", "yin"):
@@ -186,6 +194,8 @@ class HiFTStage(TrainingStage):
         optim, steps = self.train_cfg.optim, self.train_cfg.max_steps
         self.opt_g = Optimization([p for p in self.generator.parameters() if p.requires_grad], optim, steps)
         self.opt_d = Optimization(self.discriminator.parameters(), optim, steps)
+        self.average = (ParameterAverage(self.generator, self.cfg.average_decay)
+                        if self.cfg.average_decay > 0 else None)
         self.loss_mel = loss_mel_config(self.loss_cfg, self.model_cfg.sampling_rate)
 
     def dataset(self) -> HiFTUtterances:
@@ -233,6 +243,7 @@ class HiFTStage(TrainingStage):
                     + lc.periodic_weight * loss_periodic)
             lr = self.opt_g.lr
             grad_g = self.opt_g.step(loss)
+            self._update_average()
             zero = torch.zeros((), device=self.device)
             metrics = {"loss": loss, "loss_d": zero,
                        "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
@@ -265,12 +276,17 @@ class HiFTStage(TrainingStage):
                   + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
                   + lc.periodic_weight * loss_periodic)
         grad_g = self.opt_g.step(loss_g)
+        self._update_average()
 
         metrics = {"loss": loss_g, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
                    "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel, "loss_tpr": loss_tpr,
                    "loss_f0": loss_f0, "loss_stft": loss_stft, "loss_periodic": loss_periodic}
         return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": grad_d,
                 "lr": lr}
+
+    def _update_average(self) -> None:
+        if self.average is not None:
+            self.average.update(self.generator)
 
     def _periodic_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
         if self.loss_cfg.periodic_weight == 0:
@@ -285,17 +301,25 @@ class HiFTStage(TrainingStage):
     def state_dict(self) -> dict[str, Any]:
         return {"generator": {k: v.detach().cpu() for k, v in self.generator.state_dict().items()},
                 "discriminator": {k: v.detach().cpu() for k, v in self.discriminator.state_dict().items()},
-                "optim_g": self.opt_g.state_dict(), "optim_d": self.opt_d.state_dict()}
+                "optim_g": self.opt_g.state_dict(), "optim_d": self.opt_d.state_dict(),
+                **({"generator_average": self.average.state_dict()} if self.average is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.load_state_dict(state["generator"], strict=True)
         self.discriminator.load_state_dict(state["discriminator"], strict=True)
         self.opt_g.load_state_dict(state["optim_g"])
         self.opt_d.load_state_dict(state["optim_d"])
+        if self.average is not None:
+            if "generator_average" in state:
+                self.average.load_state_dict(state["generator_average"])
+            else:  # a checkpoint of a run without the average (continued with one): start it from these weights
+                self.average = ParameterAverage(self.generator, self.cfg.average_decay)
 
     def export(self, out_dir: Path) -> None:
-        """``hift.pt`` in the release layout + the model's ``cosyvoice2.yaml`` (as the other stages write it)."""
+        """``hift.pt`` in the release layout (the averaged weights with ``hift.average_decay``) + the model's
+        ``cosyvoice2.yaml`` (as the other stages write it)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(release_state_dict(self.generator), out / EXPORT_NAME)
+        generator = self.generator if self.average is None else self.average.averaged_module(self.generator)
+        atomic_torch_save(release_state_dict(generator), out / EXPORT_NAME)
         write_model_config(out, self.source.config, self.source.tokenizer_dir)
