@@ -158,3 +158,23 @@ def test_voice_augmentation_reaches_training_items_only(data_dir):
     assert torch.equal(held["mel"], plain._items(plain.heldout_idx)[0]["mel"])
     with pytest.raises(InputError, match="augment.pitch"):
         FrameTokenizerStage({"frame_tokenizer": {"model": MODEL, "augment": {"pitch": [3.0, 4.0]}}}, data_dir)
+
+
+def test_voice_draws_depend_on_item_and_epoch_only(data_dir):
+    """A resumed run (a fresh dataset object), another loader worker or another order draws the same voice for an
+    item in an epoch as one uninterrupted run; the next epoch draws another."""
+    config = {"train": {"seed": 3},
+              "frame_tokenizer": {"model": MODEL, "augment": {"probability": 1.0, "pitch": [0.7, 1.4],
+                                                              "tempo": [0.8, 1.25]}}}
+    first = FrameTokenizerStage(config, data_dir).dataset()
+    first.set_epoch(2)
+    in_order = [first[i]["mel"] for i in range(3)]
+    resumed = FrameTokenizerStage(config, data_dir).dataset()
+    resumed.set_epoch(2)
+    assert torch.equal(resumed[2]["mel"], in_order[2]) and torch.equal(resumed[0]["mel"], in_order[0])
+    assert torch.equal(first[1]["mel"], in_order[1])  # asking again in the same epoch: the same voice
+    resumed.set_epoch(3)
+    assert not torch.equal(resumed[0]["mel"], in_order[0])
+    other_seed = FrameTokenizerStage({**config, "train": {"seed": 4}}, data_dir).dataset()
+    other_seed.set_epoch(2)
+    assert not torch.equal(other_seed[0]["mel"], in_order[0])

@@ -64,14 +64,21 @@ class FrameTokenizerStageConfig:
 
 
 class LabelledMels(torch.utils.data.Dataset):
-    """Item: ``{"mel": [n_mels, T] whisper log-mel at 100 Hz, "labels": [T // downsample] int64}``."""
+    """Item: ``{"mel": [n_mels, T] whisper log-mel at 100 Hz, "labels": [T // downsample] int64}``.
+
+    With ``augment``, item ``i`` is heard in a voice drawn from ``(seed, i, epoch)`` alone (the launcher calls
+    :meth:`set_epoch`), so a resumed run, any number of loader workers and any batch order draw the same voices as
+    one uninterrupted run; an item gets a new voice each epoch."""
 
     def __init__(self, base: ShardDataset, indices: Sequence[int], cfg: SpeechTokenizerConfig, max_seconds: float,
-                 augment: VoiceAugmentConfig | None = None):
+                 augment: VoiceAugmentConfig | None = None, seed: int = 0):
         self.base, self.indices, self.cfg = base, list(indices), cfg
         self.max_samples = int(max_seconds * WHISPER_SAMPLE_RATE)
         self.augment = augment if augment is not None and augment.enabled else None
-        self._draws = 0
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -85,8 +92,7 @@ class LabelledMels(torch.utils.data.Dataset):
         if labels.numel() and (int(labels.max()) >= self.cfg.frame_classes or int(labels.min()) < 0):
             raise InputError(f"{item['id']}: speech_tokens outside [0, frame_classes={self.cfg.frame_classes})")
         if self.augment is not None:  # another voice saying the same frames (training items only)
-            self._draws += 1
-            rng = np.random.default_rng([torch.initial_seed() % 2**32, self.indices[i], self._draws])
+            rng = np.random.default_rng([self.seed, self.indices[i], self.epoch])
             voice = draw(self.augment, rng)
             if voice is not None:
                 mel = augmented_log_mel(wav, voice, self.cfg.n_mels, rng)
@@ -142,7 +148,7 @@ class FrameTokenizerStage(TrainingStage):
         self.model.load_state_dict(start.state_dict(), strict=True)
 
     def _items(self, indices: Sequence[int], augment: VoiceAugmentConfig | None = None) -> LabelledMels:
-        return LabelledMels(self.base, indices, self.cfg, self.stage_cfg.max_seconds, augment)
+        return LabelledMels(self.base, indices, self.cfg, self.stage_cfg.max_seconds, augment, self.train_cfg.seed)
 
     def dataset(self) -> LabelledMels:
         return self._items(self.train_idx, self.augment)

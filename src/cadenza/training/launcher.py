@@ -199,6 +199,8 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
             epoch, offset = divmod(step, per_epoch)
             sampler.set_epoch(epoch)
             sampler.set_start(offset * cfg.batch_size)
+            if callable(getattr(loader.dataset, "set_epoch", None)):  # per-epoch random draws keyed on the epoch
+                loader.dataset.set_epoch(epoch)
             loader.generator.manual_seed(cfg.seed * 1_000_003 + epoch)  # worker seeds independent of resume point
             tick = time.perf_counter()
             for batch in loader:

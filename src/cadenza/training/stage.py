@@ -39,7 +39,9 @@ class TrainingStage(ABC):
 
     @abstractmethod
     def dataset(self) -> torch.utils.data.Dataset:
-        """Map-style dataset of training items (the launcher shards it across ranks)."""
+        """Map-style dataset of training items (the launcher shards it across ranks). If it has ``set_epoch(epoch)``,
+        the launcher calls it before each epoch (and on resume), so random draws per item can be keyed on the epoch
+        rather than on a counter that a resume or the loader workers would reset."""
 
     @abstractmethod
     def collate(self, items: Sequence[Any]) -> Any:
