@@ -18,7 +18,7 @@ import soundfile as sf
 
 from cadenza.cli.main import main
 from cadenza.errors import MissingDependencyError
-from cadenza.evaluation import asr, speaker_similarity
+from cadenza.evaluation import asr, naturalness, speaker_similarity
 from cadenza.evaluation.runner import busy_machine_note
 from cadenza.evaluation.wer import wer
 
@@ -156,6 +156,16 @@ def test_eval_cli_scores_existing_wavs(whisper, audio_dir, transcripts, tmp_path
     assert summary["similarity_mean"] == pytest.approx(np.mean([r["similarity"] for r in lines]))
     assert summary["first_chunk_s_p50"] is None and summary["rtf_mean"] is None
     assert not (out / "wavs").exists()
+    try:  # the MOS proxy is scored where its weights are installed (CI installs them), else the summary says why
+        naturalness.weights_path()
+    except MissingDependencyError:
+        assert summary["naturalness_mean"] is None and all(r["naturalness"] is None for r in lines)
+        assert summary["naturalness_model"] is None and "distillmos" in summary["naturalness_note"]
+    else:
+        assert summary["naturalness_model"] == naturalness.NATURALNESS_NAME and summary["naturalness_note"] is None
+        assert all(r["naturalness"] > 3.5 for r in lines)  # real speech (this clip: 4.30)
+        assert summary["naturalness_mean"] == pytest.approx(np.mean([r["naturalness"] for r in lines]))
+        assert summary["naturalness_n"] == 2
 
     # --limit and --no-similarity
     assert main(["eval", "--list", str(lst), "--wavs", str(wavs), "--out", str(out), "--limit", "1",

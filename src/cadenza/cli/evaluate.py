@@ -1,4 +1,5 @@
-"""``cadenza eval``: synthesise a Seed-TTS-eval test list and score it (WER, speaker similarity, latency, RTF)."""
+"""``cadenza eval``: synthesise a Seed-TTS-eval test list and score it (WER, speaker similarity, naturalness,
+latency, RTF)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from cadenza.errors import CadenzaError
 
 def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``eval`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
-    p = subparsers.add_parser("eval", help="score a test list: WER, speaker similarity, latency (docs/evaluation.md)")
+    p = subparsers.add_parser("eval", help="score a test list: WER, speaker similarity, naturalness (MOS proxy), "
+                              "latency (docs/evaluation.md)")
     p.add_argument("--model", default=os.environ.get(MODEL_ENV),
                    help=f"model directory to synthesise with; default ${MODEL_ENV}, else the built-in "
                    "cadenza-tiny (not used with --wavs)")
@@ -75,9 +77,11 @@ def run_eval(args: argparse.Namespace) -> int:
         if tts is not None:
             tts.close()
     print(json.dumps(summary, indent=2, ensure_ascii=False))
-    if summary.get("latency_note"):
-        print(f"warning: {summary['latency_note']}", file=sys.stderr)
+    for note in ("latency_note", "naturalness_note"):
+        if summary.get(note):
+            print(f"warning: {summary[note]}", file=sys.stderr)
+    mos = f", naturalness {summary['naturalness_mean']:.2f}" if summary.get("naturalness_mean") is not None else ""
     print(f"wrote {args.out}/results.jsonl and summary.json: {summary['n']} utterances, WER {summary['wer_mean']:.2%} "
-          f"(pooled {summary['wer_pooled']:.2%})", file=sys.stderr)
+          f"(pooled {summary['wer_pooled']:.2%}){mos}", file=sys.stderr)
     return 0
 

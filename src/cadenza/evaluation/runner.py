@@ -1,4 +1,4 @@
-"""Synthesise a test list, score it (WER, speaker similarity, latency) and write the report.
+"""Synthesise a test list, score it (WER, speaker similarity, naturalness, latency) and write the report.
 
 Usable from Python without the CLI::
 
@@ -12,7 +12,9 @@ Each utterance is synthesised with ``synthesize_stream`` (as a streaming client 
 (call -> first audio chunk, including prompt processing) and the real-time factor (compute seconds / audio
 seconds) are measured on the same run that is scored. With ``wavs_dir`` nothing is synthesised and
 ``<wavs_dir>/<utt_id>.wav`` is scored instead (another synthesizer's output); with ``ground_truth=True`` the
-list's ``target_wav`` recordings are scored (the ASR's own WER on real speech).
+list's ``target_wav`` recordings are scored (the ASR's own WER on real speech). Naturalness (the DistillMOS MOS
+proxy) is scored when its weights are installed (``pip install --no-deps distillmos==0.9.1``); without them the
+per-utterance figure is None and the summary's ``naturalness_note`` says why.
 
 Output: ``<out>/wavs/<utt_id>.wav`` (synthesis only), ``<out>/results.jsonl`` (one line per utterance, written as
 it is scored) and ``<out>/summary.json``.
@@ -31,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from cadenza.audio.io import save_wav
-from cadenza.errors import AudioError, CadenzaError, InputError
-from cadenza.evaluation import asr, speaker_similarity
+from cadenza.errors import AudioError, CadenzaError, InputError, MissingDependencyError
+from cadenza.evaluation import asr, naturalness, speaker_similarity
 from cadenza.evaluation.audio import EVAL_SR, load_16k, to_16k_mono
 from cadenza.evaluation.test_list import TestItem
 from cadenza.evaluation.wer import WerScore, mean_wer, pooled_wer, score
@@ -43,7 +45,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class UtteranceResult:
     """One line of ``results.jsonl``. Latency fields are None when the audio was not synthesised here;
-    ``similarity`` is None without a prompt, with similarity off, or when no speech was found."""
+    ``similarity`` is None without a prompt, with similarity off, or when no speech was found; ``naturalness``
+    (predicted MOS, 1-5) is None without the DistillMOS weights or for empty or silent audio."""
 
     id: str
     target_text: str
@@ -55,6 +58,7 @@ class UtteranceResult:
     first_chunk_s: float | None
     rtf: float | None
     audio_s: float
+    naturalness: float | None = None
 
 
 @dataclass
@@ -68,13 +72,17 @@ class Synthesis:
 
 
 class Evaluators:
-    """The ASR model and the speaker encoder, shared by all utterances. Either may be given (e.g. a model loaded
-    once by the caller); a missing one is loaded on first use (``MissingDependencyError`` without the extra)."""
+    """The ASR model, the speaker encoder and the naturalness model, shared by all utterances. Any may be given
+    (e.g. a model loaded once by the caller); a missing one is loaded on first use (``MissingDependencyError``
+    without the extra). The naturalness model is optional: without its weights ``naturalness_model`` is None and
+    ``naturalness_note`` says why."""
 
-    def __init__(self, asr_model=None, encoder=None, *, language: str = "en", beam_size: int = 5,
-                 cpu_threads: int = 0) -> None:
+    def __init__(self, asr_model=None, encoder=None, *, naturalness_model=None, language: str = "en",
+                 beam_size: int = 5, cpu_threads: int = 0) -> None:
         self._asr_model = asr_model
         self._encoder = encoder
+        self._naturalness_model = naturalness_model
+        self.naturalness_note: str | None = None  # why naturalness is not scored, once known
         self.language = language
         self.beam_size = beam_size
         self.cpu_threads = cpu_threads
@@ -92,11 +100,25 @@ class Evaluators:
             self._encoder = speaker_similarity.load_encoder()
         return self._encoder
 
+    @property
+    def naturalness_model(self) -> naturalness.NaturalnessModel | None:
+        """The DistillMOS model, or None when its weights are not installed (``CheckpointError`` if they do not
+        fit: a broken install is reported, not skipped)."""
+        if self._naturalness_model is None and self.naturalness_note is None:
+            try:
+                self._naturalness_model = naturalness.load_naturalness_model()
+            except MissingDependencyError as exc:
+                self.naturalness_note = f"naturalness not scored: {exc}"
+                log.info("%s", self.naturalness_note)  # said once, in the summary (and by `cadenza eval`)
+        return self._naturalness_model
+
     def prepare(self, similarity: bool = True) -> None:
-        """Load the ASR model (and the speaker encoder with ``similarity``) now rather than on first use."""
+        """Load the ASR model (and the speaker encoder with ``similarity``) now rather than on first use, and the
+        naturalness model where its weights are installed."""
         _ = self.asr_model
         if similarity:
             _ = self.encoder
+        _ = self.naturalness_model
 
     def transcribe(self, wav16: np.ndarray) -> str:
         """``wav16``: ``[samples]`` at 16 kHz -> text ("" for empty audio)."""
@@ -124,6 +146,17 @@ class Evaluators:
         prompt = self.prompt_embedding(item.prompt_wav)
         hyp = self._embed(wav16, item.utt_id) if prompt is not None else None
         return None if prompt is None or hyp is None else speaker_similarity.cosine(prompt, hyp)
+
+    def naturalness(self, wav16: np.ndarray, what: str) -> float | None:
+        """Predicted MOS (1-5) of ``wav16`` (16 kHz); None without the weights or for empty or silent audio."""
+        model = self.naturalness_model
+        if model is None or wav16.size == 0:
+            return None
+        try:
+            return naturalness.naturalness(wav16, EVAL_SR, model=model)
+        except AudioError as exc:
+            log.warning("no naturalness score for %s: %s", what, exc)
+            return None
 
 
 def synthesis_kwargs(tts, item: TestItem, seed: int | None, speaker: str | None) -> dict:
@@ -208,9 +241,10 @@ def busy_machine_note(load_max: float | None, cpus: int | None) -> str | None:
 
 
 def summarize(results: Sequence[UtteranceResult]) -> dict:
-    """Corpus figures: WER (mean of per-utterance WERs, and pooled), similarity, latency and RTF."""
+    """Corpus figures: WER (mean of per-utterance WERs, and pooled), similarity, naturalness, latency and RTF."""
     scores = [WerScore(r.errors, r.ref_words) for r in results]
     sims = [r.similarity for r in results if r.similarity is not None]
+    mos = [r.naturalness for r in results if r.naturalness is not None]
     firsts = [r.first_chunk_s for r in results if r.first_chunk_s is not None]
     rtfs = [r.rtf for r in results if r.rtf is not None]
     return {
@@ -219,6 +253,8 @@ def summarize(results: Sequence[UtteranceResult]) -> dict:
         "wer_pooled": pooled_wer(scores),
         "similarity_mean": _mean(sims),
         "similarity_n": len(sims),
+        "naturalness_mean": _mean(mos),
+        "naturalness_n": len(mos),
         "first_chunk_s_mean": _mean(firsts),
         "first_chunk_s_p50": _percentile(firsts, 50),
         "first_chunk_s_p90": _percentile(firsts, 90),
@@ -264,7 +300,8 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
     source = "synthesis" if tts is not None else "wavs" if wavs_dir is not None else "ground_truth"
     summary = {**(meta or {}), "source": source, "seed": seed if tts is not None else None,
                "asr": asr.ASR_NAME, "similarity_model": speaker_similarity.SIMILARITY_NAME if similarity else None,
-               **summarize(results)}
+               "naturalness_model": naturalness.NATURALNESS_NAME if evaluators.naturalness_model is not None else None,
+               "naturalness_note": evaluators.naturalness_note, **summarize(results)}
     if tts is not None:  # latency figures are only as good as the machine was quiet
         cpus = os.cpu_count()
         load_max = max(loads) if loads else None
@@ -295,4 +332,5 @@ def _evaluate_one(item: TestItem, out: Path, tts, wavs_dir, seed, speaker, evalu
     sim = evaluators.similarity(item, wav16) if similarity else None
     return UtteranceResult(id=item.utt_id, target_text=item.target_text, hypothesis=hypothesis, wer=wer_score.wer,
                            errors=wer_score.errors, ref_words=wer_score.ref_words, similarity=sim,
-                           first_chunk_s=first_chunk, rtf=rtf, audio_s=audio_s)
+                           first_chunk_s=first_chunk, rtf=rtf, audio_s=audio_s,
+                           naturalness=evaluators.naturalness(wav16, item.utt_id))
