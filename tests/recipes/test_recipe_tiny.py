@@ -85,6 +85,9 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     # The vocoder fine-tune on the flow's mels continues the shipped vocoder and reads the stored flow_mel.
     flowmel = yaml.safe_load(recipe.config("hift_joe_flowmel").read_text())["hift"]
     assert Path(flowmel["init_hift"]) == shipped and flowmel["input_mel"] == "flow"
+    # The long GAN round (--long-hift) continues the shipped vocoder and exports its weights' moving average.
+    long_gan = yaml.safe_load(recipe.config("hift_joe_average").read_text())["hift"]
+    assert Path(long_gan["init_hift"]) == shipped and 0 < long_gan["average_decay"] < 1
     # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
     for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
