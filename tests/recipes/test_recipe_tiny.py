@@ -164,6 +164,9 @@ def test_packaging_takes_the_shipped_lineage_not_trial_rounds(tmp_path):
     (runs / "flow_phoneme_speed_fast").mkdir()
     (runs / "flow_phoneme_speed_fast" / "done").write_text("ok\n")
     assert package._newest_run(runs, *package.V2_FLOW_ROUNDS) == runs / "flow_phoneme_speed_fast"
+    (runs / "hift_joe_average").mkdir()  # the long GAN round continues the shipped v2 vocoder round
+    (runs / "hift_joe_average" / "done").write_text("ok\n")
+    assert package._newest_run(runs, *package.V2_HIFT_ROUNDS) == runs / "hift_joe_average"
 
 
 def test_training_curves_chain_each_stage_runs_on_one_step_axis(tmp_path):
