@@ -41,7 +41,7 @@ from cadenza.engine.long_form import stream_segments, synthesize_segments
 from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
-from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.stream_schedule import SPEED_METHODS, StreamSchedule
 from cadenza.engine.text_stream import TokenTextStream
 from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.loading.hub import folder_name
@@ -106,10 +106,8 @@ class Cadenza:
         encoder, saved speakers, ``cadenza.json``), and each frontend model is run once, so a broken or mismatched
         file is a ``CheckpointError`` naming the file now, never a failure of a later request."""
         precision = Precision.choose(dtype, device)  # a bad value fails before anything is read
-        try:  # the schedule checks its own fields
-            StreamSchedule(speed_method=speed_method or "wsola")
-        except ValueError as exc:
-            raise InputError(str(exc)[:200]) from exc
+        if speed_method is not None and speed_method not in SPEED_METHODS:  # fails before anything is read
+            raise InputError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {speed_method!r}"[:200])
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
