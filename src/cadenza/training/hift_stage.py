@@ -21,6 +21,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
                                   # (the acoustic model's mels of the same audio, cadenza.training.hift.flow_mels)
       average_decay: 0            # > 0: export an exponential moving average of the generator's weights (e.g.
                                   # 0.999, ~1,000 steps; training/parameter_average.py); 0: the last step's weights
+      speed_perturb: null         # [low, high]: crops played at a rate drawn in that range (pitch, formants and
+      speed_perturb_share: 0.5    # tempo move together; the f0 track follows), this share of them
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -110,6 +112,12 @@ class HiFTStageConfig:
     # An exponential moving average of the generator's weights, exported instead of the last step's (0: off). A
     # small-batch GAN's generator moves a lot from step to step; the average makes the export less a matter of luck.
     average_decay: float = 0.0
+    # Speed perturbation (resampling a share of the crops by a rate drawn log-uniformly in [low, high]). A vocoder
+    # trained on one low voice (cadenza-tiny's joe, f0 ~85 Hz) can fake the voicing with a pattern locked to its
+    # 50 Hz input frames (100 Hz at half a frame) instead of following the source's f0; crops at other pitches make
+    # that pattern wrong, so the decoder has to take its periodicity from the source (docs/cadenza-tiny.md).
+    speed_perturb: tuple[float, float] | None = None
+    speed_perturb_share: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 <= self.average_decay < 1:
@@ -126,6 +134,15 @@ class HiFTStageConfig:
             raise InputError(f"hift.source_f0 must be 'predicted' or 'target', got {self.source_f0!r}")
         if len(self.f0_range) != 2 or not 0 < self.f0_range[0] < self.f0_range[1]:
             raise InputError(f"hift.f0_range must be [low, high] Hz with 0 < low < high, got {self.f0_range!r}")
+        if self.speed_perturb is not None:
+            if len(self.speed_perturb) != 2 or not 0 < self.speed_perturb[0] <= self.speed_perturb[1]:
+                raise InputError(f"hift.speed_perturb must be [low, high] with 0 < low <= high, "
+                                 f"got {self.speed_perturb!r}")
+            if self.input_mel != "audio":
+                raise InputError("hift.speed_perturb needs hift.input_mel: audio (a stored mel would not follow "
+                                 "the perturbed audio)")
+        if not 0 <= self.speed_perturb_share <= 1:
+            raise InputError(f"hift.speed_perturb_share must be in [0, 1], got {self.speed_perturb_share}")
         if self.adversarial_start < 0:
             raise InputError(f"hift.adversarial_start must be >= 0, got {self.adversarial_start}")
 
@@ -219,7 +236,8 @@ class HiFTStage(TrainingStage):
 
     def _train_step(self, batch: list[dict], step: int) -> dict[str, float]:
         crops = crop_batch(batch, self.cfg.segment_samples, self.model_cfg.hop_length,
-                           self.model_cfg.nb_harmonics + 1, self.train_cfg.seed, step)
+                           self.model_cfg.nb_harmonics + 1, self.train_cfg.seed, step,
+                           self.cfg.speed_perturb, self.cfg.speed_perturb_share)
         speech = crops.speech.to(self.device)
         f0_target = crops.f0.to(self.device)
         rand_ini, sine_noise = crops.rand_ini.to(self.device), crops.sine_noise.to(self.device)

@@ -8,12 +8,14 @@ the crop. Audio shorter than a crop is zero-padded (f0 0 = unvoiced there), as i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from cadenza.audio.pitch import fill_f0_gaps, yin_f0
+from cadenza.audio.resample import resample
 from cadenza.training.seeding import item_generator
 from cadenza.training.wav_manifest import SourceItems, UtteranceSource
 
@@ -72,18 +74,50 @@ class CropBatch:
     mel: torch.Tensor | None = None
 
 
-def crop_batch(items: Sequence[dict], segment: int, hop: int, harmonics: int, seed: int, step: int) -> CropBatch:
+def _speed_perturbed(wav: torch.Tensor, track: torch.Tensor, frame: int, segment: int, hop: int,
+                     rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The audio from ``frame`` on played ``rate`` times as fast (resampled: duration / rate, pitch and formants x
+    rate; up to ``segment`` samples) and its f0 track (``[segment // hop]``, Hz x rate; 0 stays unvoiced)."""
+    base = 48000  # resample() takes whole rates; 1/48000 of ratio precision, the f0 scale uses the exact one
+    source_rate = round(rate * base)
+    rate = source_rate / base
+    span = min(wav.shape[0] - frame * hop, math.ceil(segment * rate) + hop)
+    w = resample(wav[frame * hop: frame * hop + span], source_rate, base)[:segment]
+    # New frame j is centred on original sample (j + 0.5) * hop * rate past the crop start: the nearest old frame.
+    old = frame + torch.floor((torch.arange(segment // hop) + 0.5) * rate).long()
+    t = torch.where(old < track.shape[0], track[old.clamp(max=track.shape[0] - 1)] * rate, 0.0)
+    return w, t[: -(-w.shape[0] // hop)]
+
+
+def crop_batch(items: Sequence[dict], segment: int, hop: int, harmonics: int, seed: int, step: int,
+               speed_perturb: tuple[float, float] | None = None, speed_perturb_share: float = 0.0) -> CropBatch:
     """Random ``segment``-sample crops (starting on a multiple of ``hop``) and their source noise, each drawn from
-    the item's own stream ``item_generator(seed, step, index)``."""
+    the item's own stream ``item_generator(seed, step, index)``.
+
+    ``speed_perturb (low, high)``: a ``speed_perturb_share`` of the crops is cut from the audio played at a rate
+    drawn log-uniformly in that range (pitch, formants and tempo together, the f0 track scaled with them); not for
+    items with a stored input mel (it would no longer match the audio)."""
     frames = segment // hop
     speech, f0, rand_ini, noise, mels = [], [], [], [], []
     for item in items:
         g = item_generator(seed, step, int(item["index"]), SALT_CROP)
         wav, track = item["wav"], item["f0"]
-        starts = max(0, (wav.shape[0] - segment) // hop)
+        rate = 1.0
+        if speed_perturb is not None:  # drawn only when on, so crops without it are as before
+            if "mel" in item:
+                raise ValueError("speed_perturb cannot be used with a stored input mel")
+            perturb = float(torch.rand((), generator=g)) < speed_perturb_share
+            low, high = math.log(speed_perturb[0]), math.log(speed_perturb[1])
+            drawn = math.exp(low + (high - low) * float(torch.rand((), generator=g)))
+            rate = drawn if perturb else 1.0
+        span = math.ceil(segment * rate)
+        starts = max(0, (wav.shape[0] - span) // hop)
         k = int(torch.randint(0, starts + 1, (1,), generator=g))
-        w = wav[k * hop: k * hop + segment]
-        t = track[k: k + frames]
+        if rate != 1.0:
+            w, t = _speed_perturbed(wav, track, k, segment, hop, rate)
+        else:
+            w = wav[k * hop: k * hop + segment]
+            t = track[k: k + frames]
         speech.append(torch.nn.functional.pad(w, (0, segment - w.shape[0])))
         f0.append(torch.nn.functional.pad(t, (0, frames - t.shape[0])))
         if "mel" in item:  # past the end, the quietest frame of the utterance (zero-padded audio is silence)
