@@ -23,6 +23,7 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
                                   # 0.999, ~1,000 steps; training/parameter_average.py); 0: the last step's weights
       speed_perturb: null         # [low, high]: crops played at a rate drawn in that range (pitch, formants and
       speed_perturb_share: 0.5    # tempo move together; the f0 track follows), this share of them
+      source_path_gain: 1.0       # scale the decoder's source input convs (source_downs) by this before training
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -118,6 +119,11 @@ class HiFTStageConfig:
     # that pattern wrong, so the decoder has to take its periodicity from the source (docs/cadenza-tiny.md).
     speed_perturb: tuple[float, float] | None = None
     speed_perturb_share: float = 0.5
+    # The decoder's way in for the source (``source_downs``, the convs that bring the source's STFT to each upsampling
+    # stage), scaled by this factor before training (1 = unchanged). A vocoder that learnt to voice from the mel alone
+    # has turned its source down: cadenza-tiny's HiFT follows the source's pitch on 35 % of voiced frames; with these
+    # convs doubled, 53 % (at the cost of its spectrum, which training then has to win back).
+    source_path_gain: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.average_decay < 1:
@@ -141,6 +147,8 @@ class HiFTStageConfig:
             if self.input_mel != "audio":
                 raise InputError("hift.speed_perturb needs hift.input_mel: audio (a stored mel would not follow "
                                  "the perturbed audio)")
+        if not self.source_path_gain > 0:
+            raise InputError(f"hift.source_path_gain must be > 0, got {self.source_path_gain}")
         if not 0 <= self.speed_perturb_share <= 1:
             raise InputError(f"hift.speed_perturb_share must be in [0, 1], got {self.speed_perturb_share}")
         if self.adversarial_start < 0:
@@ -200,6 +208,11 @@ class HiFTStage(TrainingStage):
                 mix.bias.zero_()
         if self.cfg.freeze_source_mix:
             mix.requires_grad_(False)
+        if self.cfg.source_path_gain != 1.0:
+            with torch.no_grad():
+                for conv in generator.source_downs:
+                    conv.weight.mul_(self.cfg.source_path_gain)
+                    conv.bias.mul_(self.cfg.source_path_gain)
         return apply_weight_norm(generator) if self.cfg.weight_norm else generator
 
     def setup(self, device: torch.device, wrap: Wrap) -> None:

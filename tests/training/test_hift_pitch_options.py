@@ -1,5 +1,6 @@
-"""HiFT training crops with speed perturbation (``hift.speed_perturb``): the audio is resampled, its f0 track follows,
-the crop's stage settings are validated, and crops without it are unchanged."""
+"""HiFT training options that push a vocoder to take its pitch from the source: speed-perturbed crops
+(``hift.speed_perturb``: the audio resampled, its f0 track following, crops without it unchanged) and the source
+path's starting gain (``hift.source_path_gain``); their settings are validated."""
 
 from __future__ import annotations
 
@@ -94,3 +95,25 @@ def test_a_stored_input_mel_refuses_perturbation():
     item = {**_glide_item(0), "mel": torch.zeros(80, 100)}
     with pytest.raises(ValueError, match="stored input mel"):
         crop_batch([item], 9600, HOP, 9, seed=0, step=0, speed_perturb=(0.8, 1.2), speed_perturb_share=1.0)
+
+
+def test_source_path_gain_scales_the_source_input_convs_before_training(tmp_path):
+    """``hift.source_path_gain``: the generator starts with its ``source_downs`` convs (weights and biases) scaled,
+    the rest of the initial weights unchanged, and the export/resume path sees the scaled weights as trained ones."""
+    base = {"model": {"config": "official",
+                      "overrides": {"hift": {"base_channels": 16, "f0_predictor": {"cond_channels": 16}}}},
+            "hift": {"weight_norm": False}}
+    torch.manual_seed(0)
+    init = HiFTStage(base, tmp_path).build_generator()
+    torch.save(init.state_dict(), tmp_path / "hift.pt")
+    plain = HiFTStage({**base, "hift": {**base["hift"], "init_hift": str(tmp_path / "hift.pt")}}, tmp_path)
+    scaled = HiFTStage({**base, "hift": {**base["hift"], "init_hift": str(tmp_path / "hift.pt"),
+                                         "source_path_gain": 2.0}}, tmp_path)
+    a, b = plain.build_generator().state_dict(), scaled.build_generator().state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        expected = 2.0 * a[key] if key.startswith("source_downs.") else a[key]
+        assert torch.equal(b[key], expected), key
+    assert any(key.startswith("source_downs.") and a[key].abs().sum() > 0 for key in a)
+    with pytest.raises(InputError, match="source_path_gain"):
+        HiFTStage({**base, "hift": {"source_path_gain": 0.0}}, tmp_path)
