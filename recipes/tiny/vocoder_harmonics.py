@@ -8,9 +8,13 @@ lives (docs/cadenza-tiny.md, "Quality"):
   its source signal; ``--oracle`` drives the source with the teacher's f0 instead of the predicted one, which tells
   a decoder that ignores its source from an f0 predictor that misleads it;
 * what the decoder does with its source: the output's change (dB, against the output's energy) when the source is
-  zeroed (a decoder that ignores its source barely changes).
+  zeroed (a decoder that ignores its source barely changes);
+* whether the output's pitch follows the source: the share of frames voiced in both whose output pitch (YIN, 40-400
+  Hz) is within 5 % of the source's f0, and the median ratio; ``--source-scale 1.25`` drives the source at 1.25 x
+  the f0 with the same mel, so a decoder that takes its pitch from the source moves with it and one that voices from
+  the mel (or its 50 Hz frames) does not.
 
-``python recipes/tiny/vocoder_harmonics.py --work WORK [--model DIR] [--limit 10] [--oracle]``
+``python recipes/tiny/vocoder_harmonics.py --work WORK [--model DIR] [--limit 10] [--oracle] [--source-scale K]``
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ def main() -> None:
     ap.add_argument("--speaker", default="joe")
     ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--oracle", action="store_true", help="drive the source with the teacher's f0 (YIN)")
+    ap.add_argument("--source-scale", type=float, default=1.0, help="multiply the source's f0 by this")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = load_cosyvoice2_weights(inspect_directory(args.model))
@@ -67,7 +72,7 @@ def main() -> None:
     mix = hift.m_source.l_linear
     print(f"source mix: weights {[round(float(w), 4) for w in mix.weight[0]]}, bias {float(mix.bias[0]):.4f}")
     files = sorted((args.work / "corpus_v2" / "wavs" / args.speaker).glob("*.wav"))[: args.limit]
-    errors, unvoiced, rows = [], [], []
+    errors, unvoiced, rows, follows, ratios = [], [], [], [], []
     for path in files:
         audio, rate = sf.read(path, dtype="float32")
         wav = resample(torch.from_numpy(audio), rate, sr)
@@ -75,10 +80,16 @@ def main() -> None:
             mel = flow_prompt_mel(wav[None], model.config.mel)
             f0_pred = hift.f0_predictor(mel)
             f0_true = yin_f0(wav, sr, HOP, n_frames=mel.shape[2], fmin=60, fmax=400)
-            f0_source = f0_true[None] if args.oracle else f0_pred
+            f0_source = (f0_true[None] if args.oracle else f0_pred) * args.source_scale
             source = hift.source_from_f0(f0_source, generator=torch.Generator().manual_seed(0))
             out = hift.decode(mel, source)[0].numpy()
             silent = hift.decode(mel, torch.zeros_like(source))[0].numpy()
+        heard = yin_f0(torch.from_numpy(out), sr, HOP, n_frames=mel.shape[2], fmin=40, fmax=400, threshold=0.3).numpy()
+        driven = f0_source[0].numpy()
+        both_voiced = (heard > 0) & (driven > 10)
+        if both_voiced.any():
+            follows.append(float(np.mean(np.abs(heard[both_voiced] / driven[both_voiced] - 1) < 0.05)))
+            ratios.append(float(np.median(heard[both_voiced] / driven[both_voiced])))
         pred, true = f0_pred[0].numpy(), f0_true.numpy()
         voiced = true > 0
         both = voiced & (pred > 10)
@@ -98,6 +109,8 @@ def main() -> None:
           f"{np.mean(unvoiced):.2f}; mean prominence 60-700 Hz: {json.dumps({k: round(v, 1) for k, v in summary.items()})}; "
           f"source zeroed: output changes {np.mean([r['zeroed'] for r in rows]):.1f} dB"
           f"{' (source driven by the teacher f0)' if args.oracle else ''}")
+    print(f"output pitch within 5 % of the source's f0 (x {args.source_scale}) on frames voiced in both: "
+          f"{np.mean(follows):.2f}; median output / source pitch {np.mean(ratios):.2f}")
 
 
 if __name__ == "__main__":
