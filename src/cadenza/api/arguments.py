@@ -70,9 +70,16 @@ def check_speaker(speaker: object, known: Container[str]) -> str:
     return speaker
 
 
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range
+        return False
+
+
 def check_speed(speed: object) -> float:
     if isinstance(speed, bool) or not isinstance(speed, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(speed):
+            or not _finite(speed):
         raise InputError(f"speed must be a finite number (0.5-2.0), got {short_repr(speed)}")
     return float(speed)
 

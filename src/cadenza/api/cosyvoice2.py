@@ -147,6 +147,8 @@ class Cadenza:
                 raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
                                  f"got {short_repr(sr)}")
             wav = torch.from_numpy(pcm_to_float(samples))
+            if wav.dim() == 2 and 0 in wav.shape:  # the mean below would make NaN of no channels
+                raise AudioError(f"prompt audio has no samples or no channels: shape {tuple(wav.shape)}")
             if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
                 wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
             if wav.dim() != 1:
@@ -311,6 +313,8 @@ class Cadenza:
         ``progress(done, total)`` is called after each segment. ``input_format="ssml"`` (or text that starts with
         ``<speak``) reads SSML, ``lexicon=`` applies a pronunciation lexicon (docs/text.md). ``timestamps=True``:
         ``Audio.words`` holds each word's start and end (docs/controls.md)."""
+        if progress is not None and not callable(progress):  # before the work, not after its first segment
+            raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
         if check_timestamps(timestamps):
             return with_words(self.synthesize(text, progress=progress, input_format=input_format, lexicon=lexicon,
                                               **kwargs), text)

@@ -21,6 +21,9 @@ DEFAULT_MAX_SECONDS = 30.0
 # digital silence). Either way the log-mel features sit at their clamp floor.
 SILENCE_PEAK = 1e-3
 SILENCE_RMS = 1e-4
+# Float samples are on a [-1, 1] scale; 16-bit PCM passed as floats still reads (the features are scale-tolerant),
+# anything louder is not audio on any scale we know, and far enough out it overflows the features to inf/NaN.
+MAX_PEAK = 32768.0
 
 
 def validate_prompt_audio(
@@ -32,7 +35,8 @@ def validate_prompt_audio(
     """Check a mono prompt ``wav`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) sampled at ``sr``.
 
     Returns ``wav`` unchanged. Raises ``AudioError`` naming the problem: wrong shape, NaN/inf samples, shorter
-    than ``min_seconds``, longer than ``max_seconds``, or silent (peak < ``SILENCE_PEAK`` or RMS < ``SILENCE_RMS``).
+    than ``min_seconds``, longer than ``max_seconds``, silent (peak < ``SILENCE_PEAK`` or RMS < ``SILENCE_RMS``),
+    or louder than any audio scale (peak > ``MAX_PEAK``).
     """
     if isinstance(sr, bool) or not isinstance(sr, numbers.Integral) or sr <= 0:
         raise AudioError(f"sample rate must be a positive integer, got {sr!r}")
@@ -61,4 +65,7 @@ def validate_prompt_audio(
             f"prompt audio is silent (peak {peak:.2g}, RMS {rms:.2g}; need peak >= {SILENCE_PEAK:g} "
             f"and RMS >= {SILENCE_RMS:g} on a [-1, 1] scale)"
         )
+    if peak > MAX_PEAK:
+        raise AudioError(f"prompt audio peaks at {peak:.3g}: samples are floats on a [-1, 1] scale (or integer "
+                         "PCM: pass the integer array itself)")
     return wav

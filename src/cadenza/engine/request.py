@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import secrets
 from dataclasses import dataclass, field
 
@@ -15,8 +16,9 @@ def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
     """A private RNG for one request (the global torch RNG is never touched). ``None`` draws a fresh seed."""
     if seed is None:
         seed = secrets.randbits(63)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, not {str(seed)[:40]!r}")
+    seed = int(seed)  # numpy integers too (the API's check_seed takes them)
     if seed >= 2**64:  # torch's generator takes 64-bit seeds
         raise InputError(f"seed must be below 2**64, got {seed}")
     return torch.Generator().manual_seed(seed), seed

@@ -221,6 +221,8 @@ def decode_with_av(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:
             if not container.streams.audio:
                 raise AudioError(f"{what} holds no audio stream")
             stream = container.streams.audio[0]
+            if stream.codec_context is None:  # a codec FFmpeg has no decoder for (a WAV's unknown format tag)
+                raise AudioError(f"cannot decode {what}: its audio codec is not supported")
             rate = stream.codec_context.sample_rate or stream.rate or 0
             channels = stream.codec_context.channels
             if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:

@@ -96,6 +96,26 @@ _UNION_TAG = re.compile(r"[\[\]()\-]|^[A-Z]")  # 'function-after[...]', 'VoiceId
 _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
 
 
+def _json_type(value: object) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _body_error(exc: StarletteHTTPException) -> str | None:
+    """What FastAPI's bare "There was an error parsing the body" was about (its cause): JSON nested too deeply, a
+    number longer than Python reads, bytes that are not UTF-8. None for any other HTTP error."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, RecursionError):
+        return "the request body is not valid JSON for this API: nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the request body is not UTF-8 text (byte {cause.start}: {cause.reason})"
+    if isinstance(cause, ValueError):  # e.g. an integer literal of more than 4300 digits
+        return f"the request body is not valid JSON for this API: {str(cause)[:120]}"
+    return None
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if not errors:
@@ -105,7 +125,11 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
            not _UNION_TAG.search(str(p)) and p not in _TYPE_NAMES]  # a field's path, not pydantic's union members
     param = ".".join(loc) or None
     msg = first.get("msg", "invalid value").removeprefix("Value error, ")
-    if first.get("type") == "extra_forbidden":
+    if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
+        msg = "the request body is empty: send a JSON object with the request's fields"
+    elif tuple(first.get("loc", ())) == ("body",) and first.get("type") == "model_attributes_type":
+        msg = f"the request body must be a JSON object, not {_json_type(first.get('input'))}"
+    elif first.get("type") == "extra_forbidden":
         msg = "unrecognized request argument"
     elif first.get("type") == "json_invalid":
         msg, param = "the request body is not valid JSON", None
@@ -127,6 +151,8 @@ def install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
         detail = exc.detail if isinstance(exc.detail, str) else "error"
+        if (body := _body_error(exc)) is not None:
+            return APIError(400, body, code="invalid_json").response()
         return APIError(exc.status_code, detail, code=codes.get(exc.status_code),
                         headers=dict(exc.headers or {})).response()
 

@@ -74,6 +74,10 @@ async def receive_json(ws: WebSocket, timeout: float) -> dict:
         data = json.loads(message["text"])
     except json.JSONDecodeError as exc:
         raise bad_message(f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise bad_message("not valid JSON for this protocol: nested too deeply") from exc
+    except ValueError as exc:  # an integer literal longer than Python reads (4300 digits)
+        raise bad_message(f"not valid JSON for this protocol: {str(exc)[:120]}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise bad_message("every message is a JSON object with a string 'type'", "type")
     return data

@@ -97,6 +97,8 @@ def validate_declared_by(declared_by: str | None) -> str | None:
 
 def _from_array(samples: np.ndarray | torch.Tensor, sr: int) -> tuple[torch.Tensor, int]:
     wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+    if wav.dim() == 2 and 0 in wav.shape:  # the mean below would make NaN of no channels
+        raise AudioError(f"prompt audio has no samples or no channels: shape {tuple(wav.shape)}")
     if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
         wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
     if wav.dim() != 1:
