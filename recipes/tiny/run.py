@@ -48,8 +48,9 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               ~2.1x (data_r2) and a round from that one (speed_method="flow") -> WORK/runs/flow_phoneme_speed_fast
   hift_joe (--more-hift [CONFIG[,CONFIG...]]) a HiFT continued on joe, rounds in turn -> WORK/runs/hift_joe
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
-  hift_joe_average (--long-hift): the shipped HiFT continued as a long GAN on joe's second corpus (data_q), its
-              weights' moving average exported                   -> WORK/runs/hift_joe_average
+  hift_joe_average (--long-hift [CONFIG]): the shipped HiFT continued as a long GAN on joe's second corpus (data_q),
+              its weights' moving average exported (hift_joe_pitch: with speed-perturbed crops and frame-period
+              discriminators, to follow the source's pitch)       -> WORK/runs/CONFIG
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -285,7 +286,7 @@ class Recipe:
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False,
-           long_hift: bool = False) -> None:
+           long_hift: str | None = None) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -302,8 +303,8 @@ class Recipe:
         ``speed_flow``: speaking-rate pairs (WORK/corpus_r -> WORK/data_r, audio read 0.5-2.1x as fast as its tokens)
         and a flow round on them (configs/flow_phoneme_speed.yaml) from the newest v2 flow, then fast pairs
         (WORK/corpus_r2 -> WORK/data_r2) and a round from that one (configs/flow_phoneme_speed_fast.yaml);
-        ``long_hift``: the shipped vocoder continued as a long GAN on WORK/data_q with its weights' moving average
-        exported (configs/hift_joe_average.yaml -> runs/hift_joe_average)."""
+        ``long_hift``: the config (``hift_joe_average``, ``hift_joe_pitch``) that continues the shipped vocoder as a
+        long GAN on WORK/data_q with its weights' moving average exported, into runs/<config>."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -333,8 +334,8 @@ class Recipe:
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
             self.train_through("flow", "flow_phoneme_rates", "data_q")
-        if long_hift:  # the shipped vocoder as a long GAN, its weights' average exported (configs/hift_joe_average.yaml)
-            self.train_through("hift", "hift_joe_average", "data_q")
+        if long_hift:  # the shipped vocoder as a long GAN, its weights' average exported (configs/<long_hift>.yaml)
+            self.train_through("hift", long_hift, "data_q")
         if more_tokenizer:
             data = "data_q"
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
@@ -399,9 +400,11 @@ def main() -> None:
     p.add_argument("--speed-flow", action="store_true",
                    help="with --design v2: two flow rounds on speaking-rate pairs, audio read 0.5-2.1x as fast as its "
                         "tokens (configs/flow_phoneme_speed.yaml, flow_phoneme_speed_fast.yaml), for speed_method='flow'")
-    p.add_argument("--long-hift", action="store_true",
+    p.add_argument("--long-hift", nargs="?", const="hift_joe_average", default=None, metavar="CONFIG",
+                   choices=("hift_joe_average", "hift_joe_pitch"),
                    help="with --design v2: the shipped HiFT continued as a long GAN on WORK/corpus_v3 with its weights' "
-                        "moving average exported (configs/hift_joe_average.yaml)")
+                        "moving average exported (configs/hift_joe_average.yaml, the shipped round; hift_joe_pitch: "
+                        "speed-perturbed crops and frame-period discriminators)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:

@@ -88,6 +88,10 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     # The long GAN round (--long-hift) continues the shipped vocoder and exports its weights' moving average.
     long_gan = yaml.safe_load(recipe.config("hift_joe_average").read_text())["hift"]
     assert Path(long_gan["init_hift"]) == shipped and 0 < long_gan["average_decay"] < 1
+    # Its pitch-following variant (--long-hift hift_joe_pitch): the same start, speed-perturbed crops, frame periods.
+    pitch = yaml.safe_load(recipe.config("hift_joe_pitch").read_text())["hift"]
+    assert Path(pitch["init_hift"]) == shipped and pitch["speed_perturb"] == [0.7, 1.6]
+    assert {240, 480} <= set(pitch["discriminator"]["periods"])
     # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
     for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
