@@ -84,6 +84,15 @@ def wav_bytes(x: np.ndarray, sr: int = PROMPT_SR, fmt: str = "WAV", subtype: str
     return buf.getvalue()
 
 
+def api_error(r, status: int, param: str | None = "__any__") -> dict:
+    """The ``error`` object of an httpx response that must have ``status``; its ``param`` checked unless "__any__"."""
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    if param != "__any__":
+        assert err["param"] == param, err
+    return err
+
+
 def wait_until(predicate, timeout: float = 30.0) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -24,7 +24,7 @@ from cadenza.server.errors import APIError
 from cadenza.server.origin import HostOriginCheck, host_name
 from cadenza.voices import VoiceStore
 
-from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone, wait_until, wav_bytes
+from test_server_harness import CONSENT, PROMPT_SR, LiveServer, api_error, tone, wait_until, wav_bytes
 from toy_model import build_toy_model_dir
 
 KEY = "hardening-key-0123"
@@ -59,14 +59,6 @@ def open_server(tts, tmp_path_factory):
             yield server
 
 
-def _error(r: httpx.Response, status: int, param: str | None = "__any__") -> dict:
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    if param != "__any__":
-        assert err["param"] == param, err
-    return err
-
-
 def _create(client: httpx.Client, name: str, audio: bytes | None = None, **fields) -> httpx.Response:
     files = {"audio": ("v.wav", audio if audio is not None else wav_bytes(tone(2.0)), "audio/wav")}
     return client.post("/v1/audio/voices", files=files, data={"name": name, "consent": CONSENT, **fields})
@@ -77,9 +69,9 @@ def test_text_that_reads_out_long_is_refused_before_any_work(tts, open_server):
     c, sched = open_server.client, tts.engine.scheduler
     steps = sched.state.lm_steps
     started = time.perf_counter()
-    err = _error(c.post("/v1/audio/speech", json={**SPEECH, "input": "9" * 4000}), 400, "input")
+    err = api_error(c.post("/v1/audio/speech", json={**SPEECH, "input": "9" * 4000}), 400, "input")
     assert err["code"] == "string_above_max_length" and "reads out to 19" in err["message"]
-    err = _error(c.post("/v1/audio/speech", json={**SPEECH, "input": "Hello there. " * 200}), 400, "input")
+    err = api_error(c.post("/v1/audio/speech", json={**SPEECH, "input": "Hello there. " * 200}), 400, "input")
     assert err["code"] == "audio_above_max_duration" and "about 167 s" in err["message"]
     assert time.perf_counter() - started < 10 and sched.state.lm_steps == steps  # no LM step was run for them
     assert open_server.state.admission.inflight == 0 and open_server.state.admission.work == 0
@@ -123,7 +115,7 @@ def test_a_long_websocket_text_fills_the_work_budget(open_server):
         ws.send(json.dumps({"type": "input.text", "text": "word " * 150}))  # 600 letters: 50 s
         assert wait_until(lambda: open_server.state.admission.work >= 49.0)
         long = {**SPEECH, "input": "Hello there, how are you. " * 26}  # 45 s
-        err = _error(open_server.client.post("/v1/audio/speech", json=long), 429)
+        err = api_error(open_server.client.post("/v1/audio/speech", json=long), 429)
         assert "of audio in the making" in err["message"]
         assert open_server.client.post("/v1/audio/speech", json=SPEECH).status_code == 200
     assert wait_until(lambda: open_server.state.admission.work == 0)
@@ -151,7 +143,7 @@ def test_a_voice_upload_bomb_is_refused_without_decoding_it(open_server):
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        err = _error(_create(open_server.client, "bomb", bomb), 400, "audio")
+        err = api_error(_create(open_server.client, "bomb", bomb), 400, "audio")
     finally:
         stop.set()
         sampler.join()
@@ -164,13 +156,13 @@ def test_a_voice_upload_bomb_is_refused_without_decoding_it(open_server):
 def test_a_voice_the_model_cannot_use_leaves_nothing_behind(open_server, monkeypatch):
     c, store = open_server.client, open_server.store
     before = c.get("/v1/audio/voices").json()
-    _error(_create(c, "quiet", transcript="?!"), 400, "transcript")
+    api_error(_create(c, "quiet", transcript="?!"), 400, "transcript")
 
     def crash(*args, **kwargs):
         raise RuntimeError("the feature extractor crashed")
 
     monkeypatch.setattr(open_server.state.default.tts, "voice_from_audio", crash)
-    _error(_create(c, "crashy", transcript=TRANSCRIPT), 500)
+    api_error(_create(c, "crashy", transcript=TRANSCRIPT), 500)
     monkeypatch.undo()
     assert c.get("/v1/audio/voices").json() == before
     assert [r.name for r in store.list()] == [v["name"] for v in before]
@@ -185,9 +177,9 @@ def test_a_voice_the_model_cannot_use_leaves_nothing_behind(open_server, monkeyp
 def test_names_that_differ_only_in_case_are_one_name_in_every_script(open_server):
     c = open_server.client
     assert _create(c, "Élodie").status_code == 201
-    assert "already exists" in _error(_create(c, "élodie"), 400, "name")["message"]
+    assert "already exists" in api_error(_create(c, "élodie"), 400, "name")["message"]
     assert _create(c, "Straße").status_code == 201
-    _error(_create(c, "STRASSE"), 400, "name")
+    api_error(_create(c, "STRASSE"), 400, "name")
     assert c.get("/v1/audio/voices/ÉLODIE").json()["name"] == "Élodie"
 
 
@@ -215,7 +207,7 @@ def test_a_model_file_failing_at_run_time_is_a_503_and_turns_health_red(tts, tmp
     with _server(tts, tmp_path / "voices") as server, httpx.Client(base_url=server.url, timeout=120) as c:
         assert c.get("/health").status_code == 200
         monkeypatch.setattr(tts, "voice_from_audio", broken)
-        err = _error(_create(c, "bob", transcript=TRANSCRIPT), 503)
+        err = api_error(_create(c, "bob", transcript=TRANSCRIPT), 503)
         assert err["code"] == "model_unavailable" and str(tmp_path) not in json.dumps(err)
         health = c.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "unavailable"
@@ -225,9 +217,9 @@ def test_a_model_file_failing_at_run_time_is_a_503_and_turns_health_red(tts, tmp
 # -- 6. other web origins cannot use an open server -----------------------------------------------------------------
 def test_host_names_are_checked_without_a_key(open_server):
     c, port = open_server.client, open_server.port
-    err = _error(c.get("/v1/models", headers={"Host": "evil.example"}), 403)
+    err = api_error(c.get("/v1/models", headers={"Host": "evil.example"}), 403)
     assert err["code"] == "host_not_allowed"
-    _error(c.get("/health", headers={"Host": f"rebind.evil.example:{port}"}), 403)
+    api_error(c.get("/health", headers={"Host": f"rebind.evil.example:{port}"}), 403)
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST"):
         assert c.get("/v1/models", headers={"Host": host}).status_code == 200, host
 
@@ -237,11 +229,11 @@ def test_cross_site_posts_and_websockets_are_refused(open_server):
     evil = {"Origin": "http://evil.example"}
     files = {"audio": ("v.wav", wav_bytes(tone(2.0)), "audio/wav")}
     r = c.post("/v1/audio/voices", files=files, data={"name": "forged", "consent": CONSENT}, headers=evil)
-    assert _error(r, 403)["code"] == "origin_not_allowed" and "forged" not in open_server.store
-    _error(c.post("/v1/audio/speech", json=SPEECH, headers=evil), 403)
+    assert api_error(r, 403)["code"] == "origin_not_allowed" and "forged" not in open_server.store
+    api_error(c.post("/v1/audio/speech", json=SPEECH, headers=evil), 403)
     # Simple-form content types (what a cross-site form can send without a preflight) never reach a JSON route.
     r = c.post("/v1/audio/speech", content=json.dumps(SPEECH), headers={"Content-Type": "text/plain"})
-    assert _error(r, 415)["code"] == "unsupported_media_type"
+    assert api_error(r, 415)["code"] == "unsupported_media_type"
     with pytest.raises(InvalidStatus) as refused:
         connect(f"{open_server.ws_url}/v1/audio/speech/stream", origin="http://evil.example", open_timeout=30)
     assert refused.value.response.status_code == 403
@@ -279,9 +271,9 @@ def test_lone_surrogates_and_nul_are_400s_not_500s(open_server):
     body = json.dumps(SPEECH)
     for field in ("voice", "input", "model"):
         r = _raw(c, body.replace(f'"{field}": "{SPEECH[field]}"', f'"{field}": "a\\ud800b"'))
-        assert "unicode" in _error(r, 400, field)["message"].lower()
-    _error(_raw(c, body.replace('"input": "Hello there."', '"input": "Hello\\u0000there"')), 400, "input")
-    _error(_raw(c, body.replace('"voice": "alice"', '"voice": {"id": "\\udfff"}')), 400)
+        assert "unicode" in api_error(r, 400, field)["message"].lower()
+    api_error(_raw(c, body.replace('"input": "Hello there."', '"input": "Hello\\u0000there"')), 400, "input")
+    api_error(_raw(c, body.replace('"voice": "alice"', '"voice": {"id": "\\udfff"}')), 400)
     with connect(f"{open_server.ws_url}/v1/audio/speech/stream", open_timeout=30) as ws:
         ws.send(json.dumps({"type": "session.config", "voice": "alice"}))
         ws.recv(timeout=60)
@@ -296,13 +288,13 @@ def test_lone_surrogates_and_nul_are_400s_not_500s(open_server):
 
 def test_bodies_are_strict_and_voice_references_bounded(open_server):
     c = open_server.client
-    _error(c.post("/v1/audio/speech", json={**SPEECH, "stream": "yes"}), 400, "stream")
-    _error(c.post("/v1/audio/speech", json={**SPEECH, "speed": "1.0"}), 400, "speed")
-    _error(c.post("/v1/audio/speech", json={**SPEECH, "seed": 1.5}), 400, "seed")
+    api_error(c.post("/v1/audio/speech", json={**SPEECH, "stream": "yes"}), 400, "stream")
+    api_error(c.post("/v1/audio/speech", json={**SPEECH, "speed": "1.0"}), 400, "speed")
+    api_error(c.post("/v1/audio/speech", json={**SPEECH, "seed": 1.5}), 400, "seed")
     assert c.post("/v1/audio/speech", json={**SPEECH, "speed": 1}).status_code == 200  # an int is a number
-    err = _error(c.post("/v1/audio/speech", json={**SPEECH, "voice": "x" * 10_000}), 400, "voice")
+    err = api_error(c.post("/v1/audio/speech", json={**SPEECH, "voice": "x" * 10_000}), 400, "voice")
     assert len(err["message"]) < 200
-    err = _error(c.post("/v1/audio/speech", json={**SPEECH, "voice": "nobody"}), 400, "voice")
+    err = api_error(c.post("/v1/audio/speech", json={**SPEECH, "voice": "nobody"}), 400, "voice")
     assert "alice" not in err["message"]  # other clients' voices are not listed
 
 

@@ -17,7 +17,7 @@ from cadenza import Cadenza
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
-from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone
+from test_server_harness import CONSENT, PROMPT_SR, LiveServer, api_error, tone
 from toy_model import build_toy_model_dir
 
 TRANSCRIPT = "Just by listening a few minutes a day."
@@ -35,14 +35,6 @@ def server(cv2_dir, tmp_path_factory):
                 live.client, live.store = client, store
                 yield live
         store.close()
-
-
-def _error(r: httpx.Response, status: int, param: str | None = "__any__") -> dict:
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    if param != "__any__":
-        assert err["param"] == param, err
-    return err
 
 
 def _wav(fmt_tag: int = 1, bits: int = 16, extra: bytes = b"") -> bytes:
@@ -64,7 +56,7 @@ def test_a_wav_whose_codec_nothing_decodes_is_a_400_not_a_500(server, label, upl
     files = {"audio": ("v.wav", upload, "audio/wav")}
     r = server.client.post("/v1/audio/voices", files=files,
                            data={"name": "odd", "consent": CONSENT, "transcript": TRANSCRIPT})
-    err = _error(r, 400, "audio")
+    err = api_error(r, 400, "audio")
     assert err["code"] == "invalid_audio" and "cannot decode" in err["message"], (label, err)
     assert "odd" not in server.store
     assert server.client.get("/health").status_code == 200
@@ -82,12 +74,12 @@ def test_json_bodies_python_cannot_read_get_a_specific_400(server):
     for body, words in ((deep, "nested too deeply"),
                         (json.dumps(SPEECH).replace('"seed": 3', '"seed": ' + "9" * 5000).encode(), "4300 digits"),
                         (b'{"model": "tts-1", "input": "\xff\xfe"}', "not UTF-8 text (byte 29")):
-        err = _error(_raw(c, body), 400, None)
+        err = api_error(_raw(c, body), 400, None)
         assert err["code"] == "invalid_json" and words in err["message"], err
-    err = _error(_raw(c, b""), 400, None)
+    err = api_error(_raw(c, b""), 400, None)
     assert err["message"] == "the request body is empty: send a JSON object with the request's fields"
     for body, kind in ((b"[]", "an array"), (b'"hi"', "a string"), (b"null", "null"), (b"5", "a number")):
-        err = _error(_raw(c, body), 400, None)
+        err = api_error(_raw(c, body), 400, None)
         assert err["message"] == f"the request body must be a JSON object, not {kind}", err
     assert _raw(c, json.dumps(SPEECH).encode()).status_code == 200  # and the server goes on
 
