@@ -33,7 +33,7 @@ from cadenza.api.audio import Audio, PromptAudio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
-from cadenza.audio.prompt import validate_prompt_audio
+from cadenza.audio.prompt import mono_samples, validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
@@ -146,15 +146,7 @@ class Cadenza:
                     or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
                 raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
                                  f"got {short_repr(sr)}")
-            wav = torch.from_numpy(pcm_to_float(samples))
-            if wav.dim() == 2 and 0 in wav.shape:  # the mean below would make NaN of no channels
-                raise AudioError(f"prompt audio has no samples or no channels: shape {tuple(wav.shape)}")
-            if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
-                wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
-            if wav.dim() != 1:
-                raise AudioError(f"prompt audio must be [samples] or [channels, samples], got shape "
-                                 f"{tuple(wav.shape)}")
-            return wav, int(sr)
+            return mono_samples(torch.from_numpy(pcm_to_float(samples))), int(sr)
         try:
             return load_audio(audio, self.sample_rate), self.sample_rate
         except OSError as exc:  # a path the OS refuses outright (name too long, ...)

@@ -26,6 +26,19 @@ SILENCE_RMS = 1e-4
 MAX_PEAK = 32768.0
 
 
+def mono_samples(wav: torch.Tensor, what: str = "prompt audio") -> torch.Tensor:
+    """``[samples]``, ``[channels, samples]`` or ``[samples, channels]`` -> ``[samples]`` (the smaller axis of a 2-D
+    array is taken as the channels and averaged). Raises ``AudioError`` for another rank or an empty 2-D array (its
+    mean would be NaN of no channels)."""
+    if wav.dim() == 2:
+        if 0 in wav.shape:
+            raise AudioError(f"{what} has no samples or no channels: shape {tuple(wav.shape)}")
+        wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
+    if wav.dim() != 1:
+        raise AudioError(f"{what} must be [samples] or [channels, samples], got shape {tuple(wav.shape)}")
+    return wav
+
+
 def validate_prompt_audio(
     wav: torch.Tensor,
     sr: int,

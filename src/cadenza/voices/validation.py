@@ -15,7 +15,7 @@ import soundfile as sf
 import torch
 
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
-from cadenza.audio.prompt import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, validate_prompt_audio
+from cadenza.audio.prompt import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, mono_samples, validate_prompt_audio
 from cadenza.errors import AudioError, InputError, UnknownSpeakerError
 
 ID_PREFIX = "voice_"
@@ -96,13 +96,7 @@ def validate_declared_by(declared_by: str | None) -> str | None:
 
 
 def _from_array(samples: np.ndarray | torch.Tensor, sr: int) -> tuple[torch.Tensor, int]:
-    wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
-    if wav.dim() == 2 and 0 in wav.shape:  # the mean below would make NaN of no channels
-        raise AudioError(f"prompt audio has no samples or no channels: shape {tuple(wav.shape)}")
-    if wav.dim() == 2:  # [channels, samples] or [samples, channels]: average the smaller axis
-        wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
-    if wav.dim() != 1:
-        raise AudioError(f"prompt audio must be [samples] or 2-D with channels, got shape {tuple(wav.shape)}")
+    wav = mono_samples(torch.as_tensor(np.asarray(samples, dtype=np.float32)))
     if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
         raise AudioError(f"sample rate must be an integer in {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz, got {sr!r}")
     return wav, int(sr)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from cadenza.audio.io import AudioSource, load_audio
-from cadenza.audio.prompt import validate_prompt_audio
+from cadenza.audio.prompt import mono_samples, validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.errors import AudioError, InputError
 from cadenza.models.voxcpm2.audio_vae import AudioVAE
@@ -50,10 +50,7 @@ def load_prompt_audio(audio: PromptAudio, sample_rate: int, what: str = "prompt 
             wav = torch.as_tensor(np.asarray(samples, dtype=np.float32))
         except (TypeError, ValueError) as exc:
             raise AudioError(f"{what}: samples are not numeric audio ({exc})") from exc
-        if wav.dim() == 2:  # [channels, n] or [n, channels]: average the smaller axis
-            wav = wav.mean(dim=int(wav.shape[0] > wav.shape[1]))
-        if wav.dim() != 1:
-            raise AudioError(f"{what}: samples must be [n] or [channels, n], got shape {tuple(wav.shape)}")
+        wav = mono_samples(wav, what)
         if wav.numel() == 0:
             raise AudioError(f"{what} holds no samples")
         if not bool(torch.isfinite(wav).all()):
