@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cadenza.errors import AudioError, InputError
+from cadenza.api.arguments import MAX_PROMPT_TEXT_CHARS
+from cadenza.errors import AudioError, InputError, TextError
 from cadenza.voices import VoiceStore
 from hostile_entry_points import SR, TEXT, speech_like
 
@@ -62,3 +63,25 @@ def test_a_progress_that_is_not_callable_is_refused_before_the_work(tts, monkeyp
     monkeypatch.setattr(tts, "requests", no_work)
     with pytest.raises(InputError, match=r"progress must be a callable progress\(done, total\), not int"):
         tts.synthesize("Hello there.", progress=5)
+
+
+def test_an_oversized_prompt_transcript_or_instruction_is_refused_before_the_work(tts, monkeypatch):
+    """The API had no length limit on ``prompt_text`` (the server's voice store takes 2,000 characters): a
+    100,000-word transcript ran the LM for minutes (past a 5-minute timeout with 20,000 words). Now a ``TextError``
+    before any audio is decoded; ``instruct`` is bounded like the server's ``instructions`` (4,096)."""
+    def no_work(*args, **kwargs):
+        raise AssertionError("the prompt must not be read")
+
+    monkeypatch.setattr(tts, "_load_prompt", no_work)
+    prompt = (speech_like(1.4), SR)
+    with pytest.raises(TextError, match="prompt_text is 2001 characters; at most 2000"):
+        tts.synthesize("Hi.", prompt_wav=prompt, prompt_text="a" * 2001)
+    with pytest.raises(TextError, match="prompt_text is 100000 characters; at most 2000"):
+        tts.synthesize_stream("Hi.", prompt_wav=prompt, prompt_text="word " * 20000)
+    with pytest.raises(TextError, match="prompt_text is 2001 characters"):
+        tts.add_speaker("long", prompt, "a" * 2001, save=False)
+    with pytest.raises(TextError, match="instruct is 4097 characters; at most 4096"):
+        tts.synthesize("Hi.", instruct="a" * 4097)
+    monkeypatch.undo()
+    # At the limit the transcript is taken (the voice is made from it).
+    assert tts.voice_from_audio(prompt, ("a " * 1000)[:MAX_PROMPT_TEXT_CHARS]) is not None

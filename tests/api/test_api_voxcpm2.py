@@ -80,3 +80,11 @@ def test_saved_voices_of_a_store_are_speakers(vx2_model_dir, tmp_path):
             tts.synthesize("Hello there.", speaker="vera", reference_wav=(samples, sr))
     with cadenza.load(vx2_model_dir) as tts, pytest.raises(UnknownSpeakerError, match="voices_dir"):
         tts.synthesize("Hello there.", speaker="vera")
+
+
+def test_oversized_prompt_transcripts_and_descriptions_are_text_errors(vx2):
+    """Bounded as CosyVoice 2's (the voice store's 2,000 characters; the server's 4,096 for a description)."""
+    with pytest.raises(TextError, match="prompt_text is 2001 characters; at most 2000"):
+        vx2.synthesize("Hello there.", prompt_wav=(np.zeros(16000, np.float32), 16000), prompt_text="a" * 2001)
+    with pytest.raises(TextError, match="description is 4097 characters; at most 4096"):
+        vx2.design("a" * 4097, "Hello there.")

@@ -13,10 +13,15 @@ import numpy as np
 import torch
 
 from cadenza.errors import AudioError, InputError, TextError, UnknownSpeakerError
+from cadenza.voices.validation import MAX_TRANSCRIPT_CHARS
 
 MAX_SEED = 2**63 - 1  # a request's RNG is a torch.Generator: seeds are signed 64-bit
 MAX_SPEAKER_CHARS = 128  # no saved speaker id (64) or voice name or id (the server's limit: 128) is longer
 MAX_SPEAKER_ID_CHARS = 64
+# A prompt's transcript: the voice store's limit (a prompt is at most 30 s). Unbounded, a 100,000-word transcript
+# ran the LM for minutes before any error. Instructions and voice descriptions: the server's limit (OpenAI's).
+MAX_PROMPT_TEXT_CHARS = MAX_TRANSCRIPT_CHARS
+MAX_INSTRUCTIONS_CHARS = 4096
 
 
 def short_repr(value: object) -> str:
@@ -38,13 +43,21 @@ def check_chars(text: str, what: str, error: type[InputError] = TextError) -> st
     return text
 
 
-def check_text_arg(text: object, what: str, optional: bool = False) -> str | None:
-    """A text argument: a string (or None when ``optional``) of valid Unicode without NUL; else ``TextError``."""
+def check_text_arg(text: object, what: str, optional: bool = False, max_chars: int | None = None) -> str | None:
+    """A text argument: a string (or None when ``optional``) of valid Unicode without NUL, of at most ``max_chars``
+    characters when given; else ``TextError``."""
     if text is None and optional:
         return None
     if not isinstance(text, str):
         raise TextError(f"{what} must be a string, not {type(text).__name__}")
+    if max_chars is not None and len(text) > max_chars:
+        raise TextError(f"{what} is {len(text)} characters; at most {max_chars}")
     return check_chars(text, what)
+
+
+def check_prompt_text(prompt_text: object) -> str | None:
+    """``prompt_text`` (a prompt's transcript): None or a checked string of at most ``MAX_PROMPT_TEXT_CHARS``."""
+    return check_text_arg(prompt_text, "prompt_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)
 
 
 def check_seed(seed: object) -> int | None:

@@ -18,9 +18,11 @@ import torch
 from cadenza import builtin
 from cadenza.api import markup
 from cadenza.api.arguments import (
+    MAX_INSTRUCTIONS_CHARS,
     MAX_SPEAKER_ID_CHARS,
     check_chars,
     check_ids,
+    check_prompt_text,
     check_seed,
     check_speaker,
     check_speed,
@@ -163,7 +165,7 @@ class Cadenza:
         if len(speaker_id) > MAX_SPEAKER_ID_CHARS:
             raise InputError(f"speaker id is {len(speaker_id)} characters; at most {MAX_SPEAKER_ID_CHARS}")
         validate_speaker_id(speaker_id)  # before the audio is decoded
-        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_prompt_text(prompt_text)
         if save and self.directory.resolve() == Path(builtin.__file__).resolve().parent / "assets" / BUILTIN_NAME:
             raise InputError("the built-in model folder is part of the installed package and is not written to: "
                              "save voices in a voice store instead (`cadenza serve` /v1/voices, or "
@@ -176,8 +178,8 @@ class Cadenza:
     def _voice(self, prompt_wav, prompt_text, prompt_text_ids, instruct, speaker):
         """Resolve the voice arguments into (voice, mode, LM prompt text ids, LM prompt speech ids)."""
         eng = self.engine
-        check_text_arg(prompt_text, "prompt_text", optional=True)
-        check_text_arg(instruct, "instruct", optional=True)
+        check_prompt_text(prompt_text)
+        check_text_arg(instruct, "instruct", optional=True, max_chars=MAX_INSTRUCTIONS_CHARS)
         if speaker is not None:
             check_speaker(speaker, self.engine.speakers)
         if prompt_wav is not None and speaker is not None:
@@ -224,7 +226,7 @@ class Cadenza:
             check_text_arg(text, "text")
         else:
             check_ids(text_ids, "text_ids")
-        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_prompt_text(prompt_text)
         check_seed(seed)
         check_speed(speed)
 
@@ -434,7 +436,7 @@ class Cadenza:
         lm_text = prompt.prompt_text
         lm_speech = None if mode == "cross_lingual" else prompt.llm_prompt_speech
         if instructions is not None:
-            check_text_arg(instructions, "instructions")
+            check_text_arg(instructions, "instructions", max_chars=MAX_INSTRUCTIONS_CHARS)
             mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instructions), None
         return prompt, mode, lm_text, lm_speech
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cadenza.api.arguments import check_seed, check_speed, check_text_arg, reference_as_prompt
+from cadenza.api.arguments import check_prompt_text, check_seed, check_speed, check_text_arg, reference_as_prompt
 from cadenza.api.audio import Audio
 from cadenza.engine.long_form import SegmentStream, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
@@ -229,7 +229,7 @@ def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, pro
                          normalize: bool = True) -> list:
     prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
     check_seed(seed)
-    check_text_arg(prompt_text, "prompt_text", optional=True)
+    check_prompt_text(prompt_text)
     if normalize and prompt_text is not None and prompt_text.strip():
         prompt_text = normalize_text(prompt_text)
     # The voice once for all runs, exactly as ``Cadenza.requests`` resolves it.
@@ -250,7 +250,7 @@ def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, pro
 def _voxcpm2_requests(tts, script: Script, *, seed=None, speaker=None, reference_wav=None, prompt_wav=None,
                       prompt_text=None, normalize: bool = True, **options) -> list:
     check_seed(seed)
-    check_text_arg(prompt_text, "prompt_text", optional=True)
+    check_prompt_text(prompt_text)
     voice = options.pop("voice", None)
     if speaker is not None:
         if any(a is not None for a in (reference_wav, prompt_wav, prompt_text, voice)):

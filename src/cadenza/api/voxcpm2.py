@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from cadenza.api import markup
-from cadenza.api.arguments import check_seed, check_speed, check_text_arg
+from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, timed_stream, with_words
@@ -94,7 +94,7 @@ class VoxCPM2:
         / ``InputError`` naming the argument, before any work). ``speed`` (0.5-2.0): speaking rate, applied to the
         output by a pitch-preserving time-scale (WSOLA; VoxCPM 2's latent rate is fixed, docs/controls.md)."""
         check_text_arg(text, "text")
-        check_text_arg(prompt_text, "prompt_text", optional=True)
+        check_prompt_text(prompt_text)
         check_seed(seed)
         speed = _check_speed(speed)
         options = _check_options(options)
@@ -151,7 +151,7 @@ class VoxCPM2:
         """Voice design: a voice described in words (no audio)."""
         if any(kwargs.get(k) is not None for k in ("reference_wav", "prompt_wav")):
             raise InputError("voice design takes a description, not audio: use clone for reference audio")
-        check_text_arg(description, "description")
+        check_text_arg(description, "description", max_chars=MAX_INSTRUCTIONS_CHARS)
         check_text_arg(text, "text")
         description = description.strip().strip("()")
         if not description:
@@ -202,7 +202,7 @@ class VoxCPM2:
         speed = _check_speed(speed)
         check_seed(seed)
         if instructions is not None:
-            check_text_arg(instructions, "instructions")
+            check_text_arg(instructions, "instructions", max_chars=MAX_INSTRUCTIONS_CHARS)
             description = " ".join(instructions.split()).strip("()")
             if not description or "(" in description or ")" in description:
                 raise InputError("instructions describe the voice in words (no parentheses)")

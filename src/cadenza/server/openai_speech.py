@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from cadenza.alignment.aligner import WordTiming
 from cadenza.alignment.timer import WordTimer
+from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import TextError
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
@@ -61,7 +62,7 @@ class SpeechRequest(BaseModel):
     model: Text = Field(min_length=1, max_length=256)
     input: Text = Field(min_length=1)
     voice: VoiceRef | None = None
-    instructions: Text | None = Field(default=None, max_length=4096)
+    instructions: Text | None = Field(default=None, max_length=MAX_INSTRUCTIONS_CHARS)
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio", "sse"] = "audio"

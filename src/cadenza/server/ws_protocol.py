@@ -13,6 +13,7 @@ from fastapi import WebSocket
 from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
+from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
 from cadenza.errors import InputError
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceRef
@@ -25,7 +26,7 @@ class SessionConfig(BaseModel):
     model_config = STRICT
     type: Literal["session.config"]
     voice: VoiceRef | None = None
-    instructions: Text | None = Field(default=None, max_length=4096)
+    instructions: Text | None = Field(default=None, max_length=MAX_INSTRUCTIONS_CHARS)
     seed: int | None = Field(default=None, ge=0, lt=2**62)
     model: Text | None = Field(default=None, max_length=256)
     response_format: Literal["pcm"] = "pcm"
