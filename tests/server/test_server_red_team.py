@@ -126,3 +126,48 @@ def test_websocket_json_python_cannot_read_closes_1007_not_1011(server, first, w
                     audio.append(message)
     assert closed.value.rcvd.code == 1000 and sum(map(len, audio)) > 0
     assert np.frombuffer(b"".join(audio), "<i2").size > 0
+
+
+def _multipart(fields: dict[str, bytes], files: dict[str, bytes], boundary: str = "cadenzaBOUNDARY") -> bytes:
+    """A multipart/form-data body with text ``fields`` sent as the given bytes (any encoding) and ``files``."""
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n'.encode() + v + b"\r\n"
+             for k, v in fields.items()]
+    parts += [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"; filename="{k}.wav"\r\n'
+              f"Content-Type: application/octet-stream\r\n\r\n".encode() + v + b"\r\n" for k, v in files.items()]
+    return b"".join(parts) + f"--{boundary}--\r\n".encode()
+
+
+def test_a_form_field_in_another_encoding_is_refused_not_stored_garbled(server):
+    """Starlette decodes a text field that is not UTF-8 as Latin-1: a consent statement sent in Windows-1252 was
+    stored as 'Je consens Ã\xa0 ...'-like mojibake (an audit record nobody can read back) with a 201."""
+    consent = "Je consens à l'utilisation de ma voix, signé Renée."
+    headers = {"Content-Type": "multipart/form-data; boundary=cadenzaBOUNDARY"}
+    body = _multipart({"name": b"renee", "consent": consent.encode("cp1252"), "transcript": TRANSCRIPT.encode()},
+                      {"audio": _wav()})
+    err = api_error(server.client.post("/v1/audio/voices", content=body, headers=headers), 400, "consent")
+    assert err["code"] == "invalid_encoding", err
+    assert "form field 'consent' is not valid utf-8: byte 0xe0 at offset 11" in err["message"], err
+    assert "renee" not in server.store
+    # The same statement in UTF-8 is stored verbatim.
+    body = _multipart({"name": b"renee", "consent": consent.encode(), "transcript": TRANSCRIPT.encode()},
+                      {"audio": _wav()})
+    r = server.client.post("/v1/audio/voices", content=body, headers=headers)
+    assert r.status_code == 201, r.text
+    assert server.store.get("renee").consent == consent
+    server.client.delete("/v1/audio/voices/renee")
+
+
+@pytest.mark.parametrize("route", ["/v1/audio/voices", "/v1/audio/detect"])
+def test_malformed_multipart_gets_the_same_specific_400_on_every_upload_route(server, route):
+    """/v1/audio/detect let Starlette answer a form without a boundary: {"detail": ...} without the error object
+    (code, param) every other route gives; a truncated upload lost its cut part silently ("missing the audio
+    file")."""
+    no_boundary = server.client.post(route, content=b"x", headers={"Content-Type": "multipart/form-data"})
+    err = api_error(no_boundary, 400, None)
+    assert err["code"] == "invalid_form" and "Missing boundary" in err["message"], err
+    truncated = _multipart({"name": b"x"}, {"audio": _wav()})[:300]
+    r = server.client.post(route, content=truncated,
+                           headers={"Content-Type": "multipart/form-data; boundary=cadenzaBOUNDARY"})
+    err = api_error(r, 400, None)  # was: "missing the audio file" (the cut part was dropped)
+    assert err["code"] == "invalid_form" and "ends before its closing boundary" in err["message"], err
+    assert server.client.get("/health").status_code == 200

@@ -26,6 +26,7 @@ from cadenza.models.voxcpm2.lora import LoRAConfig
 from cadenza.models.voxcpm2.lora_bank import valid_lora_name
 from cadenza.server.auth import require_admin_key
 from cadenza.server.errors import APIError
+from cadenza.server.multipart import read_form
 from cadenza.server.state import LORA_SEPARATOR, ServedModel, ServerState
 
 router = APIRouter(dependencies=[Depends(require_admin_key)])
@@ -116,15 +117,8 @@ def _register(state: ServerState, served: ServedModel, name: str, config_data: b
 @router.post(PATH, status_code=201)
 async def upload_lora(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        raise APIError(415, "send the adapter as multipart/form-data with fields name, config and weights (and "
-                       "model)", code="unsupported_media_type")
-    try:
-        form = await request.form(max_files=2, max_fields=4)
-    except Exception as exc:  # malformed multipart; the body-size limit raises HTTPException, handled upstream
-        if getattr(exc, "status_code", None) == 413:
-            raise
-        raise APIError(400, f"cannot parse the multipart form: {exc}", code="invalid_form") from exc
+    form = await read_form(request, max_files=2, max_fields=4, not_multipart="send the adapter as multipart/form-data "
+                           "with fields name, config and weights (and model)")
     try:
         name = _text(form, "name")
         if name is None:

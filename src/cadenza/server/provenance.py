@@ -16,6 +16,7 @@ from cadenza.audio.io import load_audio
 from cadenza.provenance import Watermark
 from cadenza.provenance.keys import DEFAULT_KEY
 from cadenza.server.errors import APIError
+from cadenza.server.multipart import read_form
 from cadenza.server.state import ServerState
 
 router = APIRouter()
@@ -25,9 +26,8 @@ MAX_DETECT_SECONDS = 600.0
 @router.post("/v1/audio/detect")
 async def detect(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        raise APIError(415, "send the audio as multipart/form-data (file field 'audio')", code="unsupported_media_type")
-    form = await request.form(max_files=1, max_fields=2)
+    form = await read_form(request, max_files=1, max_fields=2,
+                           not_multipart="send the audio as multipart/form-data (file field 'audio')")
     try:
         upload = form.get("audio")
         if not isinstance(upload, UploadFile):

@@ -20,6 +20,7 @@ from starlette.datastructures import UploadFile
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
 from cadenza.server.encoding import decode_with_av
 from cadenza.server.errors import APIError
+from cadenza.server.multipart import read_form
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.voices import VoiceRecord
 from cadenza.voices.validation import decode_prompt
@@ -100,18 +101,8 @@ def _retention(form) -> tuple[bool, float | None]:
 @router.post("/v1/audio/voices", status_code=201)
 async def create_voice(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    content_type = request.headers.get("content-type", "")
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise APIError(415, "send the voice as multipart/form-data with fields audio, name, consent and optional "
-                       "transcript", code="unsupported_media_type")
-    try:
-        form = await request.form(max_files=1, max_fields=12)
-    except APIError:
-        raise
-    except Exception as exc:  # malformed multipart; the body-size limit raises HTTPException, handled upstream
-        if getattr(exc, "status_code", None) == 413:
-            raise
-        raise APIError(400, f"cannot parse the multipart form: {exc}", code="invalid_form") from exc
+    form = await read_form(request, max_files=1, max_fields=12, not_multipart="send the voice as multipart/form-data "
+                           "with fields audio, name, consent and optional transcript")
     try:
         upload = next((form[f] for f in AUDIO_FIELDS if f in form), None)
         if not isinstance(upload, UploadFile):
