@@ -10,8 +10,8 @@
   frames (their estimator calls run as one batch, ``IncrementalFlow.push_many``, and so do their HiFT calls where
   the mel lengths match, ``vocode_many``). A ready chunk waits up to ``flow_batch_wait_steps`` LM steps for requests
   a few tokens short of a chunk of its size. With no chunk ready, a worker computes the flow of its streams' next
-  chunks ahead, as far as the tokens decoded so far fix it (``SchedulerConfig.flow_ahead``), unless a stream waits
-  for its first audio.
+  chunks ahead, up to each chunk's split point once the tokens decoded so far fix it (``SchedulerConfig.flow_ahead``;
+  the same audio bit for bit), unless a stream waits for its first audio.
 
 The stages are composed over explicit shared state: ``JobBoard`` (``job_board.py``: queued and active jobs, the
 lock and its wake-up lists, the consumers' side), ``PipelineState`` (what the LM and vocoder workers tell each

@@ -28,9 +28,10 @@ class SchedulerConfig:
     # chunks come sooner and playback stalls less, for a slower first chunk (memory contention; docs/performance.md
     # measures both).
     first_audio_pause: str = "always"
-    # A vocoder worker with no chunk ready computes the flow of a stream's next chunk ahead, up to the last point
-    # where the flow's attention chunks end and the look-ahead has arrived (the same mel: ``StreamSynthesis.
-    # flow_ahead``), so that chunk is quicker once its last token comes. Not while a request awaits its first audio.
+    # A vocoder worker with no chunk ready computes the flow of a stream's next chunk ahead, up to the chunk's split
+    # point once its look-ahead has arrived (``StreamSynthesis.split_point``: the chunk is cut there either way, so
+    # the audio is the same bit for bit), so that chunk is quicker once its last token comes. Not while a request
+    # awaits its first audio.
     flow_ahead: bool = True
     # Batched LM decoding on an accelerator (docs/performance.md, "GPU"): every active request's keys and values in
     # one preallocated pool (``layers/kv_pool.py``), so a decode step of B requests is one batched attention instead

@@ -230,6 +230,7 @@ class StreamSynthesis:
 
     def flow_mel(self, ids: list[int], final: bool) -> torch.Tensor:
         """The mel ``[1, mel, frames]`` of the next chunk (``final``: of all remaining tokens); follow with ``vocode``."""
+        self.cut_at_split(ids, final)
         start = self.flow_start
         if final:
             mel = self.flow.final(ids, start)
@@ -252,18 +253,35 @@ class StreamSynthesis:
         self._ahead, self._ahead_tokens = [], 0
         return mel
 
+    def split_point(self) -> int | None:
+        """The token where the next chunk's flow is cut in two, whether the first piece runs ahead (``flow_ahead``)
+        or in the chunk's own call: the last point inside the chunk where the flow's attention chunks (of prompt +
+        generated tokens) end. Each frame attends up to the end of its own attention chunk, so the first piece's
+        frames are final there. The cut is fixed by the schedule alone, never by how far the LM has got when a
+        worker is idle: other pushes give the same frames only to float round-off (other matrix shapes), so a cut
+        that moved with timing made a seed's audio differ by a bit from one run to the next. None: one piece (the
+        first chunk, which never runs ahead; the recomputing flow, which has no state to carry frames; a flow
+        speaking rate, whose estimator chunks do not end on token boundaries; a chunk whose first piece is done)."""
+        if self.flow_session is None or self.flow_speed != 1.0 or self.chunks == 0 or self._ahead_tokens:
+            return None
+        prompt, start = self._prompt.flow_prompt_speech.shape[1], self.chunker.offset
+        point = (prompt + start + self.chunker.hop - 1) // self._boundary * self._boundary - prompt
+        return point if point > start else None
+
     def flow_ahead_tokens(self, n_tokens: int) -> int:
-        """How many of the next chunk's tokens ``flow_ahead`` could compute now, with ``n_tokens`` generated: those
-        up to the last point inside the chunk where the flow's attention chunks (of prompt + generated tokens) end
-        and whose look-ahead has arrived. Their mel is final there: each frame attends up to the end of its own
-        attention chunk, so computing it before the chunk's last token gives the same frames (0 with the
-        recomputing flow, which has no state to carry them)."""
-        if self.flow_session is None or self.flow_speed != 1.0:
-            return 0  # at a flow speaking rate the estimator's chunks do not end on token boundaries
-        start, prompt = self.flow_start, self._prompt.flow_prompt_speech.shape[1]
-        last = min(self.chunker.offset + self.chunker.hop - 1, n_tokens - self.lookahead)
-        point = (prompt + last) // self._boundary * self._boundary - prompt
-        return max(0, point - start)
+        """How many of the next chunk's tokens ``flow_ahead`` can compute now, with ``n_tokens`` generated: those
+        before its ``split_point`` once that point's look-ahead has arrived, else 0."""
+        point = self.split_point()
+        if point is None or point + self.lookahead > n_tokens:
+            return 0
+        return point - self.flow_start
+
+    def cut_at_split(self, ids: list[int], final: bool) -> None:
+        """Before the chunk's own flow call: compute the first piece (``split_point``) now if it did not run ahead,
+        so the chunk is cut in the same place either way. A final chunk is cut only where flow ahead could have
+        run: its split point's look-ahead is among ``ids``."""
+        if n := self.flow_ahead_tokens(len(ids)):
+            self.flow_ahead(ids, n)
 
     @torch.inference_mode()
     def flow_ahead(self, ids: list[int], n: int) -> None:
@@ -300,7 +318,7 @@ class StreamSynthesis:
         session = self.flow_session
         if session is None:
             return None
-        start = self.flow_start
+        start = self.flow_start + self.flow_ahead_tokens(n_tokens)  # the piece after the split (``cut_at_split``)
         return session.frames_to_compute(n_tokens - start if final
                                          else self.chunker.offset + self.chunker.hop - start, final)
 
@@ -345,6 +363,8 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
     mels: list[torch.Tensor | None] = [None] * len(synths)
     batch = [i for i, s in enumerate(synths) if s.flow_session is not None]
     if len(batch) > 1:
+        for i in batch:  # each stream's first piece as its own call would cut it; the rest batched
+            synths[i].cut_at_split(ids[i], finals[i])
         args = []
         for i in batch:
             synth = synths[i]
