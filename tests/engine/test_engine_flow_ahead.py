@@ -14,6 +14,7 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.engine.token2wav import StreamSynthesis, flow_ahead_many, flow_mels, vocode_many
+from cadenza.engine.vocoder_workers import VocoderWorker
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
 from small_model import small_model, voice
@@ -129,9 +130,11 @@ def test_flow_ahead_batched_and_with_the_recomputing_flow(model):
     reference.close()
 
 
-def _engine_audio(model, flow_ahead: bool, cores: int = 2) -> tuple[list[np.ndarray], list[int]]:
+def _engine_audio(model, flow_ahead: bool, cores: int = 2, never_idle: bool = False
+                  ) -> tuple[list[np.ndarray], list[int]]:
     """Two requests one after the other on ``cores`` torch threads with single-threaded workers: (audio, tokens
-    computed ahead) of each."""
+    computed ahead) of each. ``never_idle``: the vocoder workers never find a moment to compute ahead (as when they
+    are always busy), with flow ahead on."""
     before = torch.get_num_threads()
     torch.set_num_threads(cores)
     engine = CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=StreamSchedule(),
@@ -145,6 +148,9 @@ def _engine_audio(model, flow_ahead: bool, cores: int = 2) -> tuple[list[np.ndar
         return step(*args)
 
     sched.lm_worker.step = slow_step
+    if never_idle:
+        monkeypatch = pytest.MonkeyPatch()
+        monkeypatch.setattr(VocoderWorker, "_pick_flow_ahead", lambda self, mine: None)
     try:
         audio, ahead = [], []
         for i in range(2):
@@ -158,15 +164,20 @@ def _engine_audio(model, flow_ahead: bool, cores: int = 2) -> tuple[list[np.ndar
     finally:
         engine.close()
         torch.set_num_threads(before)
+        if never_idle:
+            monkeypatch.undo()
 
 
 def test_scheduler_computes_flow_ahead_with_the_same_audio(model):
     """Through the scheduler: an idle vocoder worker with a core of its own computes flow ahead, and the audio is
-    the same as without, bit for bit; none with ``flow_ahead=False``, nor on one core (it would slow the LM the
-    chunks wait for)."""
+    bit for bit what workers that never had an idle moment give; none with ``flow_ahead=False``, nor on one core
+    (it would slow the LM the chunks wait for), where chunks are not cut either (the same audio to round-off)."""
     with_ahead, ahead = _engine_audio(model, True)
+    busy, busy_ahead = _engine_audio(model, True, never_idle=True)
     without, none = _engine_audio(model, False)
     _, one_core = _engine_audio(model, True, cores=1)
-    assert min(ahead) > 0 and none == [0, 0] and one_core == [0, 0]
-    for got, expected in zip(with_ahead, without):
-        np.testing.assert_array_equal(got, expected)
+    assert min(ahead) > 0 and busy_ahead == none == one_core == [0, 0]
+    for got, same, close in zip(with_ahead, busy, without):
+        np.testing.assert_array_equal(got, same)
+        assert got.shape == close.shape
+        np.testing.assert_allclose(got, close, atol=1e-4, rtol=0)
