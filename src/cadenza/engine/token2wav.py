@@ -234,7 +234,7 @@ class StreamSynthesis:
 
     def flow_mel(self, ids: list[int], final: bool) -> torch.Tensor:
         """The mel ``[1, mel, frames]`` of the next chunk (``final``: of all remaining tokens); follow with ``vocode``."""
-        self.cut_at_split(ids, final)
+        self.cut_at_split(ids)
         start = self.flow_start
         if final:
             mel = self.flow.final(ids, start)
@@ -282,7 +282,7 @@ class StreamSynthesis:
             return 0
         return point - self.flow_start
 
-    def cut_at_split(self, ids: list[int], final: bool) -> None:
+    def cut_at_split(self, ids: list[int]) -> None:
         """Before the chunk's own flow call: compute the first piece (``split_point``) now if it did not run ahead,
         so the chunk is cut in the same place either way. A final chunk is cut only where flow ahead could have
         run: its split point's look-ahead is among ``ids``."""
@@ -370,7 +370,9 @@ def flow_mels(synths: list[StreamSynthesis], ids: list[list[int]], finals: list[
     batch = [i for i, s in enumerate(synths) if s.flow_session is not None]
     if len(batch) > 1:
         for i in batch:  # each stream's first piece as its own call would cut it; the rest batched
-            synths[i].cut_at_split(ids[i], finals[i])
+            synths[i].cut_at_split(ids[i])
+        batch = [i for i in batch if synths[i].flow_session is not None]  # a cut may pass flow_cache_limit_mb
+    if len(batch) > 1:
         args = []
         for i in batch:
             synth = synths[i]
