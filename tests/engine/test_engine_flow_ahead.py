@@ -181,3 +181,29 @@ def test_scheduler_computes_flow_ahead_with_the_same_audio(model):
         np.testing.assert_array_equal(got, same)
         assert got.shape == close.shape
         np.testing.assert_allclose(got, close, atol=1e-4, rtol=0)
+
+
+def test_a_batched_chunk_whose_cut_passes_the_flow_cache_limit_recomputes(model):
+    """``flow_mels`` cuts each stream's chunk before the batched push; a stream whose cut takes its cached flow past
+    ``flow_cache_limit_mb`` goes on recomputing the prefix, so it must leave the batch (it has no session to push)."""
+    gen = torch.Generator().manual_seed(6)
+    ids = [torch.randint(0, model.config.flow.vocab_size, (120,), generator=gen).tolist() for _ in range(2)]
+    probe = _synth(model, 0, 1)
+    probe.next_chunk(ids[0][:28])
+    after_first = probe.flow_session.nbytes
+    probe.flow_ahead(ids[0][:81], probe.flow_ahead_tokens(81))
+    after_cut = probe.flow_session.nbytes
+    probe.close()
+    assert after_cut > after_first
+    schedule = StreamSchedule(flow_cache_limit_mb=(after_first + after_cut) / 2 / 2**20)
+    alone = [_synth(model, 0, s, schedule) for s in (1, 2)]
+    together = [_synth(model, 0, s, schedule) for s in (1, 2)]
+    for s, i in zip(alone + together, ids + ids):
+        s.next_chunk(i[:28])
+    assert all(s.flow_session is not None for s in together)
+    mels = flow_mels(together, [i[:81] for i in ids], [False, False])
+    assert all(s.flow_session is None for s in together)  # both went over at the cut and recompute now
+    for s, i, got in zip(alone, ids, vocode_many(together, mels, [False, False])):
+        np.testing.assert_allclose(got, s.next_chunk(i[:81]), atol=TOL, rtol=0)
+    for s in alone + together:
+        s.close()
