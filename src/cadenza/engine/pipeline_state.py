@@ -23,3 +23,9 @@ class PipelineState:
         """Whether the LM and the vocoder workers at work (plus ``starting`` more) need more threads than there are
         cores."""
         return (self.vocoding + starting) * self.vocoder_threads + self.lm_threads > self.cores
+
+    @property
+    def room_beside_lm(self) -> bool:
+        """Whether one vocoder worker can ever run beside the LM on cores of its own (``lm_competes(1)`` with no
+        other worker at work): where flow ahead can run at all."""
+        return self.vocoder_threads + self.lm_threads <= self.cores

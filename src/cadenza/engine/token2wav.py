@@ -185,9 +185,11 @@ class StreamSynthesis:
 
     def __init__(self, model: CosyVoice2Model, prompt: SpeakerPrompt, schedule: StreamSchedule,
                  generator_for_call: GeneratorForCall = lambda k: None, flow_session=None,
-                 speed: float = 1.0) -> None:
+                 speed: float = 1.0, split_chunks: bool = True) -> None:
         """flow_session: the ``IncrementalFlow`` of ``prompt`` to start from (a primed copy; taken over: ``close``
-        frees it); only with an incremental schedule. speed: speaking rate in [0.5, 2]."""
+        frees it); only with an incremental schedule. speed: speaking rate in [0.5, 2]. split_chunks: cut chunks at
+        their ``split_point`` (off where flow ahead can never run: it saves the second estimator call, ~6 % of a
+        stream's time on the built-in model)."""
         method = schedule.speed_method if speed != 1.0 else None
         self.stretch = FrameStretch(speed) if method == "mel" else None
         self.time_scale = Wsola(speed, model.config.hift.sampling_rate) if method == "wsola" else None
@@ -205,10 +207,7 @@ class StreamSynthesis:
         # Flow computed ahead (``flow_ahead``): the mel of the next chunk's first ``_ahead_tokens`` tokens.
         self._ahead: list[torch.Tensor] = []
         self._ahead_tokens = 0
-        # Whether chunks are cut at their split points at all: a scheduler where flow ahead can never run (turned off,
-        # or no core beside the LM's) turns it off and saves the second estimator call (~6 % of a stream's time on
-        # the built-in model).
-        self.split_chunks = True
+        self.split_chunks = split_chunks
         flow_cfg = model.config.flow
         frame_chunk = flow_cfg.estimator.static_chunk_size
         # Tokens between two points where both the encoder's and the estimator's attention chunks end.

@@ -120,11 +120,8 @@ class VocoderWorker:
             session, job.flow_session = job.flow_session, None
             job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
                                         lambda k, g=job.request.vocoder_generator: g, flow_session=session,
-                                        speed=job.request.speed)
-            # Cut chunks for flow ahead only where it can ever run (``_pick_flow_ahead``: a core beside the LM's).
-            state = self.state
-            job.synth.split_chunks = (self.config.flow_ahead
-                                      and state.vocoder_threads + state.lm_threads <= state.cores)
+                                        speed=job.request.speed,
+                                        split_chunks=self.config.flow_ahead and self.state.room_beside_lm)
             return True
         except Exception as exc:
             self.board.finish(job, exc)
