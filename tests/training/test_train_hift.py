@@ -18,6 +18,9 @@ from cadenza.loading import load_into
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
 from cadenza.models.cosyvoice2.hift import HiFTGenerator
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
+from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
+from cadenza.models.speech_tokenizer.inference import save_speech_tokenizer
+from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
 from cadenza.training.hift.config import DiscriminatorConfig
 from cadenza.training.hift.data import crop_batch
 from cadenza.training.hift.discriminators import HiFTDiscriminator
@@ -487,3 +490,28 @@ def test_average_decay_exports_the_averaged_generator_and_resumes_it(data_dir, t
     assert all(torch.equal(continued.average.average[k], p) for k, p in plain.generator.named_parameters())
     with pytest.raises(InputError, match="average_decay"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 1.0}}, data_dir)
+
+
+def test_stage_trains_with_the_phone_loss(data_dir, tmp_path):
+    """A frame-classifier speech tokenizer (random weights here) as the phone loss's recogniser
+    (training/hift/phone_loss.py; its behaviour on speech: test_hift_phone_loss.py)."""
+    recogniser = SpeechTokenizerModel(SpeechTokenizerConfig(n_mels=128, hidden_size=32, num_heads=2, ffn_size=64,
+                                                            encoder1_layers=1, encoder2_layers=0, frame_classes=12))
+    save_speech_tokenizer(recogniser, tmp_path / "recogniser")
+    cfg = {**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 1, "phone_model": str(tmp_path / "recogniser"),
+                              "loss": {"phone_feature_weight": 3.0, "phone_posterior_weight": 1.0}}}
+    torch.manual_seed(0)
+    stage = HiFTStage(cfg, data_dir)
+    stage.setup(torch.device("cpu"), lambda m: m)
+    batch = [stage.dataset()[i] for i in range(3)]
+    metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
+    assert all(m["loss_phone_feature"] > 0 and m["loss_phone_posterior"] > 0 for m in metrics)
+    assert "recogniser" not in " ".join(stage.state_dict()["generator"])  # the recogniser is not trained or saved
+
+    off = HiFTStage(CONFIG, data_dir)
+    off.setup(torch.device("cpu"), lambda m: m)
+    assert off.train_step(batch, 0)["loss_phone_feature"] == 0.0
+    with pytest.raises(InputError, match="need hift.phone_model"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_posterior_weight": 1.0}}}, data_dir)
+    with pytest.raises(InputError, match="phone_feature_weight must be >= 0"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_feature_weight": -1.0}}}, data_dir)

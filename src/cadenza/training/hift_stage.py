@@ -24,6 +24,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       speed_perturb: null         # [low, high]: crops played at a rate drawn in that range (pitch, formants and
       speed_perturb_share: 0.5    # tempo move together; the f0 track follows), this share of them
       source_path_gain: 1.0       # scale the decoder's source input convs (source_downs) by this before training
+      phone_model: null           # a folder with a frame-classifier speech_tokenizer.json/.safetensors: the
+                                  # phone loss's recogniser (loss.phone_feature_weight / phone_posterior_weight)
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
@@ -66,6 +68,7 @@ from cadenza.training.hift.losses import (
     multi_resolution_stft_loss,
     tpr_loss,
 )
+from cadenza.training.hift.phone_loss import PhoneLoss
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
@@ -124,6 +127,9 @@ class HiFTStageConfig:
     # has turned its source down: cadenza-tiny's HiFT follows the source's pitch on 35 % of voiced frames; with these
     # convs doubled, 53 % (at the cost of its spectrum, which training then has to win back).
     source_path_gain: float = 1.0
+    # The phone loss's recogniser (training/hift/phone_loss.py): a folder holding a frame-classifier speech tokenizer
+    # (cadenza-tiny's own model folder has one). Needed when a phone weight of ``loss`` is above 0.
+    phone_model: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.average_decay < 1:
@@ -190,6 +196,9 @@ class HiFTStage(TrainingStage):
         if self.cfg.segment_samples <= 0 or self.cfg.segment_samples % self.model_cfg.hop_length:
             raise InputError(f"hift.segment_samples {self.cfg.segment_samples} must be a positive multiple of the "
                              f"vocoder's {self.model_cfg.hop_length} samples per mel frame")
+        if self.loss_cfg.uses_phone_loss and not self.cfg.phone_model:
+            raise InputError("hift.loss.phone_feature_weight / phone_posterior_weight need hift.phone_model (a "
+                             "folder with a frame-classifier speech_tokenizer.json and .safetensors)")
         self._dataset: HiFTUtterances | None = None
 
     def build_generator(self) -> HiFTGenerator:
@@ -227,6 +236,8 @@ class HiFTStage(TrainingStage):
         self.average = (ParameterAverage(self.generator, self.cfg.average_decay)
                         if self.cfg.average_decay > 0 else None)
         self.loss_mel = loss_mel_config(self.loss_cfg, self.model_cfg.sampling_rate)
+        self.phone_loss = (PhoneLoss.from_path(self.cfg.phone_model, self.model_cfg.sampling_rate).to(self.device)
+                           if self.loss_cfg.uses_phone_loss else None)
 
     def dataset(self) -> HiFTUtterances:
         if self._dataset is None:
@@ -270,8 +281,10 @@ class HiFTStage(TrainingStage):
             loss_f0 = f0_l1_loss(f0_pred, f0_target)
             loss_stft = self._stft_loss(speech, fake)
             loss_periodic = self._periodic_loss(speech, fake)
+            loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
             loss = (lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
-                    + lc.periodic_weight * loss_periodic)
+                    + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
+                    + lc.phone_posterior_weight * loss_phone_posterior)
             lr = self.opt_g.lr
             grad_g = self.opt_g.step(loss)
             self._update_average()
@@ -279,7 +292,8 @@ class HiFTStage(TrainingStage):
             metrics = {"loss": loss, "loss_d": zero,
                        "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
                        "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft,
-                       "loss_periodic": loss_periodic}
+                       "loss_periodic": loss_periodic, "loss_phone_feature": loss_phone_feature,
+                       "loss_phone_posterior": loss_phone_posterior}
             return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
                     "lr": lr}
 
@@ -303,15 +317,18 @@ class HiFTStage(TrainingStage):
         loss_f0 = f0_l1_loss(f0_pred, f0_target)
         loss_stft = self._stft_loss(speech, fake)
         loss_periodic = self._periodic_loss(speech, fake)
+        loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
         loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
                   + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
-                  + lc.periodic_weight * loss_periodic)
+                  + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
+                  + lc.phone_posterior_weight * loss_phone_posterior)
         grad_g = self.opt_g.step(loss_g)
         self._update_average()
 
         metrics = {"loss": loss_g, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
                    "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel, "loss_tpr": loss_tpr,
-                   "loss_f0": loss_f0, "loss_stft": loss_stft, "loss_periodic": loss_periodic}
+                   "loss_f0": loss_f0, "loss_stft": loss_stft, "loss_periodic": loss_periodic,
+                   "loss_phone_feature": loss_phone_feature, "loss_phone_posterior": loss_phone_posterior}
         return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": grad_d,
                 "lr": lr}
 
@@ -323,6 +340,12 @@ class HiFTStage(TrainingStage):
         if self.loss_cfg.periodic_weight == 0:
             return torch.zeros((), device=self.device)
         return hop_periodic_loss(speech, fake, self.model_cfg.hop_length, self.loss_cfg.periodic_span)
+
+    def _phone_losses(self, speech: torch.Tensor, fake: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.phone_loss is None:
+            zero = torch.zeros((), device=self.device)
+            return zero, zero
+        return tuple(self.phone_loss(speech, fake))
 
     def _stft_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
         if self.loss_cfg.stft_weight == 0:

@@ -73,7 +73,7 @@ class DiscriminatorConfig:
 @dataclass(frozen=True)
 class HiFTLossConfig:
     """Loss weights (generator loss = ``adv + fm * L_fm + mel * L_mel + tpr * L_tpr + f0 * L_f0 + stft * L_stft
-    + periodic * L_periodic``)
+    + periodic * L_periodic + phone_feature * L_phone_feature + phone_posterior * L_phone_posterior``)
     and the mel
     of the reconstruction loss (n_fft 1920, hop 480, 80 bins, up to Nyquist: the reference's ``fmax: null``).
 
@@ -103,12 +103,21 @@ class HiFTLossConfig:
     # "Quality"); no other loss here sees it directly. 0 = off.
     periodic_weight: float = 0.0
     periodic_span: int = 6
+    # Phone loss, not in the reference (training/hift/phone_loss.py): a frozen frame-classifier speech tokenizer
+    # (``hift.phone_model``) reads the real and the generated crop; ``phone_feature_weight`` weighs the L1 of its
+    # hidden states, ``phone_posterior_weight`` the KL of its phone posteriors. 0 = off.
+    phone_feature_weight: float = 0.0
+    phone_posterior_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight",
-                     "periodic_weight"):
+                     "periodic_weight", "phone_feature_weight", "phone_posterior_weight"):
             _check(getattr(self, name) >= 0, f"{name} must be >= 0")
         _check(isinstance(self.periodic_span, int) and self.periodic_span >= 1, "periodic_span must be an int >= 1")
         _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")
         _check(all(len(r) == 3 and 0 < r[1] and 0 < r[2] <= r[0] for r in self.stft_resolutions),
                "stft_resolutions must be [n_fft, hop, win] with 0 < win <= n_fft and hop > 0")
+
+    @property
+    def uses_phone_loss(self) -> bool:
+        return self.phone_feature_weight > 0 or self.phone_posterior_weight > 0
