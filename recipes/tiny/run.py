@@ -51,6 +51,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   hift_joe_average (--long-hift [CONFIG]): the shipped HiFT continued as a long GAN on joe's second corpus (data_q),
               its weights' moving average exported (hift_joe_pitch: with speed-perturbed crops and frame-period
               discriminators, to follow the source's pitch)       -> WORK/runs/CONFIG
+  hift_joe_pitch_3000 + hift_joe_phone (--phone-hift): the pitch round to step 3,000, then continued with the phone
+              loss (the shipped frame tokenizer listening for the words) -> WORK/runs/hift_joe_phone
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -109,6 +111,7 @@ class Recipe:
         text = text.replace("init_flow: SHIPPED", f"init_flow: {newest_flow}")
         text = text.replace("init_hift: SHIPPED", f"init_hift: {SHIPPED}")
         text = text.replace("init_tokenizer: SHIPPED", f"init_tokenizer: {SHIPPED}")
+        text = text.replace("phone_model: SHIPPED", f"phone_model: {SHIPPED}")  # the phone loss's recogniser
         text = text.replace("init_hift: RUN:", f"init_hift: {self.work / 'runs'}/")  # another run's export
         cfg = yaml.safe_load(text)
         cfg["train"]["max_steps"] = max(1, round(cfg["train"]["max_steps"] * self.scale))
@@ -119,22 +122,25 @@ class Recipe:
         return out
 
     def train(self, stage: str, name: str | None = None, data: str = "data",
-              config: str | None = None) -> subprocess.Popen | None:
+              config: str | None = None, max_steps: int | None = None) -> subprocess.Popen | None:
         """Start stage ``stage`` with ``configs/<config or name>.yaml`` (default: the stage's own) into
-        ``runs/<name>``."""
+        ``runs/<name>``; ``max_steps`` (scaled like the configs' own) stops it before the config's end."""
         name = name or stage
         out = self.work / "runs" / name
         if (out / "done").is_file():
             return None
         cmd = [*self.cadenza, "train", stage, "--config", str(self.config(config or name)), "--data", str(self.work / data),
                "--out", str(out)]
+        if max_steps is not None:
+            cmd += ["--max-steps", str(max(1, round(max_steps * self.scale)))]
         if (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step_*.pt")):
             cmd.append("--resume")
         return self.start(cmd, name)
 
-    def train_through(self, stage: str, name: str, data: str = "data", config: str | None = None) -> None:
+    def train_through(self, stage: str, name: str, data: str = "data", config: str | None = None,
+                      max_steps: int | None = None) -> None:
         """``train`` one run and wait for it (nothing runs when it is done already), then mark it done."""
-        proc = self.train(stage, name, data, config=config)
+        proc = self.train(stage, name, data, config=config, max_steps=max_steps)
         if proc is not None:
             self.wait(proc)
         self.mark_done(name)
@@ -286,7 +292,7 @@ class Recipe:
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False,
-           long_hift: str | None = None) -> None:
+           long_hift: str | None = None, phone_hift: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -304,7 +310,9 @@ class Recipe:
         and a flow round on them (configs/flow_phoneme_speed.yaml) from the newest v2 flow, then fast pairs
         (WORK/corpus_r2 -> WORK/data_r2) and a round from that one (configs/flow_phoneme_speed_fast.yaml);
         ``long_hift``: the config (``hift_joe_average``, ``hift_joe_pitch``) that continues the shipped vocoder as a
-        long GAN on WORK/data_q with its weights' moving average exported, into runs/<config>."""
+        long GAN on WORK/data_q with its weights' moving average exported, into runs/<config>; ``phone_hift``: the
+        pitch round (configs/hift_joe_pitch.yaml) to step 3,000, continued with the phone loss
+        (configs/hift_joe_phone.yaml) into runs/hift_joe_phone."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -329,13 +337,17 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
-        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift:
+        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift or phone_hift:
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
             self.train_through("flow", "flow_phoneme_rates", "data_q")
         if long_hift:  # the shipped vocoder as a long GAN, its weights' average exported (configs/<long_hift>.yaml)
             self.train_through("hift", long_hift, "data_q")
+        if phone_hift:  # the pitch round's first 3,000 steps, then the phone loss from its checkpoint
+            self.train_through("hift", "hift_joe_pitch_3000", "data_q", config="hift_joe_pitch", max_steps=3000)
+            self.continue_run("hift_joe_pitch_3000", "hift_joe_phone")
+            self.train_through("hift", "hift_joe_phone", "data_q")
         if more_tokenizer:
             data = "data_q"
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
@@ -405,13 +417,16 @@ def main() -> None:
                    help="with --design v2: the shipped HiFT continued as a long GAN on WORK/corpus_v3 with its weights' "
                         "moving average exported (configs/hift_joe_average.yaml, the shipped round; hift_joe_pitch: "
                         "speed-perturbed crops and frame-period discriminators)")
+    p.add_argument("--phone-hift", action="store_true",
+                   help="with --design v2: the pitch round to step 3,000, then continued with the phone loss "
+                        "(configs/hift_joe_phone.yaml, the shipped frame tokenizer listening for the words)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
         recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
-                  a.more_tokenizer, a.voices_flow, a.speed_flow, a.long_hift)
+                  a.more_tokenizer, a.voices_flow, a.speed_flow, a.long_hift, a.phone_hift)
 
 
 if __name__ == "__main__":

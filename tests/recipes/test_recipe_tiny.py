@@ -92,6 +92,12 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     pitch = yaml.safe_load(recipe.config("hift_joe_pitch").read_text())["hift"]
     assert Path(pitch["init_hift"]) == shipped and pitch["speed_perturb"] == [0.7, 1.6]
     assert {240, 480} <= set(pitch["discriminator"]["periods"])
+    # The phone round (--phone-hift): the pitch round's settings plus the phone loss, the shipped tokenizer listening.
+    phone = yaml.safe_load(recipe.config("hift_joe_phone").read_text())["hift"]
+    assert Path(phone["phone_model"]) == shipped and (shipped / "speech_tokenizer.json").is_file()
+    assert phone["loss"]["phone_feature_weight"] > 0 and phone["loss"]["phone_posterior_weight"] > 0
+    assert {k: v for k, v in phone.items() if k not in ("phone_model", "loss")} == \
+        {k: v for k, v in pitch.items() if k != "loss"}
     # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
     for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
@@ -108,8 +114,8 @@ def test_hift_rounds_run_in_turn_and_the_last_is_the_one_packaged(tmp_path, monk
     recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=1.0)
     started, waited = [], []
 
-    def train(stage, name, data, config=None):
-        assert stage == "hift" and data == "data_p"
+    def train(stage, name, data, config=None, max_steps=None):
+        assert stage == "hift" and data == "data_p" and max_steps is None
         assert all(p in waited for p in started), "a round started before the one before it ended"
         if (tmp_path / "runs" / name / "done").is_file():
             return None
@@ -306,3 +312,31 @@ def test_corpus_preparation_and_extraction_run_once(tmp_path, monkeypatch):
     recipe.aligned_data("corpus_x", "data_x")
     recipe.extract_once("data_x", "extracted.ok", "again", "x:y=z")
     assert len(started) == 2 and len(ran) == 1
+
+
+def test_phone_round_resumes_the_pitch_round_at_step_3000(tmp_path, monkeypatch):
+    """--phone-hift: the pitch round stopped at 3,000 steps (scaled), its newest checkpoint seeds the phone round."""
+    recipe = _module("run").Recipe(tmp_path, sys.executable, threads=1, scale=0.5)
+    commands = []
+
+    def start(cmd, name):
+        commands.append((name, cmd))
+        ckpts = tmp_path / "runs" / name / "checkpoints"
+        ckpts.mkdir(parents=True, exist_ok=True)
+        if name == "hift_joe_pitch_3000":
+            for step in (1000, 1500):
+                (ckpts / f"step_{step}.pt").write_bytes(str(step).encode())
+        return name
+
+    monkeypatch.setattr(recipe, "start", start)
+    monkeypatch.setattr(recipe, "wait", lambda *procs: None)
+    (tmp_path / "configs").mkdir()
+    recipe.train_through("hift", "hift_joe_pitch_3000", "data_q", config="hift_joe_pitch", max_steps=3000)
+    recipe.continue_run("hift_joe_pitch_3000", "hift_joe_phone")
+    recipe.train_through("hift", "hift_joe_phone", "data_q")
+    (first, pitch_cmd), (second, phone_cmd) = commands
+    assert first == "hift_joe_pitch_3000" and pitch_cmd[pitch_cmd.index("--max-steps") + 1] == "1500"
+    assert pitch_cmd[pitch_cmd.index("--config") + 1].endswith("hift_joe_pitch.yaml")
+    assert second == "hift_joe_phone" and "--resume" in phone_cmd and "--max-steps" not in phone_cmd
+    seeded = tmp_path / "runs" / "hift_joe_phone" / "checkpoints"
+    assert [p.name for p in seeded.glob("step_*.pt")] == ["step_1500.pt"]
