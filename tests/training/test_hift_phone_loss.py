@@ -45,7 +45,7 @@ def test_whisper_analysis_at_24k_matches_resampling_to_16k():
     assert direct.shape == resampled.shape == (1, 128, 100)
     assert (direct - resampled).abs()[..., 2:-2].mean() < 0.01  # the log-mel spans ~2 units
     assert torch.equal(whisper_power(wav16), whisper_power(wav16, sample_rate=16000))
-    for bad in (8000, 22050):
+    for bad in (8000, 22050, 16100):
         with pytest.raises(AudioError, match="sample rate"):
             whisper_power(wav24, sample_rate=bad)
 

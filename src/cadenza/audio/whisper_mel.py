@@ -30,31 +30,31 @@ def whisper_log_mel(wav16k: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     return whisper_log_mel_from_power(whisper_power(wav16k), n_mels)
 
 
-def whisper_power(wav16k: torch.Tensor, sample_rate: int = WHISPER_SAMPLE_RATE) -> torch.Tensor:
+def whisper_power(wav: torch.Tensor, sample_rate: int = WHISPER_SAMPLE_RATE) -> torch.Tensor:
     """The power spectrum whisper's mel is taken of: ``[batch, 201, samples // hop]`` float32 (40 Hz bins).
 
-    ``sample_rate`` other than 16 kHz (a multiple of 100 Hz, at least 16 kHz) takes the same analysis without
+    ``sample_rate`` other than 16 kHz (a multiple of 200 Hz, at least 16 kHz) takes the same analysis without
     resampling: a 25 ms window every 10 ms gives 40 Hz bins at any rate, so bins 0-200 (0-8 kHz) are whisper's
     frequencies; the power is scaled by ``(400 / n_fft)^2`` so the window's gain matches. It differs from resampling
     to 16 kHz first only by what a resampler's anti-alias filter would remove above 8 kHz and by leakage across
     8 kHz, and stays differentiable (a vocoder's training loss reads its 24 kHz output this way).
     """
-    if wav16k.dim() == 1:
-        wav16k = wav16k.unsqueeze(0)
-    if wav16k.dim() != 2:
-        raise AudioError(f"expected audio [samples] or [batch, samples], got shape {tuple(wav16k.shape)}")
-    if sample_rate < WHISPER_SAMPLE_RATE or sample_rate % 100:
+    if wav.dim() == 1:
+        wav = wav.unsqueeze(0)
+    if wav.dim() != 2:
+        raise AudioError(f"expected audio [samples] or [batch, samples], got shape {tuple(wav.shape)}")
+    if sample_rate < WHISPER_SAMPLE_RATE or sample_rate % 200:  # whole-sample window (rate / 40) and hop (/ 100)
         raise AudioError(f"whisper's analysis needs a sample rate of at least {WHISPER_SAMPLE_RATE} Hz and a "
-                         f"multiple of 100 Hz, got {sample_rate}")
+                         f"multiple of 200 Hz, got {sample_rate}")
     n_fft = WHISPER_N_FFT * sample_rate // WHISPER_SAMPLE_RATE
     hop = WHISPER_HOP * sample_rate // WHISPER_SAMPLE_RATE
-    if wav16k.shape[-1] <= n_fft // 2:
+    if wav.shape[-1] <= n_fft // 2:
         raise AudioError(
-            f"audio too short for the speech tokenizer: {wav16k.shape[-1]} samples, need more than {n_fft // 2}"
+            f"audio too short for the speech tokenizer: {wav.shape[-1]} samples, need more than {n_fft // 2}"
         )
-    wav16k = wav16k.to(torch.float32)
-    window = torch.hann_window(n_fft, dtype=torch.float32, device=wav16k.device)
-    spec = torch.stft(wav16k, n_fft, hop, window=window, return_complex=True)  # center=True, reflect
+    wav = wav.to(torch.float32)
+    window = torch.hann_window(n_fft, dtype=torch.float32, device=wav.device)
+    spec = torch.stft(wav, n_fft, hop, window=window, return_complex=True)  # center=True, reflect
     # The last (centred past-the-end) frame is dropped, as whisper does.
     power = spec[:, : WHISPER_N_FFT // 2 + 1, :-1].abs() ** 2  # [batch, 201, frames]
     return power if n_fft == WHISPER_N_FFT else power * (WHISPER_N_FFT / n_fft) ** 2

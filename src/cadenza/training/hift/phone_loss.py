@@ -48,7 +48,7 @@ class PhoneLoss(nn.Module):
 
     Args:
         recogniser: a frame-classifier :class:`SpeechTokenizerModel` (``frame_classes`` > 0); frozen here.
-        sample_rate: the waveforms' rate (a multiple of 100 Hz, at least 16 kHz).
+        sample_rate: the waveforms' rate (a multiple of 200 Hz, at least 16 kHz).
     """
 
     def __init__(self, recogniser: SpeechTokenizerModel, sample_rate: int) -> None:
