@@ -12,7 +12,7 @@ import torch
 
 from cadenza.audio.mel import flow_prompt_mel
 from cadenza.audio.pitch import yin_f0
-from cadenza.errors import InputError
+from cadenza.errors import CheckpointError, InputError
 from cadenza.layers.weight_norm import fold_weight_norm, weight_norm_key_shapes
 from cadenza.loading import load_into
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
@@ -513,5 +513,8 @@ def test_stage_trains_with_the_phone_loss(data_dir, tmp_path):
     assert off.train_step(batch, 0)["loss_phone_feature"] == 0.0
     with pytest.raises(InputError, match="need hift.phone_model"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_posterior_weight": 1.0}}}, data_dir)
+    missing = {**cfg, "hift": {**cfg["hift"], "phone_model": str(tmp_path / "nowhere")}}
+    with pytest.raises(CheckpointError, match="nowhere"):
+        HiFTStage(missing, data_dir).setup(torch.device("cpu"), lambda m: m)
     with pytest.raises(InputError, match="phone_feature_weight must be >= 0"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_feature_weight": -1.0}}}, data_dir)

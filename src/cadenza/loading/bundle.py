@@ -70,6 +70,9 @@ class BundleFormat:
     def read(self, path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], Path]:
         """(JSON document, weights, weights path) from a directory holding both files or the path of either."""
         path = Path(path).expanduser()
+        if not path.exists():  # not "<parent>/<weights> not found": the path the caller gave is what is missing
+            raise CheckpointError(f"{self.what} not found: {path} (a folder holding {self.weights_name} and "
+                                  f"{self.config_name}, or the path of either)")
         d = path if path.is_dir() else path.parent
         weights, config = d / self.weights_name, d / self.config_name
         for f in (weights, config):
