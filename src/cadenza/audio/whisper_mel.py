@@ -62,8 +62,20 @@ def whisper_power(wav: torch.Tensor, sample_rate: int = WHISPER_SAMPLE_RATE) -> 
 
 def whisper_log_mel_from_power(power: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
     """``power [batch, 201, frames]`` (``whisper_power``) -> whisper's log-mel ``[batch, n_mels, frames]``."""
+    return whisper_scaled_log_mel(whisper_log10_mel(power, n_mels))
+
+
+def whisper_log10_mel(power: torch.Tensor, n_mels: int = 128) -> torch.Tensor:
+    """``power [batch, 201, frames]`` -> ``log10(max(mel, 1e-10))`` ``[batch, n_mels, frames]``: whisper's log-mel
+    before its dynamic-range limit and scaling."""
     bank = slaney_mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT, n_mels).to(power.device)
-    log_spec = torch.clamp(bank @ power, min=LOG10_FLOOR).log10()  # [batch, n_mels, frames]
-    ceiling = log_spec.amax(dim=(-2, -1), keepdim=True)
-    log_spec = torch.maximum(log_spec, ceiling - DYNAMIC_RANGE_DECADES)
-    return (log_spec + 4.0) / 4.0
+    return torch.clamp(bank @ power, min=LOG10_FLOOR).log10()
+
+
+def whisper_scaled_log_mel(log10_mel: torch.Tensor, ceiling: torch.Tensor | None = None) -> torch.Tensor:
+    """Whisper's last two steps on ``whisper_log10_mel``: values more than 8 decades under ``ceiling`` raised to it
+    (default: each utterance's own maximum, ``[batch, 1, 1]``), then ``(x + 4) / 4``. A given ``ceiling`` lets two
+    signals share one floor (a vocoder's output read against its target's)."""
+    if ceiling is None:
+        ceiling = log10_mel.amax(dim=(-2, -1), keepdim=True)
+    return (torch.maximum(log10_mel, ceiling - DYNAMIC_RANGE_DECADES) + 4.0) / 4.0

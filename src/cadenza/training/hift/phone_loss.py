@@ -25,14 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadenza.audio.filterbanks import slaney_mel_filterbank
-from cadenza.audio.whisper_mel import (
-    DYNAMIC_RANGE_DECADES,
-    LOG10_FLOOR,
-    WHISPER_N_FFT,
-    WHISPER_SAMPLE_RATE,
-    whisper_power,
-)
+from cadenza.audio.whisper_mel import whisper_log10_mel, whisper_power, whisper_scaled_log_mel
 from cadenza.errors import InputError
 from cadenza.models.speech_tokenizer.inference import load_speech_tokenizer
 from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
@@ -58,8 +51,6 @@ class PhoneLoss(nn.Module):
                              "not an FSQ one")
         self.recogniser = recogniser.eval().requires_grad_(False)
         self.sample_rate = sample_rate
-        self.register_buffer("bank", slaney_mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT,
-                                                           recogniser.cfg.n_mels), persistent=False)
 
     @classmethod
     def from_path(cls, path: str | Path, sample_rate: int) -> PhoneLoss:
@@ -75,23 +66,18 @@ class PhoneLoss(nn.Module):
         if real.shape != fake.shape or real.dim() != 2:
             raise InputError(f"real and fake must be [batch, samples] of one shape, got {tuple(real.shape)} "
                              f"and {tuple(fake.shape)}")
-        frames_per_token = self.recogniser.cfg.downsample
+        frames_per_token, n_mels = self.recogniser.cfg.downsample, self.recogniser.cfg.n_mels
         with torch.no_grad():
-            log_real = (self.bank @ whisper_power(real, self.sample_rate)).clamp_min(LOG10_FLOOR).log10()
-            floor = log_real.amax(dim=(-2, -1), keepdim=True) - DYNAMIC_RANGE_DECADES
+            log_real = whisper_log10_mel(whisper_power(real, self.sample_rate), n_mels)
+            ceiling = log_real.amax(dim=(-2, -1), keepdim=True)  # the real crop's: both share its floor
             usable = log_real.shape[-1] // frames_per_token * frames_per_token
             if usable == 0:
                 raise InputError(f"crops of {real.shape[-1]} samples are shorter than one recogniser frame")
-            hidden_real, _ = self.recogniser.encode(self._scaled(log_real, floor)[..., :usable])
+            hidden_real, _ = self.recogniser.encode(whisper_scaled_log_mel(log_real, ceiling)[..., :usable])
             log_p_real = F.log_softmax(self.recogniser.frame_logits(hidden_real), dim=-1)
-        log_fake = (self.bank @ whisper_power(fake, self.sample_rate)).clamp_min(LOG10_FLOOR).log10()
-        hidden_fake, _ = self.recogniser.encode(self._scaled(log_fake, floor)[..., :usable])
+        log_fake = whisper_log10_mel(whisper_power(fake, self.sample_rate), n_mels)
+        hidden_fake, _ = self.recogniser.encode(whisper_scaled_log_mel(log_fake, ceiling)[..., :usable])
         log_p_fake = F.log_softmax(self.recogniser.frame_logits(hidden_fake), dim=-1)
         feature = F.l1_loss(hidden_fake, hidden_real)
         posterior = F.kl_div(log_p_fake, log_p_real, log_target=True, reduction="none").sum(-1).mean()
         return PhoneLosses(feature, posterior)
-
-    @staticmethod
-    def _scaled(log_mel: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
-        """Whisper's last two steps: the 8-decade floor (the real crop's), then ``(x + 4) / 4``."""
-        return (torch.maximum(log_mel, floor) + 4.0) / 4.0
