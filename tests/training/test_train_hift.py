@@ -12,15 +12,12 @@ import torch
 
 from cadenza.audio.mel import flow_prompt_mel
 from cadenza.audio.pitch import yin_f0
-from cadenza.errors import CheckpointError, InputError
+from cadenza.errors import InputError
 from cadenza.layers.weight_norm import fold_weight_norm, weight_norm_key_shapes
 from cadenza.loading import load_into
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
 from cadenza.models.cosyvoice2.hift import HiFTGenerator
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
-from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
-from cadenza.models.speech_tokenizer.inference import save_speech_tokenizer
-from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
 from cadenza.training.hift.config import DiscriminatorConfig
 from cadenza.training.hift.data import crop_batch
 from cadenza.training.hift.discriminators import HiFTDiscriminator
@@ -28,13 +25,9 @@ from cadenza.training.hift.losses import hop_periodic_loss, hop_periodic_part, m
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 from helpers import one_torch_thread
+from hift_training_data import CONFIG, SR, harmonic, write_hift_corpus
 
-SR = 24000
 TINY_G = {"base_channels": 16, "f0_cond_channels": 16}
-TINY_D = {"period_channels": [4, 8, 16, 16], "spec_channels": 4}
-CONFIG = {"train": {"optim": {"lr": 2e-3}},
-          "model": {"config": "official", "overrides": {"hift": {"base_channels": 16, "f0_predictor": {"cond_channels": 16}}}},
-          "hift": {"discriminator": TINY_D, "segment_samples": 2880}}
 
 
 @pytest.fixture(autouse=True)
@@ -43,19 +36,13 @@ def _one_thread():
         yield
 
 
-def _harmonic(f0: torch.Tensor, harmonics: int = 8) -> torch.Tensor:
-    """Sum of harmonics (amplitude 1/k) of a per-sample f0 track ``[N]``."""
-    phase = 2 * math.pi * torch.cumsum(f0, 0) / SR
-    return sum(torch.sin(k * phase + k) / k for k in range(1, harmonics + 1))
-
-
 # ---------------------------------------------------------------------------------------------- pitch
 
 
 @pytest.mark.parametrize("f0", [80.0, 100.0, 150.0, 220.0, 330.0, 440.0, 600.0])
 def test_yin_tracks_steady_tones(f0):
     t = torch.arange(SR) / SR
-    for wav in (torch.sin(2 * math.pi * f0 * t), _harmonic(torch.full((SR,), f0), 11)):
+    for wav in (torch.sin(2 * math.pi * f0 * t), harmonic(torch.full((SR,), f0), 11)):
         track = yin_f0(wav, SR, 480)
         assert track.shape == (SR // 480,)
         assert ((track - f0).abs() / f0).max() < 5e-3  # measured: < 1e-3 (sub-sample parabolic refinement)
@@ -64,14 +51,14 @@ def test_yin_tracks_steady_tones(f0):
 def test_yin_follows_a_glide_and_rejects_noise_and_silence():
     t = torch.arange(SR) / SR
     f0 = 100 + 200 * t  # 100 -> 300 Hz in one second
-    track = yin_f0(_harmonic(f0), SR, 480, n_frames=50)
+    track = yin_f0(harmonic(f0), SR, 480, n_frames=50)
     centres = (torch.arange(50) * 480 + 240) / SR  # mel frame centres
     expected = 100 + 200 * centres
     assert ((track - expected).abs() / expected).max() < 0.02
     noise = torch.randn(SR, generator=torch.Generator().manual_seed(0))
     assert (yin_f0(noise, SR, 480) == 0).float().mean() > 0.9
     assert (yin_f0(torch.zeros(SR), SR, 480) == 0).all()
-    half = torch.cat([_harmonic(torch.full((SR // 2,), 200.0)), torch.zeros(SR // 2)])
+    half = torch.cat([harmonic(torch.full((SR // 2,), 200.0)), torch.zeros(SR // 2)])
     track = yin_f0(half, SR, 480)
     assert (track[:20] > 0).all() and (track[30:] == 0).all()
 
@@ -129,18 +116,7 @@ def test_release_export_round_trips_both_ways():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     with one_torch_thread():
-        d = tmp_path_factory.mktemp("hift_data")
-        (d / "wavs").mkdir()
-        g = torch.Generator().manual_seed(0)
-        rows = []
-        t = torch.arange(SR) / SR
-        for i in range(6):
-            f0 = 120 + 40 * i + 60 * torch.sin(2 * math.pi * 0.7 * t)
-            wav = 0.3 * _harmonic(f0) * (t < 0.7) + 0.02 * torch.randn(SR, generator=g)
-            sf.write(d / "wavs" / f"{i}.wav", wav.numpy(), SR)
-            rows.append({"audio": f"wavs/{i}.wav", "text": "a steady vowel", "speaker": f"s{i % 2}"})
-        (d / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        return d
+        return write_hift_corpus(tmp_path_factory.mktemp("hift_data"))
 
 
 def test_hift_stage_trains_and_exports_a_loadable_hift_pt(data_dir, tmp_path):
@@ -272,7 +248,7 @@ def test_stft_loss_sees_harmonics_the_mel_loss_blurs():
     multi-resolution STFT loss tells them apart far more than the coarse one, and a signal against itself is 0."""
     torch.manual_seed(0)
     n = SR // 2
-    voiced = _harmonic(torch.full((n,), 85.0), harmonics=40)[None]
+    voiced = harmonic(torch.full((n,), 85.0), harmonics=40)[None]
     noise = torch.randn(1, n)
     # noise shaped to the voiced signal's coarse envelope (256-point STFT magnitudes, random phase)
     window = torch.hann_window(256)
@@ -289,9 +265,9 @@ def test_periodic_loss_sees_a_buzz_locked_to_the_mel_frames():
     """A voice buzzing at 50 Hz harmonics (it repeats every 480-sample mel hop) against an 85 Hz voice: far from it
     in the periodic loss, while a 95 Hz voice (not locked to the hop) is close; a signal against itself is 0."""
     n = 480 * 20
-    voiced = _harmonic(torch.full((n,), 85.0), harmonics=40)[None]
-    locked = _harmonic(torch.full((n,), 50.0), harmonics=60)[None]
-    other = _harmonic(torch.full((n,), 95.0), harmonics=40)[None]
+    voiced = harmonic(torch.full((n,), 85.0), harmonics=40)[None]
+    locked = harmonic(torch.full((n,), 50.0), harmonics=60)[None]
+    other = harmonic(torch.full((n,), 95.0), harmonics=40)[None]
     part = hop_periodic_part(locked, 480, 6)
     assert torch.allclose(part, locked, atol=1e-3)  # a pure repetition is all "periodic part"
     assert hop_periodic_loss(voiced, voiced, 480, 6) == 0
@@ -366,7 +342,7 @@ def test_f0_targets_recomputed_with_a_voicing_threshold_and_filled(tmp_path):
     (tmp_path / "wavs").mkdir()
     t = torch.arange(2 * SR) / SR
     noise = torch.randn(2 * SR, generator=torch.Generator().manual_seed(0))
-    wav = 0.2 * _harmonic(torch.full((2 * SR,), 130.0)) + 0.12 * noise
+    wav = 0.2 * harmonic(torch.full((2 * SR,), 130.0)) + 0.12 * noise
     sf.write(tmp_path / "wavs" / "0.wav", (wav / wav.abs().max() * 0.9 * (t < 1.8)).numpy(), SR)
     (tmp_path / "manifest.jsonl").write_text(json.dumps({"audio": "wavs/0.wav"}) + "\n")
 
@@ -490,31 +466,3 @@ def test_average_decay_exports_the_averaged_generator_and_resumes_it(data_dir, t
     assert all(torch.equal(continued.average.average[k], p) for k, p in plain.generator.named_parameters())
     with pytest.raises(InputError, match="average_decay"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 1.0}}, data_dir)
-
-
-def test_stage_trains_with_the_phone_loss(data_dir, tmp_path):
-    """A frame-classifier speech tokenizer (random weights here) as the phone loss's recogniser
-    (training/hift/phone_loss.py; its behaviour on speech: test_hift_phone_loss.py)."""
-    recogniser = SpeechTokenizerModel(SpeechTokenizerConfig(n_mels=128, hidden_size=32, num_heads=2, ffn_size=64,
-                                                            encoder1_layers=1, encoder2_layers=0, frame_classes=12))
-    save_speech_tokenizer(recogniser, tmp_path / "recogniser")
-    cfg = {**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 1, "phone_model": str(tmp_path / "recogniser"),
-                              "loss": {"phone_feature_weight": 3.0, "phone_posterior_weight": 1.0}}}
-    torch.manual_seed(0)
-    stage = HiFTStage(cfg, data_dir)
-    stage.setup(torch.device("cpu"), lambda m: m)
-    batch = [stage.dataset()[i] for i in range(3)]
-    metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
-    assert all(m["loss_phone_feature"] > 0 and m["loss_phone_posterior"] > 0 for m in metrics)
-    assert "recogniser" not in " ".join(stage.state_dict()["generator"])  # the recogniser is not trained or saved
-
-    off = HiFTStage(CONFIG, data_dir)
-    off.setup(torch.device("cpu"), lambda m: m)
-    assert off.train_step(batch, 0)["loss_phone_feature"] == 0.0
-    with pytest.raises(InputError, match="need hift.phone_model"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_posterior_weight": 1.0}}}, data_dir)
-    missing = {**cfg, "hift": {**cfg["hift"], "phone_model": str(tmp_path / "nowhere")}}
-    with pytest.raises(CheckpointError, match="nowhere"):
-        HiFTStage(missing, data_dir).setup(torch.device("cpu"), lambda m: m)
-    with pytest.raises(InputError, match="phone_feature_weight must be >= 0"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_feature_weight": -1.0}}}, data_dir)
