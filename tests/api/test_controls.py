@@ -8,7 +8,7 @@ import torch
 import cadenza
 from cadenza.alignment.aligner import default_posteriors
 from cadenza.api.timestamps import TimedChunk
-from cadenza.audio.wsola import Wsola
+from cadenza.audio.time_scale import time_scale, time_scaler
 from cadenza.errors import InputError
 from cadenza.evaluation.pitch import guided_f0
 
@@ -66,6 +66,13 @@ def tts_mel():
 
 
 @pytest.fixture(scope="module")
+def tts_wsola():
+    """The built-in model with WSOLA for the time-scale (the default before the phase vocoder)."""
+    with cadenza.load(speed_method="wsola") as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
 def tts_flow():
     """The built-in model with its flow rendering 1/speed as many frames (its flow has heard speaking-rate pairs)."""
     with cadenza.load(speed_method="flow") as model:
@@ -73,14 +80,15 @@ def tts_flow():
 
 
 def test_the_built_in_model_time_scales_its_output_by_default(tts):
-    assert tts.engine.schedule.speed_method == "wsola"  # measured the most intelligible (docs/controls.md)
+    # The phase vocoder to speed up, WSOLA to slow down: the most intelligible at each rate (docs/controls.md).
+    assert tts.engine.schedule.speed_method == "auto"
 
 
-@pytest.mark.parametrize(("method", "speed"), [("wsola", 0.5), ("wsola", 2.0), ("mel", 0.5), ("mel", 2.0),
-                                               ("flow", 0.5), ("flow", 2.0)])
-def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_flow, tts_mel, base_chunks, base_pitch,
-                                                                  method, speed):
-    model = {"wsola": tts, "flow": tts_flow, "mel": tts_mel}[method]
+@pytest.mark.parametrize(("method", "speed"), [("auto", 0.5), ("auto", 2.0), ("wsola", 2.0), ("mel", 0.5),
+                                               ("mel", 2.0), ("flow", 0.5), ("flow", 2.0)])
+def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_wsola, tts_flow, tts_mel, base_chunks,
+                                                                  base_pitch, method, speed):
+    model = {"auto": tts, "wsola": tts_wsola, "flow": tts_flow, "mel": tts_mel}[method]
     sr = model.sample_rate
     chunks = list(model.synthesize_stream(TEXT, seed=7, speed=speed))
     base, fast = np.concatenate(base_chunks), np.concatenate(chunks)
@@ -90,7 +98,7 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_flo
     assert abs(fast.size - whole.size) <= chunks[0].size
     # Pitch (three sentences pooled: one sentence's median swings on this breathy voice, 3.7 % streamed against
     # whole at 2.0 with the fourth flow round): streaming keeps what the whole utterance's rate change gives, and the
-    # flow's own rate and WSOLA keep speed 1's, within the goal's 5 %. At 2.0 each sentence has only ~30 voiced
+    # flow's own rate and the time-scales keep speed 1's, within the goal's 5 %. At 2.0 each sentence has only ~30 voiced
     # frames: with the phone-loss vocoder (2026-12-05) one sentence's whole rendering reads 91.9 Hz against 100.0
     # streamed and at speed 1, the pooled whole 0.970 of speed 1's, the stream 1.000. The mel stretch (opt-in) moves
     # it more: HiFT rebuilds the pitch from frames fed at another rate (docs/controls.md, "Speed").
@@ -99,8 +107,8 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_flo
     ratio = streamed / base_pitch
     assert abs(ratio - 1) < (MEL_F0_TOLERANCE if method == "mel" else 0.05)
     # The first chunk covers the same tokens as at speed 1 (it is not delayed).
-    if method == "wsola":  # its audio time-scaled, less the look-ahead WSOLA holds for the next chunk
-        w = Wsola(speed, sr)
+    if method in ("auto", "wsola"):  # its audio time-scaled, less the look-ahead held for the next chunk
+        w = time_scaler(speed, sr, method)
         assert (base_chunks[0].size - w.lookahead_samples) / speed - w.frame <= chunks[0].size
         assert chunks[0].size <= base_chunks[0].size / speed + w.frame
     else:  # its mel frames (the audio plus the 8 frames HiFT holds back) 1 / speed as many, up to one frame (the
@@ -110,7 +118,7 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_flo
 
 
 def test_speed_method_is_checked():
-    with pytest.raises(InputError, match="speed_method must be one of wsola, mel"):
+    with pytest.raises(InputError, match="speed_method must be one of auto, phase_vocoder, wsola, mel"):
         cadenza.load(speed_method="fast")
 
 
@@ -141,16 +149,26 @@ def vx2(vx2_model_dir):
         yield model
 
 
+def test_voxcpm2_speed_method_is_checked(vx2_model_dir):
+    with pytest.raises(InputError, match="speed_method must be one of auto, phase_vocoder, wsola, not 'mel'"):
+        cadenza.load(vx2_model_dir, speed_method="mel")  # VoxCPM 2 has no mel or flow rate of its own
+
+
 def test_voxcpm2_speed_and_timestamps(vx2):
     """VoxCPM 2 (the fixture's random tiny model: noise, so only what holds for any audio): the streamed output is
-    the WSOLA of the speed-1 stream, samples and all; timestamps come whole and streamed, in order, in the audio."""
-    from cadenza.audio.wsola import time_scale
-
+    the time-scale of the speed-1 stream, samples and all (the phase vocoder's speeding up; WSOLA's when asked);
+    timestamps come whole and streamed, in order, in the audio."""
     text = "Hello there, friend."
     plain = np.concatenate(list(vx2.synthesize_stream(text, seed=3)))
     fast = np.concatenate(list(vx2.synthesize_stream(text, seed=3, speed=1.6)))
     assert fast.size == round(plain.size / 1.6)
-    np.testing.assert_array_equal(fast, time_scale(plain, 1.6, vx2.sample_rate))
+    np.testing.assert_array_equal(fast, time_scale(plain, 1.6, vx2.sample_rate, "phase_vocoder"))
+    vx2.speed_method = "wsola"
+    try:
+        fast = np.concatenate(list(vx2.synthesize_stream(text, seed=3, speed=1.6)))
+    finally:
+        vx2.speed_method = "auto"
+    np.testing.assert_array_equal(fast, time_scale(plain, 1.6, vx2.sample_rate, "wsola"))
     whole = vx2.synthesize(text, seed=3, speed=0.6, timestamps=True)
     assert abs(whole.samples.size - vx2.synthesize(text, seed=3).samples.size / 0.6) <= 1
     chunks = list(vx2.synthesize_stream(text, seed=3, speed=0.6, timestamps=True))

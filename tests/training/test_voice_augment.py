@@ -72,12 +72,12 @@ def test_nothing_drawn_is_whisper_log_mel_itself():
 
 def test_pitch_moves_the_harmonics_and_not_the_envelope():
     from cadenza.audio.resample import resample
-    from cadenza.audio.wsola import time_scale
+    from cadenza.audio.time_scale import time_scale
 
     wav = _vowel(200.0, 1200.0)
     power = _mean_power(wav)
     # The steps of augmented_log_mel on the power spectrum: WSOLA by p, resampling by p, the envelope moved back.
-    up = resample(torch.from_numpy(time_scale(wav.numpy(), 1 / 1.6, SR)), round(SR * 1.6), SR)
+    up = resample(torch.from_numpy(time_scale(wav.numpy(), 1 / 1.6, SR, "wsola")), round(SR * 1.6), SR)
     moved = warp_envelope(whisper_power(up)[0], 1 / 1.6)[:, 5:-5].mean(dim=1).numpy()
     assert _harmonic_spacing_hz(power) == pytest.approx(200.0, abs=15)
     assert _harmonic_spacing_hz(moved) == pytest.approx(320.0, abs=25)  # pitch x 1.6

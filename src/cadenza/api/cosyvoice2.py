@@ -93,10 +93,11 @@ class Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
         hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
-        (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate, ``"wsola"`` (the
-        audio time-scaled, pitch kept), ``"mel"`` (the flow's mel stretched before HiFT, as the release's
+        (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate, ``"auto"``,
+        ``"phase_vocoder"`` or ``"wsola"`` (the audio time-scaled, pitch kept; ``"auto"``: the phase vocoder to speed
+        up, WSOLA to slow down), ``"mel"`` (the flow's mel stretched before HiFT, as the release's
         non-streaming speed does) or ``"flow"`` (the flow renders 1/speed as many frames: for a flow trained on
-        speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"wsola"`` (docs/controls.md,
+        speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"auto"`` (docs/controls.md,
         "Speed").
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
@@ -113,7 +114,7 @@ class Cadenza:
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
-        schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "wsola")
+        schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "auto")
         model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``
         frontend = CosyVoice2Frontend(files, model.config)
         frontend.load_all()

@@ -23,7 +23,7 @@ from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, che
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, timed_stream, with_words
-from cadenza.audio.wsola import MAX_SPEED, MIN_SPEED, TimeScaledChunks, time_scale
+from cadenza.audio.time_scale import MAX_SPEED, MIN_SPEED, TIME_SCALE_METHODS, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
@@ -50,8 +50,10 @@ class VoxCPM2:
     family = "voxcpm2"
 
     def __init__(self, engine: VoxCPM2Engine, directory: Path, voices: VoiceStore | None = None,
-                 watermark: bool | bytes | Watermark = True) -> None:
+                 watermark: bool | bytes | Watermark = True, speed_method: str = "auto") -> None:
+        _check_speed_method(speed_method)
         self.engine = engine
+        self.speed_method = speed_method  # how speed != 1 time-scales the output (audio/time_scale.py)
         self.directory = directory
         # Every output carries the provenance mark unless the operator turns it off here (docs/provenance.md).
         self.mark = OutputMark.for_model(self.sample_rate, folder_name(directory), watermark)
@@ -63,17 +65,22 @@ class VoxCPM2:
     def from_pretrained(cls, path: str | os.PathLike, device: str = "cpu", dtype: torch.dtype | str | None = None,
                         lora: str | os.PathLike | None = None, scheduler: SchedulerConfig | None = None,
                         voices_dir: str | os.PathLike | None = None, watermark: bool | bytes | Watermark = True,
-                        revision: str | None = None) -> VoxCPM2:
+                        revision: str | None = None, speed_method: str | None = None) -> VoxCPM2:
         """``path``: a VoxCPM 2 folder or a hub name (``"openbmb/VoxCPM2"``, pinned by ``@rev`` or ``revision``;
         docs/models.md). ``dtype`` None: float32 on CPU, the config's dtype (bf16) on GPU. ``lora``: a LoRA folder.
         ``scheduler``: limits of the request scheduler that batches concurrent requests. ``voices_dir``: a saved-voice
-        store (its VoxCPM 2 voices are then usable as ``speaker=``)."""
+        store (its VoxCPM 2 voices are then usable as ``speaker=``). ``speed_method``: how ``speed != 1`` time-scales
+        the output, ``"auto"`` (default: the phase vocoder to speed up, WSOLA to slow down), ``"phase_vocoder"`` or
+        ``"wsola"`` (docs/controls.md, "Speed")."""
         if path is None:
             raise InputError("a VoxCPM 2 model folder or hub name is needed (cadenza.load(None) is the built-in model)")
+        if speed_method is not None:  # fails before anything is read
+            _check_speed_method(speed_method)
         directory = locate_model(path, revision)
         options = {} if scheduler is None else {"scheduler": scheduler}
         engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
-        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None, watermark)
+        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None, watermark,
+                    speed_method or "auto")
         model._owns_voices = voices_dir is not None
         return model
 
@@ -92,7 +99,7 @@ class VoxCPM2:
 
         Text arguments must be strings of valid Unicode without NUL, ``seed`` an integer in [0, 2**63) (``TextError``
         / ``InputError`` naming the argument, before any work). ``speed`` (0.5-2.0): speaking rate, applied to the
-        output by a pitch-preserving time-scale (WSOLA; VoxCPM 2's latent rate is fixed, docs/controls.md)."""
+        output by a pitch-preserving time-scale (``speed_method``; VoxCPM 2's latent rate is fixed, docs/controls.md)."""
         check_text_arg(text, "text")
         check_prompt_text(prompt_text)
         check_seed(seed)
@@ -127,7 +134,7 @@ class VoxCPM2:
         request = self.request(text, **kwargs)
         audio = self.engine.synthesize(request)
         if request.speed != 1.0:
-            audio = time_scale(audio, request.speed, self.sample_rate)
+            audio = time_scale(audio, request.speed, self.sample_rate, self.speed_method)
         return Audio(self.mark.whole(audio), self.sample_rate)
 
     def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
@@ -144,7 +151,7 @@ class VoxCPM2:
         request = self.request(text, **kwargs)
         chunks = self.engine.stream(request)
         if request.speed != 1.0:
-            chunks = iter(TimeScaledChunks(chunks, request.speed, self.sample_rate))
+            chunks = iter(TimeScaledChunks(chunks, request.speed, self.sample_rate, self.speed_method))
         return self.mark.stream(chunks)
 
     def design(self, description: str, text: str, **kwargs) -> Audio:
@@ -222,7 +229,9 @@ class VoxCPM2:
 
     def submit(self, request, stream: bool = True):
         chunks = self.engine.scheduler.submit(request, stream=stream)
-        return chunks if request.speed == 1.0 else TimeScaledChunks(chunks, request.speed, self.sample_rate)
+        if request.speed == 1.0:
+            return chunks
+        return TimeScaledChunks(chunks, request.speed, self.sample_rate, self.speed_method)
 
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
                          seed: int | None = None, lora: str | None = None,
@@ -299,6 +308,11 @@ _OTHER_FAMILY = {
 }
 _OPTIONS = frozenset({"voice", "cfg_value", "inference_timesteps", "retry", "retry_max_attempts", "retry_ratio",
                       "min_len", "max_len", "stream_holdback", "reference_stream_onset", "noise", "lora"})
+
+
+def _check_speed_method(method: object) -> None:
+    if method not in TIME_SCALE_METHODS:
+        raise InputError(f"speed_method must be one of {', '.join(TIME_SCALE_METHODS)}, not {method!r}"[:200])
 
 
 def _check_speed(speed: object) -> float:

@@ -11,11 +11,9 @@ chunk's output is ready as soon as its input is, at most one frame held back for
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-MIN_SPEED, MAX_SPEED = 0.5, 2.0
+from cadenza.audio.speed_range import speed_in_range
 
 
 class FrameStretch:
@@ -26,9 +24,7 @@ class FrameStretch:
     """
 
     def __init__(self, speed: float) -> None:
-        if not MIN_SPEED <= speed <= MAX_SPEED or not math.isfinite(speed):
-            raise ValueError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
-        self.speed = float(speed)
+        self.speed = speed_in_range(speed)
         self._buf: torch.Tensor | None = None  # input frames [base, n_in)
         self._base = 0  # absolute index of _buf's first frame
         self._n_in = 0  # input frames received

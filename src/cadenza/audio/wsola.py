@@ -1,11 +1,11 @@
 """Pitch-preserving time-scale modification of a waveform, streamed: WSOLA (waveform-similarity overlap-add).
 
-Used for the speaking rate of models whose own rate cannot be changed (VoxCPM 2 generates audio-VAE latents at a
-fixed rate; docs/controls.md, "Speed"). WSOLA (Verhelst & Roelands, 1993) cuts the input into Hann-windowed frames
-read every ``speed * hop`` samples and overlap-adds them every ``hop`` samples; each frame's read position is moved
-by up to ``tolerance`` so that it continues the previous frame's waveform best (highest normalised
-cross-correlation with the samples that naturally followed it), which keeps the pitch periods whole: the duration
-changes by ``1 / speed``, the pitch does not.
+One of the two ways ``audio/time_scale.py`` changes the speaking rate on the audio (docs/controls.md, "Speed"): the
+default to slow down (the phase vocoder keeps more words to speed up), and the training-time voice augmentation's.
+WSOLA (Verhelst & Roelands, 1993) cuts the input into Hann-windowed frames read every ``speed * hop`` samples and
+overlap-adds them every ``hop`` samples; each frame's read position is moved by up to ``tolerance`` so that it
+continues the previous frame's waveform best (highest normalised cross-correlation with the samples that naturally
+followed it), which keeps the pitch periods whole: the duration changes by ``1 / speed``, the pitch does not.
 
 ``Wsola`` takes the audio in chunks of any size and returns what is final: a frame needs its input up to
 ``frame + tolerance`` samples past its read position, so the output lags the input by a bounded look-ahead
@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-MIN_SPEED, MAX_SPEED = 0.5, 2.0
+from cadenza.audio.speed_range import speed_in_range
+
 FRAME_S = 0.030  # analysis window: a few pitch periods of speech
 TOLERANCE_S = 0.010  # how far a frame may move to line up with the previous one (> one period at 100 Hz)
 
@@ -32,8 +33,7 @@ class Wsola:
     """
 
     def __init__(self, speed: float, sample_rate: int) -> None:
-        if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
-            raise ValueError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
+        speed_in_range(speed)
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
         self.speed = float(speed)
@@ -145,28 +145,3 @@ class Wsola:
         while self._k <= last:  # past the end of the input, every frame reads silence
             self._run(self._needs(self._k))
         return self._take(total)
-
-
-def time_scale(audio: np.ndarray, speed: float, sample_rate: int) -> np.ndarray:
-    """Whole-signal ``Wsola``: float32 ``round(len / speed)`` samples, same pitch."""
-    stretch = Wsola(speed, sample_rate)
-    return np.concatenate([stretch.push(audio), stretch.finish()])
-
-
-class TimeScaledChunks:
-    """A stream of audio chunks (an engine's ``ChunkStream``: iterable, ``cancel()``) time-scaled by ``Wsola``;
-    ``cancel`` passes through."""
-
-    def __init__(self, chunks, speed: float, sample_rate: int) -> None:
-        self._chunks = chunks
-        self._stretch = Wsola(speed, sample_rate)
-
-    def __iter__(self):
-        for chunk in self._chunks:
-            out = self._stretch.push(chunk)
-            if out.size:
-                yield out
-        yield self._stretch.finish()
-
-    def cancel(self) -> None:
-        self._chunks.cancel()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SPEED_METHODS = ("wsola", "mel", "flow")
+SPEED_METHODS = ("auto", "phase_vocoder", "wsola", "mel", "flow")
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,13 @@ class StreamSchedule:
     # Primed prompts (``engine/primed_prompts.py``): the flow state of each voice's prompt, kept for the voice's next
     # requests up to this many MiB in all (0: off). Saves a saved voice's prompt frames in every first chunk.
     primed_prompt_cache_mb: float = 1024.0
-    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "wsola" time-scales the audio (pitch kept),
+    # How ``speed != 1`` changes the rate (docs/controls.md, "Speed"): "auto", "phase_vocoder" or "wsola" time-scale
+    # the audio (pitch kept; ``audio/time_scale.py``: "auto" is the phase vocoder to speed up, WSOLA to slow down,
+    # what kept the most words at each rate),
     # "mel" stretches the flow's mel before HiFT (what the release's non-streaming speed does), "flow" renders the
     # tokens at 1/speed as many frames inside the flow (``models/cosyvoice2/flow_rate.py``; for a flow trained on
     # speaking-rate pairs; a model folder's cadenza.json may name it).
-    speed_method: str = "wsola"
+    speed_method: str = "auto"
 
     def __post_init__(self) -> None:
         if self.crossfade not in ("hamming", "hann"):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from cadenza.audio.frame_stretch import FrameStretch
-from cadenza.audio.wsola import Wsola, time_scale
+from cadenza.audio.time_scale import TIME_SCALE_METHODS, time_scale, time_scaler
 from cadenza.engine.stream_schedule import StreamSchedule, TokenChunker, crossfade_windows
 from cadenza.models.cosyvoice2.flow_rate import FrameRate
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
@@ -52,8 +52,8 @@ class Token2Wav:
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         speech, _ = self.model.hift.inference(mel, generator=generator)
         audio = speech[0].float().cpu().numpy()
-        if speed != 1.0 and self.schedule.speed_method == "wsola":
-            audio = time_scale(audio, speed, self.model.config.hift.sampling_rate)
+        if speed != 1.0 and self.schedule.speed_method in TIME_SCALE_METHODS:
+            audio = time_scale(audio, speed, self.model.config.hift.sampling_rate, self.schedule.speed_method)
         return audio
 
     @torch.inference_mode()
@@ -173,9 +173,10 @@ class StreamSynthesis:
     ``finish(ids)`` returns the rest (always call it: it also releases the held-back overlap); ``close()`` frees
     every buffer.
 
-    ``speed != 1``: by ``StreamSchedule.speed_method``, either each chunk's audio goes through a streaming WSOLA
-    (``Wsola``: the same samples as time-scaling the whole; holds back ~55-70 ms of look-ahead until the next chunk
-    or the end), or each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
+    ``speed != 1``: by ``StreamSchedule.speed_method``, either each chunk's audio goes through a streaming
+    time-scale (``audio/time_scale.py``: by default the phase vocoder to speed up and WSOLA to slow down, the same
+    samples as time-scaling the whole; they hold back ~50 / ~55-70 ms of look-ahead until the next chunk or the end),
+    or each chunk's mel is stretched in time by ``1 / speed`` (``FrameStretch``, the streaming form of
     the whole-utterance ``F.interpolate`` of ``Token2Wav.full``) between the flow and HiFT, which rebuilds the pitch
     from the frames, holding back at most one mel frame, or the flow itself renders ``1 / speed`` as many frames
     (``"flow"``: ``flow_rate.FrameRate`` inside ``IncrementalFlow``, holding back at most one frame until the next
@@ -192,7 +193,8 @@ class StreamSynthesis:
         stream's time on the built-in model)."""
         method = schedule.speed_method if speed != 1.0 else None
         self.stretch = FrameStretch(speed) if method == "mel" else None
-        self.time_scale = Wsola(speed, model.config.hift.sampling_rate) if method == "wsola" else None
+        self.time_scale = (time_scaler(speed, model.config.hift.sampling_rate, method)
+                           if method in TIME_SCALE_METHODS else None)
         self.flow_speed = speed if method == "flow" else 1.0
         self.lookahead = model.config.flow.pre_lookahead_len
         self.chunker = TokenChunker(schedule, prompt.flow_prompt_speech.shape[1], self.lookahead)

@@ -59,7 +59,8 @@ FAMILIES: list[Family] = [
            frozenset({"dtype", "voices_dir", "scheduler", "watermark", "speed_method"}),
            "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8=True),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
-           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained", frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark"}),
+           "cadenza.api.voxcpm2:VoxCPM2.from_pretrained",
+           frozenset({"dtype", "lora", "scheduler", "voices_dir", "watermark", "speed_method"}),
            "cadenza.models.voxcpm2.loader:RELEASE_FILES"),
 ]
 

@@ -11,7 +11,7 @@ a ``speech.word`` event with each word's start and end, sent with the audio; doc
 a field a model cannot honour is a 400 naming it.
 
 Speed (0.5 to 2.0, streamed like speed 1; docs/controls.md, "Speed"): made as the loaded model's
-``speed_method`` says — a pitch-preserving time-scale of the output (WSOLA, the default), the mel stretched before
+``speed_method`` says — a pitch-preserving time-scale of the output (by default the phase vocoder to speed up, WSOLA to slow down), the mel stretched before
 the vocoder (``"mel"``) or the flow rendering fewer frames (``"flow"``, for a flow trained on speaking-rate
 pairs). Values OpenAI allows outside that range are refused with 400 rather than faked by resampling (which would shift the pitch).
 """

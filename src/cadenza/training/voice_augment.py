@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from cadenza.audio.resample import resample
+from cadenza.audio.time_scale import MAX_SPEED, MIN_SPEED, time_scale
 from cadenza.audio.whisper_mel import WHISPER_SAMPLE_RATE, whisper_log_mel_from_power, whisper_power
-from cadenza.audio.wsola import MAX_SPEED, MIN_SPEED, time_scale
 from cadenza.errors import InputError
 
 ENVELOPE_BINS = 9  # 360 Hz: wider than the harmonic spacing of voices up to ~300 Hz, narrower than a formant
@@ -89,9 +89,10 @@ def augmented_log_mel(wav16k: torch.Tensor, d: VoiceDraw, n_mels: int, rng: np.r
     ``frames ~= samples / 160 / tempo``."""
     wav = wav16k.detach().to(torch.float32).cpu().numpy()
     # The WSOLA rate (p / tempo as long), within what WSOLA does: past it the tempo gives way, not the pitch.
+    # WSOLA, not the engine's default phase vocoder: the shipped tokenizer was trained on these draws.
     speed = min(max(d.tempo / d.pitch, MIN_SPEED), MAX_SPEED)
     if speed != 1.0:
-        wav = time_scale(wav, speed, WHISPER_SAMPLE_RATE)
+        wav = time_scale(wav, speed, WHISPER_SAMPLE_RATE, method="wsola")
     out = torch.from_numpy(np.ascontiguousarray(wav, np.float32))
     if d.pitch != 1.0:  # play it p times as fast: harmonics and envelope move up by p
         out = resample(out, round(WHISPER_SAMPLE_RATE * d.pitch), WHISPER_SAMPLE_RATE)

@@ -174,7 +174,7 @@ def test_unparseable_json_configs(cv2_dir, tmp_path, text, message):
     ({"version": "2"}, "version must be one of (1, 2)"),
     ({"format": "other"}, "format must be 'cadenza.model'"),
     ({"weights_dtype": "int8"}, "weights_dtype must be one of"),
-    ({"speed_method": "fast"}, "speed_method must be one of ('wsola', 'mel', 'flow'), got 'fast'"),
+    ({"speed_method": "fast"}, "speed_method must be one of ('auto', 'phase_vocoder', 'wsola', 'mel', 'flow'), got 'fast'"),
     ({"speaker_prompts": {"joe": 5}}, "speaker_prompts must be an object of speaker -> transcript strings"),
     ({"status_note": ["x"]}, "status_note must be a string"),
 ])
@@ -206,4 +206,4 @@ def test_cadenza_json_names_the_speed_method_and_an_argument_wins(cv2_dir, tmp_p
     with Cadenza.from_pretrained(d, speed_method="mel") as tts:
         assert tts.engine.schedule.speed_method == "mel"
     with Cadenza.from_pretrained(cv2_dir) as tts:  # no cadenza.json: the audio time-scale
-        assert tts.engine.schedule.speed_method == "wsola"
+        assert tts.engine.schedule.speed_method == "auto"

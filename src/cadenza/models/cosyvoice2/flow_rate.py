@@ -15,18 +15,16 @@ import math
 
 import torch
 
-MIN_SPEED, MAX_SPEED = 0.5, 2.0
+from cadenza.audio.speed_range import speed_in_range
 
 
 class FrameRate:
     """Positions of the estimator's frames in ``mu`` at ``speed``; frames before ``fixed`` map to themselves."""
 
     def __init__(self, speed: float, fixed: int) -> None:
-        if not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
-            raise ValueError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
         if fixed < 0:
             raise ValueError(f"fixed frames must be >= 0, got {fixed}")
-        self.speed, self.fixed = float(speed), int(fixed)
+        self.speed, self.fixed = speed_in_range(speed), int(fixed)
 
     def source(self, frames: torch.Tensor) -> torch.Tensor:
         """Output frame indices ``[n]`` -> their (float64) positions in ``mu``."""
