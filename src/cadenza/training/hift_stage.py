@@ -182,6 +182,9 @@ class GeneratorForward(nn.Module):
 @register
 class HiFTStage(TrainingStage):
     name = "hift"
+    # Always float32: the iSTFT / complex path and the GAN losses are not bf16-safe (and on a CPU with native bf16 its
+    # convolutions gained only 0.9-1.8x in bf16 at this size, docs/training.md).
+    autocast = False
 
     def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
         super().__init__(config, data_dir)
@@ -253,12 +256,6 @@ class HiFTStage(TrainingStage):
         return list(items)  # crops are drawn in train_step, where the step (and so the random stream) is known
 
     def train_step(self, batch: list[dict], step: int) -> dict[str, float]:
-        # Always float32: the iSTFT/complex path and the GAN losses are not bf16-safe (the launcher's
-        # mixed_precision autocast is switched off here).
-        with torch.autocast(self.device.type, enabled=False):
-            return self._train_step(batch, step)
-
-    def _train_step(self, batch: list[dict], step: int) -> dict[str, float]:
         crops = crop_batch(batch, self.cfg.segment_samples, self.model_cfg.hop_length,
                            self.model_cfg.nb_harmonics + 1, self.train_cfg.seed, step,
                            self.cfg.speed_perturb, self.cfg.speed_perturb_share)

@@ -186,10 +186,11 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
     if not resume and latest_checkpoint(out) is not None:
         raise InputError(f"{out} already holds checkpoints: pass --resume to continue, or use a new --out")
     start = _resume(out, stage, info) if resume else 0
-    amp_dtype = autocast_dtype(cfg, info.device)
+    amp_dtype = autocast_dtype(cfg, info.device) if stage_cls.autocast else None
     if info.is_main:
-        log.info("training %s on %s in %s (mixed_precision=%s)", stage_cls.name, info.device,
-                 "float32" if amp_dtype is None else "bfloat16 autocast", cfg.mixed_precision)
+        log.info("training %s on %s in %s (mixed_precision=%s%s)", stage_cls.name, info.device,
+                 "float32" if amp_dtype is None else "bfloat16 autocast", cfg.mixed_precision,
+                 "" if stage_cls.autocast else f"; the {stage_cls.name} stage always computes in float32")
     metrics_log = MetricsLogger(out, enabled=info.is_main, tensorboard=cfg.tensorboard)
     metrics_log.truncate_after(start)  # a fresh run starts a fresh file; a resumed one drops the steps it redoes
     bar = _progress(cfg.max_steps, start, cfg.progress and info.is_main)

@@ -26,6 +26,9 @@ class TrainingStage(ABC):
     # True when ``state_dict`` and ``export`` are collectives (sharded weights): every rank calls them, rank 0 writes.
     # Otherwise only rank 0 calls them.
     collective_state: bool = False
+    # False for a stage that always computes in float32 (``train.mixed_precision`` is then not applied, and the log
+    # says so).
+    autocast: bool = True
 
     name: ClassVar[str]
 
