@@ -26,3 +26,27 @@ def test_synth_streams_at_a_speed_and_writes_word_timestamps(tmp_path):
     assert 0 <= doc["words"][0]["start"] and doc["words"][-1]["end"] <= doc["duration"]
     proc = _cadenza("synth", "--text", TEXT, "--timestamps", str(tmp_path / "no" / "words.json"), "-o", str(out))
     assert proc.returncode != 0 and "--timestamps: no folder" in proc.stderr  # before the model loads
+
+
+def test_synth_takes_a_speed_method(tmp_path):
+    """``--speed-method wsola`` reaches the model (the same samples as WSOLA on the speed-1 stream would give is the
+    API test's job; here: the flag loads, speaks at the rate, and a method VoxCPM 2 lacks is refused by name)."""
+    base, fast = tmp_path / "base.wav", tmp_path / "fast.wav"
+    for speed, out, extra in (("1", base, ()), ("2", fast, ("--speed-method", "wsola"))):
+        proc = _cadenza("synth", "--text", TEXT, "--seed", "3", "--speed", speed, *extra, "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+    a, sr = sf.read(base, dtype="float32")
+    b, _ = sf.read(fast, dtype="float32")
+    assert abs(b.size / a.size - 0.5) < 0.05
+    proc = _cadenza("synth", "--text", TEXT, "--speed-method", "fast", "-o", str(base))
+    assert proc.returncode != 0 and "--speed-method: invalid choice: 'fast'" in proc.stderr
+
+
+def test_speed_method_choices_are_the_engines_and_serve_takes_them():
+    from cadenza.cli.args import SPEED_METHODS
+    from cadenza.cli.main import build_parser
+    from cadenza.engine.stream_schedule import SPEED_METHODS as ENGINE_METHODS
+
+    assert SPEED_METHODS == ENGINE_METHODS
+    assert build_parser().parse_args(["serve", "--speed-method", "wsola"]).speed_method == "wsola"
+    assert build_parser().parse_args(["serve"]).speed_method is None  # the model's own (cadenza.json, else auto)

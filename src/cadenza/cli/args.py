@@ -133,6 +133,26 @@ DTYPES = ("auto", "float32", "bfloat16")
 DEFAULT_DTYPE = "auto"
 
 
+# --speed-method choices; equal to cadenza.engine.stream_schedule.SPEED_METHODS (not imported: argparse must not wait
+# for torch)
+SPEED_METHODS = ("auto", "phase_vocoder", "wsola", "mel", "flow")
+
+
+def add_speed_method_argument(parser: argparse.ArgumentParser) -> None:
+    """``--speed-method``: how ``speed != 1`` changes the rate (docs/controls.md, "Speed")."""
+    parser.add_argument("--speed-method", choices=SPEED_METHODS, default=None,
+                        help="how a speed other than 1 changes the rate: auto (the default: a phase vocoder to speed "
+                             "up, WSOLA to slow down), phase_vocoder or wsola (one of them at every rate), or for "
+                             "CosyVoice 2 also mel (the mel stretched before the vocoder) and flow (the flow's own "
+                             "rate); default: what the model folder's cadenza.json names, else auto")
+
+
+def speed_method_argument(args: argparse.Namespace) -> dict:
+    """The ``speed_method=`` keyword ``cadenza.api.load`` gets for ``--speed-method`` (none when it is not given)."""
+    method = getattr(args, "speed_method", None)
+    return {} if method is None else {"speed_method": method}
+
+
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     """``--dtype``, ``--lm-int8`` and ``--flow-int8`` (docs/performance.md, "CPU fast path")."""
     parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,

@@ -15,12 +15,14 @@ import numpy as np
 from cadenza.cli.args import (
     MODEL_ENV,
     add_precision_arguments,
+    add_speed_method_argument,
     add_watermark_arguments,
     device,
     output_wav,
     precision_arguments,
     report_errors,
     seed,
+    speed_method_argument,
     watermark_argument,
 )
 from cadenza.cli.data import add_data_parser, run_data
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--lexicon", metavar="FILE", help="pronunciation lexicon, JSON (docs/text.md)")
     synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
                        "the --out of `cadenza train voxcpm2`) applied to --model")
+    add_speed_method_argument(synth)
     add_precision_arguments(synth)
     add_watermark_arguments(synth)
     synth.add_argument("-o", "--output", type=output_wav, required=True,
@@ -160,7 +163,8 @@ def _load(args):
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
     mark = watermark_argument(args)  # the flags exist on the commands that speak
-    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark)
+    speed_method = speed_method_argument(args)  # --speed-method exists on `synth` only
+    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark, **speed_method)
 
 
 def _save(audio, output: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from cadenza.cli.args import (
     MODEL_ENV,
     add_precision_arguments,
+    add_speed_method_argument,
     add_watermark_arguments,
     device,
     nonnegative_int,
@@ -18,6 +19,7 @@ from cadenza.cli.args import (
     positive_float,
     positive_int,
     precision_arguments,
+    speed_method_argument,
     watermark_argument,
 )
 from cadenza.engine.scheduler_config import FIRST_AUDIO_PAUSES, SchedulerConfig
@@ -55,6 +57,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    "are batched with requests using other adapters or none. MODEL: may be left out when one VoxCPM 2 "
                    "model is served. Repeatable")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    add_speed_method_argument(p)
     add_precision_arguments(p)
     add_watermark_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
@@ -154,7 +157,8 @@ def run_serve(args: argparse.Namespace) -> None:
         for name, path in specs:
             folder = resolve_model_path(path)  # None: the built-in one; a hub name (owner/name[@rev]): downloaded
             precision = precision_arguments(folder, args.dtype, args.lm_int8, args.device, args.flow_int8)
-            tts = load(folder, device=args.device, scheduler=scheduler, **precision, **mark)
+            tts = load(folder, device=args.device, scheduler=scheduler, **precision, **mark,
+                       **speed_method_argument(args))
             name = name or model_name_of(tts.directory)
             if name in models:
                 tts.close()
