@@ -33,10 +33,9 @@ class Wsola:
     """
 
     def __init__(self, speed: float, sample_rate: int) -> None:
-        speed_in_range(speed)
+        self.speed = speed_in_range(speed)
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
-        self.speed = float(speed)
         self.hop = max(2, int(round(FRAME_S * sample_rate / 2)))  # synthesis hop (half a frame)
         self.frame = 2 * self.hop
         self.tolerance = max(1, int(round(TOLERANCE_S * sample_rate)))
