@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cadenza.audio.resample import resample
-from cadenza.audio.time_scale import TIME_SCALE_METHODS, time_scale
+from cadenza.audio.time_scale import ALGORITHMS, time_scale
 from cadenza.evaluation.pitch import guided_f0, vocoder_f0
 
 TEXTS = ("Please call me back when you get this message.", "We are meeting at the station at nine tomorrow.")
@@ -35,7 +35,7 @@ def test_a_pitch_shift_is_read_and_a_time_scale_is_not(builtin_tts, speech):
     shifted = [resample(torch.from_numpy(a), sr, int(sr / 1.25)).numpy() for a in speech]
     assert abs(_median(shifted, sr, model) / base - 1.25) < 0.04
     # Either time-scale at double speed keeps the periods (the vocoder's predictor alone reads a few % low here).
-    for method in TIME_SCALE_METHODS:
+    for method in ALGORITHMS:
         faster = [time_scale(a, 2.0, sr, method).astype(np.float32) for a in speech]
         assert abs(_median(faster, sr, model) / base - 1) < 0.03, method
 

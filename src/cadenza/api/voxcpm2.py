@@ -23,7 +23,8 @@ from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, che
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, timed_stream, with_words
-from cadenza.audio.time_scale import MAX_SPEED, MIN_SPEED, TIME_SCALE_METHODS, TimeScaledChunks, time_scale
+from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED, speed_in_range
+from cadenza.audio.time_scale import TIME_SCALE_METHODS, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.text_stream import SentenceTextStream
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
@@ -316,10 +317,7 @@ def _check_speed_method(method: object) -> None:
 
 
 def _check_speed(speed: object) -> float:
-    speed = check_speed(speed)
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise InputError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed:g}")
-    return speed
+    return speed_in_range(check_speed(speed))
 
 
 def _check_options(options: dict) -> dict:

@@ -4,9 +4,8 @@ The speaking rate of both families is changed on the audio by default, by this t
 docs/controls.md, "Speed"). A phase vocoder (Flanagan & Golden 1966; Laroche & Dolson 1999 for the phase locking)
 reads short-time spectra every ``speed * hop`` samples and writes them every ``hop`` samples; each bin's phase is
 advanced by its measured instantaneous frequency times the output hop, so sinusoids continue smoothly at their own
-pitch. *Identity phase
-locking* keeps the bins around each spectral peak in the phase relation they had in the input (each bin takes its
-peak's phase advance), which keeps a voice from sounding phasey or distant.
+pitch. *Identity phase locking* keeps the bins around each spectral peak in the phase relation they had in the input
+(each bin takes its peak's phase advance), which keeps a voice from sounding phasey or distant.
 
 Unlike WSOLA (``audio/wsola.py``), which cuts the waveform into frames placed where they continue the previous one
 best, nothing here depends on finding a waveform match: on a breathy voice, whose noise between the harmonics
@@ -104,7 +103,8 @@ class PhaseVocoder:
                 frequency = self.omega + deviation / step
             else:
                 frequency = self.omega
-            advanced = self._out_phase + frequency * self.hop
+            # Wrapped, so that the running phase of an hours-long stream keeps its precision.
+            advanced = _principal(self._out_phase + frequency * self.hop)
             out_phase = self._lock(magnitude, phase, advanced)
         self._prev_pos, self._prev_phase, self._out_phase = pos, phase, out_phase
         return np.fft.irfft(magnitude * np.exp(1j * out_phase), self.frame) * self.window
@@ -144,11 +144,10 @@ class PhaseVocoder:
         """Output samples (padded coordinates) ``[emitted, stop)``, without the first ``offset``."""
         start = max(self._emitted, self.offset)
         stop = max(stop, self._emitted)
-        out = self._y[start - self._y_base: stop - self._y_base] / self.gain
+        out = (self._y[start - self._y_base: stop - self._y_base] / self.gain).astype(np.float32)  # empty if stop <= start
         self._emitted = stop
-        drop = stop - self._y_base
-        self._y, self._y_base = self._y[drop:], stop
-        return out.astype(np.float32) if stop > start else np.zeros(0, np.float32)
+        self._y, self._y_base = self._y[stop - self._y_base:], stop
+        return out
 
     def push(self, chunk: np.ndarray) -> np.ndarray:
         """chunk: float mono samples -> float32 output samples final now (possibly none)."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
+from cadenza.errors import InputError
+
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
 
 
 def speed_in_range(speed: float) -> float:
-    """``speed`` as a float, or ``ValueError`` when it is outside ``[MIN_SPEED, MAX_SPEED]`` or not a number."""
+    """``speed`` as a float, or ``InputError`` (a ``ValueError``) when it is outside ``[MIN_SPEED, MAX_SPEED]`` or
+    not a number."""
     if not math.isfinite(speed) or not MIN_SPEED <= speed <= MAX_SPEED:
-        raise ValueError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
+        raise InputError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
     return float(speed)

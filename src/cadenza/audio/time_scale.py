@@ -11,12 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from cadenza.audio.phase_vocoder import PhaseVocoder
-from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED
 from cadenza.audio.wsola import Wsola
 
-TIME_SCALE_METHODS = ("auto", "phase_vocoder", "wsola")
-__all__ = ["MAX_SPEED", "MIN_SPEED", "TIME_SCALE_METHODS", "TimeScaledChunks", "method_for", "time_scale",
-           "time_scaler"]
+ALGORITHMS = ("phase_vocoder", "wsola")
+TIME_SCALE_METHODS = ("auto", *ALGORITHMS)
 
 
 def method_for(speed: float, method: str = "auto") -> str:

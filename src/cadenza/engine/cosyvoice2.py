@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from cadenza.audio.speed_range import speed_in_range
 from cadenza.engine.precision import Precision, apply_precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler import Scheduler, SchedulerConfig
@@ -74,8 +75,7 @@ class CosyVoice2Engine:
     def build(self, *, text_ids: torch.Tensor, voice: SpeakerPrompt | None, mode: str,
               lm_prompt_text: torch.Tensor | None = None, lm_prompt_speech: torch.Tensor | None = None,
               seed: int | None = None, speed: float = 1.0) -> SynthesisRequest:
-        if not 0.5 <= speed <= 2.0:
-            raise InputError(f"speed must be between 0.5 and 2.0, got {speed}")
+        speed_in_range(speed)
         if text_ids.shape[1] > MAX_TEXT_TOKENS:
             raise TextError(f"text is {text_ids.shape[1]} tokens; at most {MAX_TEXT_TOKENS} per request (split it)")
         voice = voice or self.empty_voice()
@@ -100,8 +100,7 @@ class CosyVoice2Engine:
                        lm_prompt_speech: torch.Tensor | None = None, seed: int | None = None,
                        speed: float = 1.0) -> SynthesisRequest:
         """A request whose text arrives later (its length limits are applied as the text comes in)."""
-        if not 0.5 <= speed <= 2.0:
-            raise InputError(f"speed must be between 0.5 and 2.0, got {speed}")
+        speed_in_range(speed)
         voice = voice or self.empty_voice()
         cfg = self.config
         capacity = cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from cadenza.audio.resample import resample
-from cadenza.audio.time_scale import MAX_SPEED, MIN_SPEED, time_scale
+from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED
+from cadenza.audio.time_scale import time_scale
 from cadenza.audio.whisper_mel import WHISPER_SAMPLE_RATE, whisper_log_mel_from_power, whisper_power
 from cadenza.errors import InputError
 
