@@ -29,6 +29,9 @@ Config (``flow:`` section)::
       init_grown: []             # prefixes of blocks init_flow lacks (a deeper model), started as the identity
                                  # (e.g. decoder.estimator.mid_blocks.2.; training/identity_blocks.py)
       prior_weight: 0.0          # > 0: also fit the encoder's mu to the mel (MSE; Grad-TTS's encoder loss)
+      average_decay: 0.0         # > 0: export an exponential moving average of the weights (e.g. 0.999, ~1,000
+                                 # steps; training/parameter_average.py), as flow-matching and diffusion models
+                                 # are commonly sampled; 0: the last step's weights
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from cadenza.training.identity_blocks import start_as_identity
 from cadenza.training.init_weights import load_component
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
+from cadenza.training.parameter_average import ParameterAverage
 from cadenza.training.seeding import item_generator
 from cadenza.training.stage import TrainingStage, Wrap, register
 
@@ -73,6 +77,7 @@ class FlowStageConfig:
     init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
     init_grown: tuple[str, ...] = ()  # blocks init_flow lacks, started as the identity (identity_blocks.py)
     prior_weight: float = 0.0  # > 0: + weight x MSE(mu, mel), a direct token -> mel signal (flow_objective.py)
+    average_decay: float = 0.0  # > 0: export an exponential moving average of the weights (parameter_average.py)
 
     def __post_init__(self) -> None:
         if not self.attention_masks or any(k not in MASK_KINDS for k in self.attention_masks):
@@ -82,6 +87,8 @@ class FlowStageConfig:
             raise InputError("flow.mask_ratio must be [lo, hi] with 0 < lo <= hi <= 1")
         if not 0 <= self.no_prompt_probability <= 1 or self.min_tokens < 1 or self.max_tokens < 0:
             raise InputError("flow: need 0 <= no_prompt_probability <= 1, min_tokens >= 1, max_tokens >= 0")
+        if not 0 <= self.average_decay < 1:
+            raise InputError(f"flow.average_decay must be in [0, 1), got {self.average_decay}")
         if self.init_grown and not self.init_flow:
             raise InputError("flow.init_grown needs flow.init_flow (the shallower model the new blocks extend)")
 
@@ -151,6 +158,7 @@ class FlowStage(TrainingStage):
         self.flow = flow.to(device).train()
         self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt, self.cfg.prior_weight))
         self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
+        self.average = ParameterAverage(self.flow, self.cfg.average_decay) if self.cfg.average_decay > 0 else None
 
     def dataset(self) -> Dataset:
         return FlowItems(self.data_dir, self.flow_cfg.token_mel_ratio, self.cfg.min_tokens, self.cfg.max_tokens)
@@ -212,16 +220,26 @@ class FlowStage(TrainingStage):
         loss = loss * (count.detach().float() / global_mean_count(count, self.device))
         lr = self.opt.lr
         grad_norm = self.opt.step(loss)
+        if self.average is not None:
+            self.average.update(self.flow)
         return {"loss": float(loss.detach()), "grad_norm": grad_norm, "lr": lr, "frames": float(count)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.detach().cpu() for k, v in self.flow.state_dict().items()}, "optim": self.opt.state_dict()}
+        return {"model": {k: v.detach().cpu() for k, v in self.flow.state_dict().items()}, "optim": self.opt.state_dict(),
+                **({"flow_average": self.average.state_dict()} if self.average is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.flow.load_state_dict(state["model"], strict=True)
         self.opt.load_state_dict(state["optim"])
+        if self.average is not None:
+            if "flow_average" in state:
+                self.average.load_state_dict(state["flow_average"])
+            else:  # a checkpoint of a run without the average (continued with one): start it from these weights
+                self.average = ParameterAverage(self.flow, self.cfg.average_decay)
 
     def export(self, out_dir: Path) -> None:
+        """``flow.pt`` (the averaged weights with ``flow.average_decay``) + the model's config files."""
         out = Path(out_dir)
-        atomic_torch_save({k: v.detach().cpu().contiguous() for k, v in self.flow.state_dict().items()}, out / "flow.pt")
+        flow = self.flow if self.average is None else self.average.averaged_module(self.flow)
+        atomic_torch_save({k: v.detach().cpu().contiguous() for k, v in flow.state_dict().items()}, out / "flow.pt")
         write_model_config(out, self.source.config, self.source.tokenizer_dir)

@@ -76,6 +76,9 @@ class SineGen2(nn.Module):
         """``f0 [B, L, 1]`` (Hz, sample rate) -> ``(sine_waves [B, L, H], uv [B, L, 1])``."""
         harmonics = torch.arange(1, self.num_sines + 1, dtype=f0.dtype, device=f0.device)
         rad = (f0 * harmonics / self.sampling_rate) % 1  # [B, L, H], cycles per sample
+        # The random initial phases land on sample 0, which the frame-rate interpolation below never reads (its
+        # first output reads samples 239-240): as in the reference, every overtone starts in phase with the
+        # fundamental whatever is drawn, so the source has one waveform shape for a given f0. Kept for parity.
         rand_ini = noise.rand_ini.to(rad).clone()
         rand_ini[:, 0] = 0
         rad[:, 0, :] = rad[:, 0, :] + rand_ini
