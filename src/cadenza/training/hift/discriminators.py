@@ -109,3 +109,13 @@ class HiFTDiscriminator(nn.Module):
             real_maps.append([f[:b] for f in fmap])
             fake_maps.append([f[b:] for f in fmap])
         return real_scores, fake_scores, real_maps, fake_maps
+
+    def score(self, wav: torch.Tensor) -> tuple[Scores, FeatureMaps]:
+        """One batch alone, ``wav [B, L]`` -> ``(scores, fmaps)`` in the order of :meth:`forward` (the generator's
+        turn scores real audio without a graph and generated audio with one, so it calls this twice)."""
+        scores, maps = [], []
+        for d in self.discriminators:
+            score, fmap = d(wav)
+            scores.append(score)
+            maps.append(fmap)
+        return scores, maps
