@@ -32,8 +32,9 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       manifest: manifest.jsonl
       shard_sample_rate: 24000
 
-One ``train_step`` = the reference's two turns on one batch: a discriminator step (generator output without
-gradient), then a generator step. The export writes ``hift.pt`` (parametrization weight-norm names, loadable by
+One ``train_step`` = the reference's two turns on one batch: a discriminator step (generator output detached), then
+a generator step; one generator forward serves both, and the generator's turn keeps the discriminator's weights out
+of its backward (the reference's gradients for less work, ``benchmarks/hift_train_step.py``). The export writes ``hift.pt`` (parametrization weight-norm names, loadable by
 ``HiFTGenerator.load_reference_state_dict`` and the model loader) and the model's ``cosyvoice2.yaml``.
 """
 
@@ -57,7 +58,7 @@ from cadenza.training.checkpoint import atomic_torch_save
 from cadenza.training.config import TrainConfig, dataclass_from_dict
 from cadenza.training.hift.config import DiscriminatorConfig, HiFTLossConfig, config_from_mapping
 from cadenza.training.hift.data import HiFTUtterances, crop_batch
-from cadenza.training.hift.discriminators import HiFTDiscriminator
+from cadenza.training.hift.discriminators import FeatureMaps, HiFTDiscriminator, Scores
 from cadenza.training.hift.losses import (
     discriminator_adv_loss,
     f0_l1_loss,
@@ -322,9 +323,10 @@ class HiFTStage(TrainingStage):
 
         # Generator turn, against the updated discriminator: only the generated audio needs a graph, and only back
         # to the generator, so real audio is scored without one and the discriminator's weights are held out of the
-        # backward (the same generator gradient as scoring both with a trainable discriminator, ~40 % less of this
-        # turn's work: tests/training/test_train_hift.py). The plain module, not the DDP wrapper: no weight of it
-        # takes a gradient here, so there is nothing to all-reduce.
+        # backward: the same generator gradient as scoring both together with a trainable discriminator
+        # (tests/training/test_train_hift.py), and with the single generator forward 0.69x the step time at
+        # cadenza-tiny's size (benchmarks/hift_train_step.py). The plain module, not the DDP wrapper: no weight of
+        # it takes a gradient here, so there is nothing to all-reduce.
         with torch.no_grad():
             real_scores, real_maps = self.discriminator.score(speech)
         with frozen(self.discriminator):
@@ -338,8 +340,8 @@ class HiFTStage(TrainingStage):
                 "lr": lr}
 
     def _generator_loss(self, speech: torch.Tensor, fake: torch.Tensor, f0_pred: torch.Tensor,
-                        f0_target: torch.Tensor, real_scores, fake_scores, real_maps,
-                        fake_maps) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                        f0_target: torch.Tensor, real_scores: Scores, fake_scores: Scores, real_maps: FeatureMaps,
+                        fake_maps: FeatureMaps) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The generator's GAN-turn loss and its terms, from the discriminator's scores and feature maps of the real
         ``speech [B, L]`` and the generated ``fake [B, L]``."""
         lc = self.loss_cfg
