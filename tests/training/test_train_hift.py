@@ -506,3 +506,24 @@ def test_generator_turn_takes_the_gradient_of_scoring_both_with_a_trainable_disc
     assert set(got) == set(want)
     for n in want:  # float32 sums in another order: each tensor's gradient within 1e-4 of its norm (a wrong turn: ~1)
         assert (got[n] - want[n]).norm() <= 1e-4 * want[n].norm() + 1e-8, n
+
+
+def test_discriminator_bf16_runs_the_discriminators_in_bfloat16_and_the_losses_in_float32(data_dir):
+    """``hift.discriminator_bf16``: the discriminators' convolutions run under bfloat16 autocast, their outputs come
+    back float32 (so every loss is float32), the weights stay float32, and a step trains as the float32 one does
+    (the same losses to bfloat16's precision)."""
+    def first_step(bf16: bool) -> tuple[HiFTStage, dict[str, float]]:
+        torch.manual_seed(0)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_bf16": bf16}}, data_dir)
+        stage.setup(torch.device("cpu"), lambda m: m)
+        return stage, stage.train_step([stage.dataset()[i] for i in range(3)], 0)
+
+    stage, bf16 = first_step(True)
+    _, fp32 = first_step(False)
+    assert all(p.dtype == torch.float32 for p in stage.discriminator.parameters())
+    for k in ("loss_d", "loss_adv", "loss_fm", "loss_mel"):
+        assert math.isfinite(bf16[k]) and bf16[k] == pytest.approx(fp32[k], rel=0.05), k
+    assert bf16["loss_d"] != fp32["loss_d"]  # the discriminators did run in bfloat16
+    with stage._discriminator_precision():
+        scores, _ = stage.discriminator.score(torch.randn(2, 2880))
+    assert scores[0].dtype == torch.bfloat16  # autocast reaches the convolutions; _float32 brings them back
