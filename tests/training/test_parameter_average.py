@@ -38,3 +38,22 @@ def test_parameter_average_follows_the_weights_with_its_decay():
         ParameterAverage(torch.nn.Linear(4, 2), 0.9).load_state_dict(average.state_dict())
     with pytest.raises(InputError, match="decay"):
         ParameterAverage(layer, 1.0)
+
+
+def test_resume_loads_a_saved_average_or_restarts_from_the_weights():
+    layer = torch.nn.Linear(3, 2)
+    average = ParameterAverage(layer, 0.9)
+    for _ in range(5):
+        with torch.no_grad():
+            layer.weight.add_(1.0)
+        average.update(layer)
+    saved = average.state_dict()
+
+    resumed = ParameterAverage(torch.nn.Linear(3, 2), 0.9)
+    resumed.resume(saved, layer)  # a checkpoint with an average: that average
+    assert resumed.updates == 5 and all(torch.equal(resumed.average[k], v) for k, v in average.average.items())
+    resumed.resume(None, layer)  # one without: the module's current weights, from the first update again
+    assert resumed.updates == 0
+    assert all(torch.equal(resumed.average[k], p) for k, p in layer.named_parameters())
+    with pytest.raises(CheckpointError, match="do not match"):
+        resumed.resume(None, torch.nn.Linear(4, 2))

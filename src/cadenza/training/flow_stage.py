@@ -232,10 +232,7 @@ class FlowStage(TrainingStage):
         self.flow.load_state_dict(state["model"], strict=True)
         self.opt.load_state_dict(state["optim"])
         if self.average is not None:
-            if "flow_average" in state:
-                self.average.load_state_dict(state["flow_average"])
-            else:  # a checkpoint of a run without the average (continued with one): start it from these weights
-                self.average = ParameterAverage(self.flow, self.cfg.average_decay)
+            self.average.resume(state.get("flow_average"), self.flow)
 
     def export(self, out_dir: Path) -> None:
         """``flow.pt`` (the averaged weights with ``flow.average_decay``) + the model's config files."""

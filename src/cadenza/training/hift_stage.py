@@ -35,8 +35,9 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
 
 One ``train_step`` = the reference's two turns on one batch: a discriminator step (generator output detached), then
 a generator step; one generator forward serves both, and the generator's turn keeps the discriminator's weights out
-of its backward (the reference's gradients for less work, ``benchmarks/hift_train_step.py``). The export writes ``hift.pt`` (parametrization weight-norm names, loadable by
-``HiFTGenerator.load_reference_state_dict`` and the model loader) and the model's ``cosyvoice2.yaml``.
+of its backward (the reference's gradients for less work, ``benchmarks/hift_train_step.py``). The export writes
+``hift.pt`` (parametrization weight-norm names, loadable by ``HiFTGenerator.load_reference_state_dict`` and the
+model loader) and the model's ``cosyvoice2.yaml``.
 """
 
 from __future__ import annotations
@@ -210,8 +211,9 @@ def frozen(module: nn.Module) -> Iterator[None]:
 @register
 class HiFTStage(TrainingStage):
     name = "hift"
-    # Always float32: the iSTFT / complex path and the GAN losses are not bf16-safe (and on a CPU with native bf16 its
-    # convolutions gained only 0.9-1.8x in bf16 at this size, docs/training.md).
+    # No mixed-precision autocast: the iSTFT / complex path and the GAN losses are not bf16-safe (and on a CPU with
+    # native bf16 the generator's convolutions gained only 0.9-1.8x at this size, docs/training.md). Only the
+    # discriminators may run in bf16, by their own switch (``hift.discriminator_bf16``).
     autocast = False
 
     def __init__(self, config: dict[str, Any], data_dir: Path) -> None:
@@ -413,10 +415,7 @@ class HiFTStage(TrainingStage):
         self.opt_g.load_state_dict(state["optim_g"])
         self.opt_d.load_state_dict(state["optim_d"])
         if self.average is not None:
-            if "generator_average" in state:
-                self.average.load_state_dict(state["generator_average"])
-            else:  # a checkpoint of a run without the average (continued with one): start it from these weights
-                self.average = ParameterAverage(self.generator, self.cfg.average_decay)
+            self.average.resume(state.get("generator_average"), self.generator)
 
     def export(self, out_dir: Path) -> None:
         """``hift.pt`` in the release layout (the averaged weights with ``hift.average_decay``) + the model's

@@ -54,6 +54,20 @@ class ParameterAverage:
         return {"decay": self.decay, "updates": self.updates,
                 "average": {k: v.detach().cpu() for k, v in self.average.items()}}
 
+    @torch.no_grad()
+    def resume(self, state: dict[str, Any] | None, module: nn.Module) -> None:
+        """Continue from a checkpoint: its average ``state`` when it has one, else (a checkpoint of a run without an
+        average, continued with one) start afresh from ``module``'s weights, which the checkpoint just set."""
+        if state is not None:
+            self.load_state_dict(state)
+            return
+        names = dict(module.named_parameters())
+        if set(names) != set(self.average) or any(names[k].shape != v.shape for k, v in self.average.items()):
+            raise CheckpointError("the averaged parameters do not match the module's")
+        self.updates = 0
+        for k, v in self.average.items():
+            v.copy_(names[k])
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         average = state["average"]
         if set(average) != set(self.average) or any(average[k].shape != v.shape for k, v in self.average.items()):
