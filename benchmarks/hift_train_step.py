@@ -6,7 +6,7 @@ a graph and the generated ones with the discriminator's weights held out of the 
 built here from the stage's own modules, losses and optimisers, is what the stage did before (and what the
 reference's recipe does): a second generator forward after the discriminator's update, and real and generated crops
 scored together by a trainable discriminator. Both give the generator the same gradient
-(``tests/training/test_train_hift.py``), so the ratio is pure speed.
+(``tests/training/test_hift_gan_step.py``), so the ratio is pure speed.
 
 Sizes: ``tiny`` is cadenza-tiny's vocoder round on a CPU (a 128-channel generator, the CPU-narrow discriminators with
 the frame-period ones, 0.4 s crops, batch 6: ``recipes/tiny/configs/hift_joe_pitch.yaml``'s shapes); ``release`` the

@@ -340,7 +340,7 @@ class HiFTStage(TrainingStage):
         # Generator turn, against the updated discriminator: only the generated audio needs a graph, and only back
         # to the generator, so real audio is scored without one and the discriminator's weights are held out of the
         # backward: the same generator gradient as scoring both together with a trainable discriminator
-        # (tests/training/test_train_hift.py), and with the single generator forward 0.69x the step time at
+        # (tests/training/test_hift_gan_step.py), and with the single generator forward 0.69x the step time at
         # cadenza-tiny's size (benchmarks/hift_train_step.py). The plain module, not the DDP wrapper: no weight of
         # it takes a gradient here, so there is nothing to all-reduce.
         with torch.no_grad(), self._discriminator_precision():
