@@ -29,6 +29,8 @@ the generator's and the discriminator's optimisers). Stage settings (``hift:`` s
       discriminator: {}           # DiscriminatorConfig fields
       loss: {}                    # HiFTLossConfig fields (weights, TPR tau, the loss mel)
       discriminator_bf16: false   # the discriminators under bfloat16 autocast (faster where bf16 is native)
+      even_upsample_gain: []      # upsampler indices (ups.N) held to the same gain in every output phase (no
+                                  # buzz at the input frame rate; training/hift/upsampler_phases.py)
       data_format: auto           # auto | shards | manifest (see wav_manifest)
       manifest: manifest.jsonl
       shard_sample_rate: 24000
@@ -74,6 +76,7 @@ from cadenza.training.hift.losses import (
     tpr_loss,
 )
 from cadenza.training.hift.phone_loss import PhoneLoss
+from cadenza.training.hift.upsampler_phases import even_upsample_gain, phase_gain_imbalance
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
@@ -139,6 +142,10 @@ class HiFTStageConfig:
     # every loss is computed in float32). They are most of a GAN step on a CPU and ran 1.7-1.8x as fast so on one
     # with AVX-512 BF16; off by default (the reference trains in float32).
     discriminator_bf16: bool = False
+    # Upsamplers (indices into ``ups``) whose output phases are held to one gain while training, by a projection
+    # on every forward (training/hift/upsampler_phases.py): a transposed convolution whose phases differ buzzes at
+    # its input frame rate, and cadenza-tiny's vocoder had learnt to voice with that buzz at 50 Hz (ups.0).
+    even_upsample_gain: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.average_decay < 1:
@@ -232,6 +239,11 @@ class HiFTStage(TrainingStage):
         if self.loss_cfg.uses_phone_loss and not self.cfg.phone_model:
             raise InputError("hift.loss.phone_feature_weight / phone_posterior_weight need hift.phone_model (a "
                              "folder with a frame-classifier speech_tokenizer.json and .safetensors)")
+        upsamplers = len(self.model_cfg.upsample_rates)
+        for what, indices in (("hift.even_upsample_gain", self.cfg.even_upsample_gain),
+                              ("hift.loss.upsample_gain_layers", self.loss_cfg.upsample_gain_layers)):
+            if any(not isinstance(i, int) or not 0 <= i < upsamplers for i in indices):
+                raise InputError(f"{what} must name upsamplers 0 to {upsamplers - 1} (ups.N), got {list(indices)}")
         self._dataset: HiFTUtterances | None = None
 
     def build_generator(self) -> HiFTGenerator:
@@ -255,7 +267,11 @@ class HiFTStage(TrainingStage):
                 for conv in generator.source_downs:
                     conv.weight.mul_(self.cfg.source_path_gain)
                     conv.bias.mul_(self.cfg.source_path_gain)
-        return apply_weight_norm(generator) if self.cfg.weight_norm else generator
+        if self.cfg.weight_norm:
+            apply_weight_norm(generator)
+        for index in self.cfg.even_upsample_gain:
+            even_upsample_gain(generator.ups[index])
+        return generator
 
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         self.device = torch.device(device)
@@ -309,9 +325,10 @@ class HiFTStage(TrainingStage):
             loss_stft = self._stft_loss(speech, fake)
             loss_periodic = self._periodic_loss(speech, fake)
             loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
+            loss_upsample_gain = self._upsample_gain_loss()
             loss = (lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
                     + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
-                    + lc.phone_posterior_weight * loss_phone_posterior)
+                    + lc.phone_posterior_weight * loss_phone_posterior + lc.upsample_gain_weight * loss_upsample_gain)
             lr = self.opt_g.lr
             grad_g = self.opt_g.step(loss)
             self._update_average()
@@ -320,7 +337,7 @@ class HiFTStage(TrainingStage):
                        "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
                        "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft,
                        "loss_periodic": loss_periodic, "loss_phone_feature": loss_phone_feature,
-                       "loss_phone_posterior": loss_phone_posterior}
+                       "loss_phone_posterior": loss_phone_posterior, "loss_upsample_gain": loss_upsample_gain}
             return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
                     "lr": lr}
 
@@ -370,14 +387,15 @@ class HiFTStage(TrainingStage):
         loss_stft = self._stft_loss(speech, fake)
         loss_periodic = self._periodic_loss(speech, fake)
         loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
+        loss_upsample_gain = self._upsample_gain_loss()
         loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
                   + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
                   + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
-                  + lc.phone_posterior_weight * loss_phone_posterior)
+                  + lc.phone_posterior_weight * loss_phone_posterior + lc.upsample_gain_weight * loss_upsample_gain)
         return loss_g, {"loss": loss_g, "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel,
                         "loss_tpr": loss_tpr, "loss_f0": loss_f0, "loss_stft": loss_stft,
                         "loss_periodic": loss_periodic, "loss_phone_feature": loss_phone_feature,
-                        "loss_phone_posterior": loss_phone_posterior}
+                        "loss_phone_posterior": loss_phone_posterior, "loss_upsample_gain": loss_upsample_gain}
 
     def _discriminator_precision(self) -> contextlib.AbstractContextManager:
         return (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.cfg.discriminator_bf16
@@ -391,6 +409,12 @@ class HiFTStage(TrainingStage):
         if self.loss_cfg.periodic_weight == 0:
             return torch.zeros((), device=self.device)
         return hop_periodic_loss(speech, fake, self.model_cfg.hop_length, self.loss_cfg.periodic_span)
+
+    def _upsample_gain_loss(self) -> torch.Tensor:
+        """The summed phase-gain imbalance of the penalised upsamplers (a function of the weights alone)."""
+        if self.loss_cfg.upsample_gain_weight == 0:
+            return torch.zeros((), device=self.device)
+        return sum(phase_gain_imbalance(self.generator.ups[i]) for i in self.loss_cfg.upsample_gain_layers)
 
     def _phone_losses(self, speech: torch.Tensor, fake: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.phone_loss is None:

@@ -108,10 +108,15 @@ class HiFTLossConfig:
     # hidden states, ``phone_posterior_weight`` the KL of its phone posteriors. 0 = off.
     phone_feature_weight: float = 0.0
     phone_posterior_weight: float = 0.0
+    # Upsampler phase-gain penalty, not in the reference (training/hift/upsampler_phases.py): the imbalance of the
+    # output phases' gains of the upsamplers ``upsample_gain_layers`` (indices into ``ups``), which buzzes at their
+    # input frame rate; the soft form of ``hift.even_upsample_gain``. 0 = off.
+    upsample_gain_weight: float = 0.0
+    upsample_gain_layers: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight",
-                     "periodic_weight", "phone_feature_weight", "phone_posterior_weight"):
+                     "periodic_weight", "phone_feature_weight", "phone_posterior_weight", "upsample_gain_weight"):
             _check(getattr(self, name) >= 0, f"{name} must be >= 0")
         _check(isinstance(self.periodic_span, int) and self.periodic_span >= 1, "periodic_span must be an int >= 1")
         _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")

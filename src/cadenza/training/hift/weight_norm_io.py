@@ -48,7 +48,8 @@ def _plain_shapes(generator: HiFTGenerator) -> dict[str, torch.Size]:
 def release_state_dict(generator: HiFTGenerator) -> dict[str, torch.Tensor]:
     """The generator's weights under the release's key names and order (parametrization weight-norm names).
 
-    Works for a weight-normalised or a plain generator; tensors are detached float32 CPU copies.
+    Works for a weight-normalised or a plain generator, and for convs with further parametrizations (their effective
+    weights); tensors are detached float32 CPU copies.
 
     Raises:
         CheckpointError: the key set differs from what the release layout expects (a bug, never user input).
@@ -57,6 +58,12 @@ def release_state_dict(generator: HiFTGenerator) -> dict[str, torch.Tensor]:
     expected = weight_norm_key_shapes(_plain_shapes(generator), names)
     state = {k: v.detach().to("cpu", torch.float32) for k, v in generator.state_dict().items()}
     for name in names:
+        module = generator.get_submodule(name)
+        if parametrize.is_parametrized(module, "weight") and len(module.parametrizations.weight) > 1:
+            # More than weight norm on it (a training-time constraint such as upsampler_phases.EqualPhaseGain):
+            # its originals are not what the module computes with, so export the effective weight, unfolded below.
+            del state[name + PARAM_G], state[name + PARAM_V]
+            state[f"{name}.weight"] = module.weight.detach().to("cpu", torch.float32)
         if f"{name}.weight" in state:  # a plain conv: unfold
             w = state.pop(f"{name}.weight")
             g = w.reshape(w.shape[0], -1).norm(2, dim=1).reshape([w.shape[0]] + [1] * (w.dim() - 1))
