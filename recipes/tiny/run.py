@@ -53,6 +53,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               discriminators, to follow the source's pitch)       -> WORK/runs/CONFIG
   hift_joe_pitch_3000 + hift_joe_phone (--phone-hift): the pitch round to step 3,000, then continued with the phone
               loss (the shipped frame tokenizer listening for the words) -> WORK/runs/hift_joe_phone
+  hift_joe_even (--even-hift): the phone round's last checkpoint continued with its first upsampler held to equal
+              phase gains (no 50 Hz buzz)                          -> WORK/runs/hift_joe_even
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -292,7 +294,7 @@ class Recipe:
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False,
-           long_hift: str | None = None, phone_hift: bool = False) -> None:
+           long_hift: str | None = None, phone_hift: bool = False, even_hift: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -312,7 +314,8 @@ class Recipe:
         ``long_hift``: the config (``hift_joe_average``, ``hift_joe_pitch``) that continues the shipped vocoder as a
         long GAN on WORK/data_q with its weights' moving average exported, into runs/<config>; ``phone_hift``: the
         pitch round (configs/hift_joe_pitch.yaml) to step 3,000, continued with the phone loss
-        (configs/hift_joe_phone.yaml) into runs/hift_joe_phone."""
+        (configs/hift_joe_phone.yaml) into runs/hift_joe_phone; ``even_hift``: that round's last checkpoint continued
+        with ups.0 held to equal phase gains (configs/hift_joe_even.yaml) into runs/hift_joe_even."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -337,7 +340,7 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
-        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift or phone_hift:
+        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift or phone_hift or even_hift:
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
@@ -348,6 +351,9 @@ class Recipe:
             self.train_through("hift", "hift_joe_pitch_3000", "data_q", config="hift_joe_pitch", max_steps=3000)
             self.continue_run("hift_joe_pitch_3000", "hift_joe_phone")
             self.train_through("hift", "hift_joe_phone", "data_q")
+        if even_hift:  # the phone round's checkpoint (run --phone-hift first), its 50 Hz buzz projected away
+            self.continue_run("hift_joe_phone", "hift_joe_even")
+            self.train_through("hift", "hift_joe_even", "data_q")
         if more_tokenizer:
             data = "data_q"
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
@@ -420,13 +426,17 @@ def main() -> None:
     p.add_argument("--phone-hift", action="store_true",
                    help="with --design v2: the pitch round to step 3,000, then continued with the phone loss "
                         "(configs/hift_joe_phone.yaml, the shipped frame tokenizer listening for the words)")
+    p.add_argument("--even-hift", action="store_true",
+                   help="with --design v2: the phone round's checkpoint continued with its first upsampler held to "
+                        "equal phase gains, no 50 Hz buzz (configs/hift_joe_even.yaml; after --phone-hift)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
         recipe.all(a.install and a.design == "v1")
     if a.design == "v2":
         recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
-                  a.more_tokenizer, a.voices_flow, a.speed_flow, a.long_hift, a.phone_hift)
+                  a.more_tokenizer, a.voices_flow, a.speed_flow, a.long_hift, a.phone_hift,
+                  a.even_hift)
 
 
 if __name__ == "__main__":

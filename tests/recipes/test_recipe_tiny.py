@@ -98,6 +98,10 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     assert phone["loss"]["phone_feature_weight"] > 0 and phone["loss"]["phone_posterior_weight"] > 0
     assert {k: v for k, v in phone.items() if k not in ("phone_model", "loss")} == \
         {k: v for k, v in pitch.items() if k != "loss"}
+    # The buzz-free round (--even-hift): the phone round's settings with ups.0 held to equal phase gains.
+    even = yaml.safe_load(recipe.config("hift_joe_even").read_text())["hift"]
+    assert even["even_upsample_gain"] == [0] and even["discriminator_bf16"] is True
+    assert {k: v for k, v in even.items() if k not in ("even_upsample_gain", "discriminator_bf16")} == phone
     # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
     for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]

@@ -111,7 +111,8 @@ def hop_periodic_loss(real: torch.Tensor, fake: torch.Tensor, hop: int, span: in
     (~1/(2 * span + 1) of its power); a vocoder that voices with a buzz locked to its input frames puts much of its
     power there (cadenza-tiny's v2 HiFT in copy synthesis: 0.49 of it raw, 0.46 pre-emphasised; the teacher 0.08).
     On cadenza-tiny it took the repetition out below 1 kHz, not above, and cost words: tried, not adopted
-    (docs/cadenza-tiny.md, "Quality").
+    (docs/cadenza-tiny.md, "Quality"). The repetition's source was the first upsampler's unequal phase gains, which
+    ``hift.even_upsample_gain`` removes at its root (upsampler_phases.py).
     """
     usable = real.shape[-1] // hop * hop
     views = ((real, fake), (_pre_emphasis(real, emphasis), _pre_emphasis(fake, emphasis)))
