@@ -173,7 +173,7 @@ def _set_flow_sampling(yaml_file: Path, rate: float, temperature: float) -> None
 # _voices, hift_joe_flowmel) are never picked, so running one does not change what --install ships.
 V2_TOKENIZER_ROUNDS = ("frame_tokenizer_flite", "frame_tokenizer")
 V2_FLOW_ROUNDS = ("flow_phoneme_speed_fast", "flow_phoneme_r2", "flow_phoneme")
-V2_HIFT_ROUNDS = ("hift_joe_phone", "hift_joe_average", "hift_joe", "hift_gan")
+V2_HIFT_ROUNDS = ("hift_joe_even", "hift_joe_phone", "hift_joe_average", "hift_joe", "hift_gan")
 
 
 def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str = V2_STATUS_NOTE) -> Path:

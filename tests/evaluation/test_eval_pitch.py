@@ -28,16 +28,23 @@ def test_the_default_voice_reads_as_a_low_male_voice(builtin_tts, speech):
     assert abs(_median(speech, sr, model, vocoder_f0) / f0 - 1) < 0.25  # the same octave as the predictor's
 
 
+def _ratios(changed, original, sr, model) -> list[float]:
+    """Each sentence's median f0 after a change over its own before: as the speed benchmark reads pitch (a median
+    pooled over sentences of different pitch also moves when the change shifts their shares of voiced frames)."""
+    return [_median([c], sr, model) / _median([o], sr, model) for c, o in zip(changed, original)]
+
+
 def test_a_pitch_shift_is_read_and_a_time_scale_is_not(builtin_tts, speech):
     model, sr = builtin_tts.engine.model, builtin_tts.sample_rate
-    base = _median(speech, sr, model)
     # Played 1.25x faster (resampled, then read at the original rate): every period is 1.25x shorter.
     shifted = [resample(torch.from_numpy(a), sr, int(sr / 1.25)).numpy() for a in speech]
-    assert abs(_median(shifted, sr, model) / base - 1.25) < 0.04
-    # Either time-scale at double speed keeps the periods (the vocoder's predictor alone reads a few % low here).
+    assert all(abs(r - 1.25) < 0.04 for r in _ratios(shifted, speech, sr, model))
+    # Either time-scale at double speed keeps the periods: each sentence within the speed goal's 5 %, their median
+    # within 3 % (the vocoder's predictor alone reads a few % low here).
     for method in ALGORITHMS:
         faster = [time_scale(a, 2.0, sr, method).astype(np.float32) for a in speech]
-        assert abs(_median(faster, sr, model) / base - 1) < 0.03, method
+        ratios = _ratios(faster, speech, sr, model)
+        assert all(abs(r - 1) < 0.05 for r in ratios) and abs(float(np.median(ratios)) - 1) < 0.03, (method, ratios)
 
 
 def test_any_rate_and_silence(builtin_tts, speech):

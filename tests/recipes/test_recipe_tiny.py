@@ -181,6 +181,9 @@ def test_packaging_takes_the_shipped_lineage_not_trial_rounds(tmp_path):
     (runs / "hift_joe_average").mkdir()  # the long GAN round continues the shipped v2 vocoder round
     (runs / "hift_joe_average" / "done").write_text("ok\n")
     assert package._newest_run(runs, *package.V2_HIFT_ROUNDS) == runs / "hift_joe_average"
+    (runs / "hift_joe_even").mkdir()  # the buzz-free round (shipped 2026-12-06) continues the phone round
+    (runs / "hift_joe_even" / "done").write_text("ok\n")
+    assert package._newest_run(runs, *package.V2_HIFT_ROUNDS) == runs / "hift_joe_even"
 
 
 def test_training_curves_chain_each_stage_runs_on_one_step_axis(tmp_path):
