@@ -12,7 +12,7 @@ from cadenza.audio.mel import flow_prompt_mel
 from cadenza.training.hift.data import crop_batch
 from cadenza.training.hift_stage import HiFTStage
 from helpers import one_torch_thread
-from hift_training_data import CONFIG, write_hift_corpus
+from hift_training_data import CONFIG
 
 
 @pytest.fixture(autouse=True)
@@ -21,13 +21,7 @@ def _one_thread():
         yield
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    with one_torch_thread():
-        return write_hift_corpus(tmp_path_factory.mktemp("hift_data"))
-
-
-def test_generator_turn_takes_the_gradient_of_scoring_both_with_a_trainable_discriminator(data_dir):
+def test_generator_turn_takes_the_gradient_of_scoring_both_with_a_trainable_discriminator(hift_corpus):
     """The GAN step runs the generator once and, in the generator's turn, scores real audio without a graph and the
     generated audio with the discriminator's weights held out of the backward. The generator's gradient must be the
     one of the plain formulation (a second generator forward, real and generated scored together by a trainable
@@ -37,7 +31,7 @@ def test_generator_turn_takes_the_gradient_of_scoring_both_with_a_trainable_disc
     # its gradients as the backward left them.
     config = {**CONFIG, "train": {"optim": {"lr": 1e-30, "grad_clip": 0.0}},
               "hift": {**CONFIG["hift"], "loss": {"stft_weight": 1.0, "periodic_weight": 1.0}}}
-    stage = HiFTStage(config, data_dir)
+    stage = HiFTStage(config, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     batch = [stage.dataset()[i] for i in range(3)]
     stage.train_step(batch, 1)
@@ -62,13 +56,13 @@ def test_generator_turn_takes_the_gradient_of_scoring_both_with_a_trainable_disc
         assert (got[n] - want[n]).norm() <= 1e-4 * want[n].norm() + 1e-8, n
 
 
-def test_discriminator_bf16_runs_the_discriminators_in_bfloat16_and_the_losses_in_float32(data_dir):
+def test_discriminator_bf16_runs_the_discriminators_in_bfloat16_and_the_losses_in_float32(hift_corpus):
     """``hift.discriminator_bf16``: the discriminators' convolutions run under bfloat16 autocast, their outputs come
     back float32 (so every loss is float32), the weights stay float32, and a step trains as the float32 one does
     (the same losses to bfloat16's precision)."""
     def first_step(bf16: bool) -> tuple[HiFTStage, dict[str, float]]:
         torch.manual_seed(0)
-        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_bf16": bf16}}, data_dir)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_bf16": bf16}}, hift_corpus)
         stage.setup(torch.device("cpu"), lambda m: m)
         return stage, stage.train_step([stage.dataset()[i] for i in range(3)], 0)
 

@@ -21,7 +21,7 @@ from cadenza.training.hift.losses import loss_mel_config, mel_l1_loss
 from cadenza.training.hift.phone_loss import PhoneLoss
 from cadenza.training.hift_stage import HiFTStage
 from helpers import one_torch_thread
-from hift_training_data import CONFIG, SR, write_hift_corpus
+from hift_training_data import CONFIG, SR
 
 
 @pytest.fixture(autouse=True)
@@ -100,32 +100,26 @@ def test_builtin_recogniser_hears_lost_onsets_the_mel_loss_barely_sees(builtin_t
     assert loss(real, cut).posterior > 2 * loss(real, noisy).posterior
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    with one_torch_thread():
-        return write_hift_corpus(tmp_path_factory.mktemp("hift_data"))
-
-
-def test_stage_trains_with_the_phone_loss(data_dir, tmp_path):
+def test_stage_trains_with_the_phone_loss(hift_corpus, tmp_path):
     """A frame-classifier speech tokenizer (random weights here) as the recogniser of the "hift" stage."""
     save_speech_tokenizer(frame_classifier(), tmp_path / "recogniser")
     cfg = {**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 1, "phone_model": str(tmp_path / "recogniser"),
                               "loss": {"phone_feature_weight": 3.0, "phone_posterior_weight": 1.0}}}
     torch.manual_seed(0)
-    stage = HiFTStage(cfg, data_dir)
+    stage = HiFTStage(cfg, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     batch = [stage.dataset()[i] for i in range(3)]
     metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
     assert all(m["loss_phone_feature"] > 0 and m["loss_phone_posterior"] > 0 for m in metrics)
     assert "recogniser" not in " ".join(stage.state_dict()["generator"])  # the recogniser is not trained or saved
 
-    off = HiFTStage(CONFIG, data_dir)
+    off = HiFTStage(CONFIG, hift_corpus)
     off.setup(torch.device("cpu"), lambda m: m)
     assert off.train_step(batch, 0)["loss_phone_feature"] == 0.0
     with pytest.raises(InputError, match="need hift.phone_model"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_posterior_weight": 1.0}}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_posterior_weight": 1.0}}}, hift_corpus)
     missing = {**cfg, "hift": {**cfg["hift"], "phone_model": str(tmp_path / "nowhere")}}
     with pytest.raises(CheckpointError, match="nowhere"):
-        HiFTStage(missing, data_dir).setup(torch.device("cpu"), lambda m: m)
+        HiFTStage(missing, hift_corpus).setup(torch.device("cpu"), lambda m: m)
     with pytest.raises(InputError, match="phone_feature_weight must be >= 0"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_feature_weight": -1.0}}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phone_feature_weight": -1.0}}}, hift_corpus)

@@ -24,7 +24,7 @@ from cadenza.training.hift.upsampler_phases import (
 )
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 from helpers import one_torch_thread
-from hift_training_data import CONFIG, write_hift_corpus
+from hift_training_data import CONFIG
 
 RELEASE_UPSAMPLERS = ((16, 8, 4), (11, 5, 3), (7, 3, 2))  # (kernel, stride, padding) of CosyVoice 2's HiFT
 
@@ -33,12 +33,6 @@ RELEASE_UPSAMPLERS = ((16, 8, 4), (11, 5, 3), (7, 3, 2))  # (kernel, stride, pad
 def _one_thread():
     with one_torch_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    with one_torch_thread():
-        return write_hift_corpus(tmp_path_factory.mktemp("hift_phase_data"))
 
 
 @pytest.mark.parametrize("kernel,stride,padding", RELEASE_UPSAMPLERS)
@@ -99,16 +93,16 @@ def _mel_and_noise(stage, batch):
     return mel, noise
 
 
-def test_even_upsample_gain_trains_balanced_and_exports_a_balanced_release_file(data_dir, tmp_path):
+def test_even_upsample_gain_trains_balanced_and_exports_a_balanced_release_file(hift_corpus, tmp_path):
     torch.manual_seed(0)
-    plain = HiFTStage(CONFIG, data_dir)
+    plain = HiFTStage(CONFIG, hift_corpus)
     plain.setup(torch.device("cpu"), lambda m: m)
     batch = [plain.dataset()[i] for i in range(3)]
     plain.train_step(batch, 0)
     assert _imbalance(plain.generator.ups[0]) > 0.3
 
     config = {**CONFIG, "hift": {**CONFIG["hift"], "even_upsample_gain": [0], "average_decay": 0.5}}
-    stage = HiFTStage(config, data_dir)
+    stage = HiFTStage(config, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     stage.load_state_dict(plain.state_dict())  # a checkpoint of a run without it continues with it
     assert _imbalance(stage.generator.ups[0]) < 1e-10
@@ -129,7 +123,7 @@ def test_even_upsample_gain_trains_balanced_and_exports_a_balanced_release_file(
     with torch.no_grad():
         assert torch.allclose(loaded(mel, noise=noise)[0], averaged(mel, noise=noise)[0], atol=1e-5)
 
-    resumed = HiFTStage(config, data_dir)  # its own checkpoints resume (the state-dict names are the release's)
+    resumed = HiFTStage(config, hift_corpus)  # its own checkpoints resume (the state-dict names are the release's)
     resumed.setup(torch.device("cpu"), lambda m: m)
     resumed.load_state_dict(stage.state_dict())
     resumed.generator.eval()
@@ -139,10 +133,10 @@ def test_even_upsample_gain_trains_balanced_and_exports_a_balanced_release_file(
     assert fold_weight_norm(state).keys() == HiFTGenerator(stage.model_cfg).state_dict().keys()
 
 
-def test_upsample_gain_penalty_lowers_the_imbalance(data_dir):
+def test_upsample_gain_penalty_lowers_the_imbalance(hift_corpus):
     torch.manual_seed(0)
     config = {**CONFIG, "hift": {**CONFIG["hift"], "loss": {"upsample_gain_weight": 1000.0}}}
-    stage = HiFTStage(config, data_dir)
+    stage = HiFTStage(config, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     batch = [stage.dataset()[i] for i in range(3)]
     before = _imbalance(stage.generator.ups[0])
@@ -157,6 +151,6 @@ def test_upsample_gain_penalty_lowers_the_imbalance(data_dir):
 
 @pytest.mark.parametrize("hift", [{"even_upsample_gain": [3]}, {"even_upsample_gain": [-1]},
                                   {"loss": {"upsample_gain_layers": [5]}}, {"loss": {"upsample_gain_weight": -1}}])
-def test_upsampler_options_are_validated(data_dir, hift):
+def test_upsampler_options_are_validated(hift_corpus, hift):
     with pytest.raises(InputError, match="upsample"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], **hift}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], **hift}}, hift_corpus)

@@ -25,7 +25,7 @@ from cadenza.training.hift.losses import hop_periodic_loss, hop_periodic_part, m
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 from helpers import one_torch_thread
-from hift_training_data import CONFIG, SR, harmonic, write_hift_corpus
+from hift_training_data import CONFIG, SR, harmonic
 
 TINY_G = {"base_channels": 16, "f0_cond_channels": 16}
 
@@ -113,15 +113,9 @@ def test_release_export_round_trips_both_ways():
 # ---------------------------------------------------------------------------------------------- stage
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    with one_torch_thread():
-        return write_hift_corpus(tmp_path_factory.mktemp("hift_data"))
-
-
-def test_hift_stage_trains_and_exports_a_loadable_hift_pt(data_dir, tmp_path):
+def test_hift_stage_trains_and_exports_a_loadable_hift_pt(hift_corpus, tmp_path):
     torch.manual_seed(0)
-    stage = HiFTStage(CONFIG, data_dir)
+    stage = HiFTStage(CONFIG, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     assert stage.model_cfg == HiFTConfig(**TINY_G)
     dataset = stage.dataset()
@@ -166,7 +160,7 @@ def test_hift_stage_trains_and_exports_a_loadable_hift_pt(data_dir, tmp_path):
         assert torch.allclose(reloaded(mel, noise=noise)[0], trained, atol=1e-6)
         assert torch.allclose(via_loader(mel, noise=noise)[0], trained, atol=1e-6)
 
-        resumed = HiFTStage(CONFIG, data_dir)
+        resumed = HiFTStage(CONFIG, hift_corpus)
         resumed.setup(torch.device("cpu"), lambda m: m)
         resumed.load_state_dict(stage.state_dict())
         resumed.generator.eval()
@@ -174,29 +168,29 @@ def test_hift_stage_trains_and_exports_a_loadable_hift_pt(data_dir, tmp_path):
 
     # Fine-tuning starts from an exported file.
     warm = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "init_hift": str(tmp_path), "weight_norm": False}},
-                     data_dir)
+                     hift_corpus)
     warm.setup(torch.device("cpu"), lambda m: m)
     warm.generator.eval()
     with torch.no_grad():
         assert torch.allclose(warm.generator(mel, noise=noise)[0], trained, atol=1e-6)
 
 
-def test_stage_config_errors(data_dir):
+def test_stage_config_errors(hift_corpus):
     with pytest.raises(InputError, match="unknown keys"):
-        HiFTStage({**CONFIG, "hift": {"segment": 3}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {"segment": 3}}, hift_corpus)
     with pytest.raises(InputError, match="unknown keys in hift.discriminator"):
-        HiFTStage({**CONFIG, "hift": {"discriminator": {"channels": 3}}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {"discriminator": {"channels": 3}}}, hift_corpus)
     with pytest.raises(InputError, match="multiple of"):
-        HiFTStage({**CONFIG, "hift": {"segment_samples": 1000}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {"segment_samples": 1000}}, hift_corpus)
 
 
-def test_hift_stage_reads_a_prepared_corpus(data_dir, tmp_path):
+def test_hift_stage_reads_a_prepared_corpus(hift_corpus, tmp_path):
     """The manifest folder is also a ``jsonl`` corpus: prepare it into shards (with f0) and train from those."""
     from cadenza.data.prepare import prepare
     from cadenza.training.wav_manifest import ShardSource
 
     with one_torch_thread():
-        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False)
+        prepare(hift_corpus / "manifest.jsonl", "jsonl", tmp_path, progress=False)
     stage = HiFTStage(CONFIG, tmp_path)
     stage.setup(torch.device("cpu"), lambda m: m)
     dataset = stage.dataset()
@@ -209,7 +203,7 @@ def test_hift_stage_reads_a_prepared_corpus(data_dir, tmp_path):
     assert math.isfinite(metrics["loss"])
 
 
-def test_example_config_runs_through_the_launcher(data_dir, tmp_path, caplog):
+def test_example_config_runs_through_the_launcher(hift_corpus, tmp_path, caplog):
     """``configs/train/hift_tiny.yaml`` is valid and its stage trains, checkpoints and exports via the launcher; asked
     for bf16, the stage still computes in float32 and the log says so (it used to claim bf16 autocast)."""
     import logging
@@ -219,7 +213,7 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path, caplog):
 
     config = Path(__file__).resolve().parents[2] / "configs" / "train" / "hift_tiny.yaml"
     with caplog.at_level(logging.INFO, logger="cadenza"):
-        out = train("hift", config, data_dir, tmp_path, max_steps=2,
+        out = train("hift", config, hift_corpus, tmp_path, max_steps=2,
                     config_overrides={"train": {**load_config_file(config)["train"], "mixed_precision": "bf16"}})
     assert all((out / name).is_file() for name in ("hift.pt", "cosyvoice2.yaml"))
     lines = (out / "metrics.jsonl").read_text().splitlines()
@@ -227,12 +221,12 @@ def test_example_config_runs_through_the_launcher(data_dir, tmp_path, caplog):
     assert "in float32 (mixed_precision=bf16; the hift stage always computes in float32)" in caplog.text
 
 
-def test_adversarial_start_trains_the_generator_alone_first(data_dir):
+def test_adversarial_start_trains_the_generator_alone_first(hift_corpus):
     """Before ``adversarial_start`` only the mel + f0 losses train the generator (the discriminator is untouched);
     from that step on the GAN turns run."""
     with one_torch_thread():
         torch.manual_seed(0)
-        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 3}}, data_dir)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 3}}, hift_corpus)
         stage.setup(torch.device("cpu"), lambda m: m)
         d_before = {k: v.clone() for k, v in stage.discriminator.state_dict().items()}
         g_before = {k: v.clone() for k, v in stage.generator.state_dict().items()}
@@ -245,7 +239,7 @@ def test_adversarial_start_trains_the_generator_alone_first(data_dir):
         assert gan["loss_d"] > 0 and gan["loss_adv"] > 0
         assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
     with pytest.raises(InputError, match="adversarial_start"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, hift_corpus)
 
 
 def test_stft_loss_sees_harmonics_the_mel_loss_blurs():
@@ -279,12 +273,12 @@ def test_periodic_loss_sees_a_buzz_locked_to_the_mel_frames():
     assert hop_periodic_loss(voiced, locked, 480, 6) > 2 * hop_periodic_loss(voiced, other, 480, 6)
 
 
-def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
+def test_source_mix_reset_frozen_and_stft_loss_trains(hift_corpus):
     mix = [0.5, 0.25, 0.12, 0.06, 0.03, 0.0, 0.0, 0.0, 0.0]
     cfg = {**CONFIG, "hift": {**CONFIG["hift"], "source_mix": mix, "freeze_source_mix": True, "adversarial_start": 1,
                               "loss": {"stft_weight": 2.0, "periodic_weight": 5.0}}}
     torch.manual_seed(0)
-    stage = HiFTStage(cfg, data_dir)
+    stage = HiFTStage(cfg, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     linear = stage.generator.m_source.l_linear
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0
@@ -293,20 +287,20 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(data_dir):
     assert all(m["loss_stft"] > 0 and m["loss_periodic"] > 0 for m in metrics)
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0  # frozen
     with pytest.raises(InputError, match="source_mix needs 9"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, data_dir).build_generator()
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, hift_corpus).build_generator()
     with pytest.raises(InputError, match="stft_resolutions"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, hift_corpus)
     with pytest.raises(InputError, match="periodic_span"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, hift_corpus)
 
 
-def test_source_f0_target_drives_the_source_with_the_data_f0(data_dir):
+def test_source_f0_target_drives_the_source_with_the_data_f0(hift_corpus):
     """``source_f0: target`` (teacher forcing): the sine source follows the crop's stored f0, not the predictor's
     guess, in both turns of a step; the default follows the prediction, as the reference."""
     def sources_of(source_f0: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         torch.manual_seed(0)
         stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": source_f0, "adversarial_start": 1}},
-                          data_dir)
+                          hift_corpus)
         stage.setup(torch.device("cpu"), lambda m: m)
         seen, build = [], stage.generator.source_from_f0
         stage.generator.source_from_f0 = lambda f0, **kw: (seen.append(f0.detach().clone()), build(f0, **kw))[1]
@@ -323,7 +317,7 @@ def test_source_f0_target_drives_the_source_with_the_data_f0(data_dir):
     seen, target = sources_of("predicted")
     assert len(seen) == 2 and not torch.allclose(seen[-1], target, atol=1.0)
     with pytest.raises(InputError, match="source_f0"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": "teacher"}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_f0": "teacher"}}, hift_corpus)
 
 
 def test_fill_f0_gaps_bridges_short_dropouts_only():
@@ -382,13 +376,13 @@ class _ToyFlowMel:
         return {"flow_mel": (torch.log1p(f0)[:, None] - 6.0 + torch.linspace(0, 1, 80)).float()}
 
 
-def test_input_mel_flow_trains_on_the_stored_mels_cropped_with_the_audio(data_dir, tmp_path):
+def test_input_mel_flow_trains_on_the_stored_mels_cropped_with_the_audio(hift_corpus, tmp_path):
     """``cadenza data extract`` hands an extractor the fields it ``needs``; ``hift.input_mel: flow`` then feeds the
     generator the stored ``flow_mel`` crop that lines up with the audio crop (not the crop's own mel)."""
     from cadenza.data.prepare import add_features, prepare
 
     with one_torch_thread():
-        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False)
+        prepare(hift_corpus / "manifest.jsonl", "jsonl", tmp_path, progress=False)
         summary = add_features(tmp_path, _ToyFlowMel(), progress=False)
     assert summary["failed"] == 0
     cfg = {**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "flow"}}
@@ -423,25 +417,25 @@ def test_input_mel_flow_trains_on_the_stored_mels_cropped_with_the_audio(data_di
         assert torch.equal(crops.mel[b], it["mel"][:, starts[0]: starts[0] + segment // 480])
 
 
-def test_input_mel_flow_errors(data_dir, tmp_path):
+def test_input_mel_flow_errors(hift_corpus, tmp_path):
     with pytest.raises(InputError, match="input_mel"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "teacher"}}, data_dir)
-    stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "flow"}}, data_dir)  # a manifest folder
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "teacher"}}, hift_corpus)
+    stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "input_mel": "flow"}}, hift_corpus)  # a manifest folder
     stage.setup(torch.device("cpu"), lambda m: m)
     with pytest.raises(InputError, match="prepared corpus"):
         stage.dataset()
     from cadenza.data.prepare import prepare
 
     with pytest.raises(InputError, match="cadenza data extract"):  # an extractor with needs cannot run in prepare
-        prepare(data_dir / "manifest.jsonl", "jsonl", tmp_path, progress=False, extractors=[_ToyFlowMel()])
+        prepare(hift_corpus / "manifest.jsonl", "jsonl", tmp_path, progress=False, extractors=[_ToyFlowMel()])
 
 
-def test_average_decay_exports_the_averaged_generator_and_resumes_it(data_dir, tmp_path):
+def test_average_decay_exports_the_averaged_generator_and_resumes_it(hift_corpus, tmp_path):
     """``hift.average_decay``: the export holds the average of the generator's weights (not the last step's), the
     checkpoint state carries the average, and a checkpoint without one starts it from its weights."""
     torch.manual_seed(0)
     config = {**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 0.5}}
-    stage = HiFTStage(config, data_dir)
+    stage = HiFTStage(config, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
     batch = [stage.dataset()[i] for i in range(3)]
     for step in range(4):
@@ -454,20 +448,20 @@ def test_average_decay_exports_the_averaged_generator_and_resumes_it(data_dir, t
     assert all(torch.equal(exported[k], averaged[k]) for k in exported)
     assert any(not torch.equal(exported[k], last[k]) for k in exported)
 
-    resumed = HiFTStage(config, data_dir)
+    resumed = HiFTStage(config, hift_corpus)
     resumed.setup(torch.device("cpu"), lambda m: m)
     resumed.load_state_dict(stage.state_dict())
     assert resumed.average.updates == 4
     assert all(torch.equal(resumed.average.average[k], v) for k, v in stage.average.average.items())
 
-    plain = HiFTStage(CONFIG, data_dir)  # a run without the average, continued with one
+    plain = HiFTStage(CONFIG, hift_corpus)  # a run without the average, continued with one
     plain.setup(torch.device("cpu"), lambda m: m)
     plain.train_step(batch, 0)
     assert "generator_average" not in plain.state_dict()
-    continued = HiFTStage(config, data_dir)
+    continued = HiFTStage(config, hift_corpus)
     continued.setup(torch.device("cpu"), lambda m: m)
     continued.load_state_dict(plain.state_dict())
     assert continued.average.updates == 0
     assert all(torch.equal(continued.average.average[k], p) for k, p in plain.generator.named_parameters())
     with pytest.raises(InputError, match="average_decay"):
-        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 1.0}}, data_dir)
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "average_decay": 1.0}}, hift_corpus)
