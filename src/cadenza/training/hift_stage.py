@@ -320,24 +320,13 @@ class HiFTStage(TrainingStage):
             # Warm-up without discriminators (a third of the compute): the generator first learns the mel and f0
             # regression, so the GAN starts from speech-like output instead of noise (useful on small budgets).
             fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise, source_f0)
-            loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
-            loss_f0 = f0_l1_loss(f0_pred, f0_target)
-            loss_stft = self._stft_loss(speech, fake)
-            loss_periodic = self._periodic_loss(speech, fake)
-            loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
-            loss_upsample_gain = self._upsample_gain_loss()
-            loss = (lc.mel_weight * loss_mel + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
-                    + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
-                    + lc.phone_posterior_weight * loss_phone_posterior + lc.upsample_gain_weight * loss_upsample_gain)
+            loss, terms = self._regression_losses(speech, fake, f0_pred, f0_target)
             lr = self.opt_g.lr
             grad_g = self.opt_g.step(loss)
             self._update_average()
             zero = torch.zeros((), device=self.device)
-            metrics = {"loss": loss, "loss_d": zero,
-                       "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero, "loss_fm": zero,
-                       "loss_mel": loss_mel, "loss_tpr": zero, "loss_f0": loss_f0, "loss_stft": loss_stft,
-                       "loss_periodic": loss_periodic, "loss_phone_feature": loss_phone_feature,
-                       "loss_phone_posterior": loss_phone_posterior, "loss_upsample_gain": loss_upsample_gain}
+            metrics = {"loss": loss, "loss_d": zero, "loss_d_adv": zero, "loss_d_tpr": zero, "loss_adv": zero,
+                       "loss_fm": zero, "loss_tpr": zero, **terms}
             return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": grad_g, "grad_norm_d": 0.0,
                     "lr": lr}
 
@@ -381,21 +370,25 @@ class HiFTStage(TrainingStage):
         lc = self.loss_cfg
         loss_adv = generator_adv_loss(fake_scores)
         loss_fm = feature_matching_loss(real_maps, fake_maps)
-        loss_mel = mel_l1_loss(speech, fake, self.loss_mel)
         loss_tpr = tpr_loss(fake_scores, real_scores, lc.tpr_tau)
-        loss_f0 = f0_l1_loss(f0_pred, f0_target)
-        loss_stft = self._stft_loss(speech, fake)
-        loss_periodic = self._periodic_loss(speech, fake)
-        loss_phone_feature, loss_phone_posterior = self._phone_losses(speech, fake)
-        loss_upsample_gain = self._upsample_gain_loss()
-        loss_g = (lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.mel_weight * loss_mel
-                  + lc.tpr_weight * loss_tpr + lc.f0_weight * loss_f0 + lc.stft_weight * loss_stft
-                  + lc.periodic_weight * loss_periodic + lc.phone_feature_weight * loss_phone_feature
-                  + lc.phone_posterior_weight * loss_phone_posterior + lc.upsample_gain_weight * loss_upsample_gain)
-        return loss_g, {"loss": loss_g, "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_mel": loss_mel,
-                        "loss_tpr": loss_tpr, "loss_f0": loss_f0, "loss_stft": loss_stft,
-                        "loss_periodic": loss_periodic, "loss_phone_feature": loss_phone_feature,
-                        "loss_phone_posterior": loss_phone_posterior, "loss_upsample_gain": loss_upsample_gain}
+        loss_regression, terms = self._regression_losses(speech, fake, f0_pred, f0_target)
+        loss_g = lc.adv_weight * loss_adv + lc.fm_weight * loss_fm + lc.tpr_weight * loss_tpr + loss_regression
+        return loss_g, {"loss": loss_g, "loss_adv": loss_adv, "loss_fm": loss_fm, "loss_tpr": loss_tpr, **terms}
+
+    def _regression_losses(self, speech: torch.Tensor, fake: torch.Tensor, f0_pred: torch.Tensor,
+                           f0_target: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The generator's losses that need no discriminator (the warm-up's whole loss, and part of the GAN turn's):
+        their weighted sum and each term, for the real ``speech [B, L]``, the generated ``fake [B, L]`` and the f0
+        ``[B, F]`` predicted and targeted."""
+        lc = self.loss_cfg
+        terms = {"loss_mel": mel_l1_loss(speech, fake, self.loss_mel), "loss_f0": f0_l1_loss(f0_pred, f0_target),
+                 "loss_stft": self._stft_loss(speech, fake), "loss_periodic": self._periodic_loss(speech, fake)}
+        terms["loss_phone_feature"], terms["loss_phone_posterior"] = self._phone_losses(speech, fake)
+        terms["loss_upsample_gain"] = self._upsample_gain_loss()
+        weights = {"loss_mel": lc.mel_weight, "loss_f0": lc.f0_weight, "loss_stft": lc.stft_weight,
+                   "loss_periodic": lc.periodic_weight, "loss_phone_feature": lc.phone_feature_weight,
+                   "loss_phone_posterior": lc.phone_posterior_weight, "loss_upsample_gain": lc.upsample_gain_weight}
+        return sum(weights[k] * v for k, v in terms.items()), terms
 
     def _discriminator_precision(self) -> contextlib.AbstractContextManager:
         return (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.cfg.discriminator_bf16

@@ -39,11 +39,18 @@ def phase_taps(kernel_size: int, stride: int, padding: int) -> list[list[int]]:
     return taps
 
 
+def phase_membership(kernel_size: int, stride: int, padding: int) -> torch.Tensor:
+    """``[stride, kernel_size]``: 1 where a tap writes that output phase (``phase_taps`` as a matrix)."""
+    membership = torch.zeros(stride, kernel_size)
+    for p, idx in enumerate(phase_taps(kernel_size, stride, padding)):
+        membership[p, idx] = 1.0
+    return membership
+
+
 def phase_gains(weight: torch.Tensor, stride: int, padding: int) -> torch.Tensor:
     """``weight [in, out, k]`` (a ``ConvTranspose1d``'s) -> ``[in, out, stride]``: each phase's summed taps, i.e. its
     gain for a constant input."""
-    taps = phase_taps(weight.shape[-1], stride, padding)
-    return torch.stack([weight[..., idx].sum(-1) for idx in taps], dim=-1)
+    return weight @ phase_membership(weight.shape[-1], stride, padding).to(weight).T
 
 
 def phase_gain_imbalance(conv: nn.ConvTranspose1d) -> torch.Tensor:
@@ -60,22 +67,22 @@ class EqualPhaseGain(nn.Module):
 
     def __init__(self, kernel_size: int, stride: int, padding: int) -> None:
         super().__init__()
-        self.taps = phase_taps(kernel_size, stride, padding)
-        if any(not idx for idx in self.taps):
+        membership = phase_membership(kernel_size, stride, padding)
+        taps = membership.sum(-1)  # [stride]
+        if not bool((taps > 0).all()):
             raise ValueError(f"a stride-{stride} transposed convolution with {kernel_size} taps leaves a phase empty")
-        self.stride, self.padding = stride, padding
+        # gains = w @ membership.T; the common gain that moves the weight least is the phases' mean weighted by
+        # 1 / taps (a stride that does not divide the kernel leaves some phases a tap more), and each phase's excess
+        # over it is taken back evenly from its taps: correction = excess @ (membership / taps). Not saved: the
+        # module's state-dict names stay the weight norm's.
+        self.register_buffer("membership", membership, persistent=False)
+        self.register_buffer("target_weights", (1.0 / taps) / (1.0 / taps).sum(), persistent=False)
+        self.register_buffer("spread", membership / taps[:, None], persistent=False)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        gains = phase_gains(weight, self.stride, self.padding)
-        # The common gain that moves the weight least: the phases' mean weighted by 1 / taps (a stride that does not
-        # divide the kernel leaves some phases a tap more).
-        inverse_taps = weight.new_tensor([1.0 / len(idx) for idx in self.taps])
-        target = (gains * inverse_taps).sum(-1, keepdim=True) / inverse_taps.sum()
-        excess = gains - target  # [in, out, stride]
-        correction = torch.zeros_like(weight)
-        for p, idx in enumerate(self.taps):
-            correction[..., idx] = (excess[..., p] / len(idx)).unsqueeze(-1).expand(*excess.shape[:2], len(idx))
-        return weight - correction
+        gains = weight @ self.membership.T  # [in, out, stride]
+        excess = gains - (gains @ self.target_weights)[..., None]
+        return weight - excess @ self.spread
 
 
 def even_upsample_gain(conv: nn.ConvTranspose1d) -> None:
