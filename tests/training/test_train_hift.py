@@ -242,6 +242,35 @@ def test_adversarial_start_trains_the_generator_alone_first(hift_corpus):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, hift_corpus)
 
 
+def test_discriminator_warmup_holds_the_generator_after_its_own_warmup(hift_corpus):
+    """Generator warm-up first (``adversarial_start``), then ``discriminator_warmup`` steps in which only the
+    discriminators train (the generator and its average stand still, its regression losses are still logged), then
+    both: a fine-tuned vocoder meets discriminators that already tell it from real speech."""
+    with one_torch_thread():
+        torch.manual_seed(0)
+        stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 1, "discriminator_warmup": 2,
+                                              "average_decay": 0.9}}, hift_corpus)
+        stage.setup(torch.device("cpu"), lambda m: m)
+        batch = [stage.dataset()[i] for i in range(3)]
+        first = stage.train_step(batch, 0)
+        assert first["loss_d"] == 0.0 and first["grad_norm_g"] > 0
+        g_held = {k: v.clone() for k, v in stage.generator.state_dict().items()}
+        avg_held = {k: v.clone() for k, v in stage.average.state_dict()["average"].items()}
+        d_before = {k: v.clone() for k, v in stage.discriminator.state_dict().items()}
+        held = [stage.train_step(batch, step) for step in (1, 2)]
+        assert all(m["loss_d"] > 0 and m["grad_norm_d"] > 0 for m in held)
+        assert all(m["grad_norm_g"] == 0.0 and m["loss_adv"] == 0.0 and m["loss_mel"] > 0 for m in held)
+        assert all(torch.equal(v, g_held[k]) for k, v in stage.generator.state_dict().items())
+        assert stage.average.state_dict()["updates"] == 1
+        assert all(torch.equal(v, avg_held[k]) for k, v in stage.average.state_dict()["average"].items())
+        assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
+        both = stage.train_step(batch, 3)
+        assert both["loss_adv"] > 0 and both["grad_norm_g"] > 0
+        assert any(not torch.equal(v, g_held[k]) for k, v in stage.generator.state_dict().items())
+    with pytest.raises(InputError, match="discriminator_warmup"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_warmup": -1}}, hift_corpus)
+
+
 def test_stft_loss_sees_harmonics_the_mel_loss_blurs():
     """Two 85 Hz voices with the same spectral envelope, one harmonic and one noise-excited: the fine resolution of the
     multi-resolution STFT loss tells them apart far more than the coarse one, and a signal against itself is 0."""

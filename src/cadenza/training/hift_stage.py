@@ -93,6 +93,12 @@ class HiFTStageConfig:
     segment_samples: int = 24480
     weight_norm: bool = True
     adversarial_start: int = 0  # steps of mel/f0-only generator training before the GAN losses switch on
+    # Steps, from ``adversarial_start`` on, in which only the discriminators train (the generator is held). A released
+    # ``hift.pt`` comes without its discriminators, so fine-tuning one pits fresh, random discriminators against a
+    # trained generator: their first gradients are noise that the generator follows away from where it was (the
+    # long round from cadenza-tiny's shipped vocoder read worse at step 500 than at its start). A warm-up lets them
+    # learn what the generator gets wrong first; a discriminator step is about half a GAN step.
+    discriminator_warmup: int = 0
     init_hift: str | None = None
     f0_range: tuple[float, float] = (70.0, 800.0)
     discriminator: dict = field(default_factory=dict)
@@ -175,6 +181,8 @@ class HiFTStageConfig:
             raise InputError(f"hift.speed_perturb_share must be in [0, 1], got {self.speed_perturb_share}")
         if self.adversarial_start < 0:
             raise InputError(f"hift.adversarial_start must be >= 0, got {self.adversarial_start}")
+        if self.discriminator_warmup < 0:
+            raise InputError(f"hift.discriminator_warmup must be >= 0, got {self.discriminator_warmup}")
 
 
 class GeneratorForward(nn.Module):
@@ -331,8 +339,11 @@ class HiFTStage(TrainingStage):
                     "lr": lr}
 
         # One generator forward serves both turns: the discriminator's turn reads it detached, and the generator
-        # does not change in between (the reference ran it twice, the first time without a graph).
-        fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise, source_f0)
+        # does not change in between (the reference ran it twice, the first time without a graph). While the
+        # discriminators warm up, the generator is held and needs no graph.
+        holding_generator = step < self.cfg.adversarial_start + self.cfg.discriminator_warmup
+        with torch.no_grad() if holding_generator else contextlib.nullcontext():
+            fake, f0_pred = self.g_forward(mel, rand_ini, sine_noise, source_f0)
 
         # Discriminator turn.
         with self._discriminator_precision():
@@ -342,6 +353,14 @@ class HiFTStage(TrainingStage):
         loss_d = loss_d_adv + lc.tpr_weight * loss_d_tpr
         lr = self.opt_g.lr
         grad_d = self.opt_d.step(loss_d)
+        if holding_generator:  # the generator's losses are logged (it stands still) but not stepped
+            with torch.no_grad():
+                loss, terms = self._regression_losses(speech, fake, f0_pred, f0_target)
+            zero = torch.zeros((), device=self.device)
+            metrics = {"loss": loss, "loss_d": loss_d, "loss_d_adv": loss_d_adv, "loss_d_tpr": loss_d_tpr,
+                       "loss_adv": zero, "loss_fm": zero, "loss_tpr": zero, **terms}
+            return {**{k: float(v.detach()) for k, v in metrics.items()}, "grad_norm_g": 0.0, "grad_norm_d": grad_d,
+                    "lr": lr}
 
         # Generator turn, against the updated discriminator: only the generated audio needs a graph, and only back
         # to the generator, so real audio is scored without one and the discriminator's weights are held out of the
