@@ -347,3 +347,22 @@ def test_phone_round_resumes_the_pitch_round_at_step_3000(tmp_path, monkeypatch)
     assert second == "hift_joe_phone" and "--resume" in phone_cmd and "--max-steps" not in phone_cmd
     seeded = tmp_path / "runs" / "hift_joe_phone" / "checkpoints"
     assert [p.name for p in seeded.glob("step_*.pt")] == ["step_1500.pt"]
+
+
+def test_vocoder_bands_swap_exactly_the_band_below_the_split():
+    """Each swapped signal holds one source's spectrum below the split and the other's above it (tones at 500 Hz
+    and 5 kHz, one per source, land where they should), and the two swaps add back to the two sources."""
+    bands = _module("vocoder_bands")
+    sr, n = 24000, 24000
+    t = np.arange(n) / sr
+    teacher = np.sin(2 * np.pi * 500 * t) + np.sin(2 * np.pi * 5000 * t)
+    vocoder = 0.5 * np.sin(2 * np.pi * 500 * t) + 0.25 * np.sin(2 * np.pi * 5000 * t)
+    out = bands.band_swaps(teacher, vocoder, sr, [2000.0])
+    low_teacher = out["teacher below 2000 Hz, vocoder above"]
+    low_vocoder = out["vocoder below 2000 Hz, teacher above"]
+    spectrum = np.abs(np.fft.rfft(low_teacher)) / (n / 2)
+    assert spectrum[500] == pytest.approx(1.0, abs=1e-6) and spectrum[5000] == pytest.approx(0.25, abs=1e-6)
+    spectrum = np.abs(np.fft.rfft(low_vocoder)) / (n / 2)
+    assert spectrum[500] == pytest.approx(0.5, abs=1e-6) and spectrum[5000] == pytest.approx(1.0, abs=1e-6)
+    np.testing.assert_allclose(low_teacher + low_vocoder, teacher + vocoder, atol=1e-9)
+    assert set(out) >= {"teacher", "vocoder"} and len(out) == 4
