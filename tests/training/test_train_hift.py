@@ -85,6 +85,32 @@ def test_discriminator_outputs_and_tpr_loss():
     assert 0 < float(loss) <= tau
 
 
+def test_spectrogram_discriminators_score_the_same_in_either_memory_layout():
+    """``spec_channels_last`` (the default) changes only where the activations lie in memory: the same weights give
+    the same scores, feature maps and weight gradients as the channels-first layout, and the maps are channels-last."""
+    torch.manual_seed(0)
+    wav = torch.randn(3, 4800)
+    results = []
+    for channels_last in (False, True):
+        torch.manual_seed(1)
+        disc = HiFTDiscriminator(DiscriminatorConfig(period_channels=(4, 8), spec_channels=8, periods=(2,),
+                                                     spec_channels_last=channels_last))
+        scores, maps = disc.score(wav)
+        (sum(s.sum() for s in scores) + sum(m.abs().mean() for fm in maps for m in fm)).backward()
+        grads = [p.grad.clone() for p in disc.parameters()]
+        results.append((scores, maps, grads))
+        spec_maps = maps[1]
+        assert all(m.is_contiguous(memory_format=torch.channels_last) == channels_last for m in spec_maps[:-1])
+    (s0, m0, g0), (s1, m1, g1) = results
+    for a, b in zip(s0, s1):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for fa, fb in zip(m0, m1):
+        for a, b in zip(fa, fb):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(g0, g1):  # sums over whole spectrograms, added up in another order: compare by norm
+        assert float((a - b).norm() / a.norm()) < 1e-5
+
+
 def test_release_export_round_trips_both_ways():
     torch.manual_seed(0)
     cfg = HiFTConfig(**TINY_G)

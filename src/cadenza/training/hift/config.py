@@ -50,6 +50,9 @@ class DiscriminatorConfig:
         resolutions: ``(n_fft, hop, win)`` of each spectrogram discriminator.
         spec_channels: conv width of the spectrogram discriminators.
         lrelu_slope: leaky-ReLU slope after every conv.
+        spec_channels_last: run the spectrogram discriminators' convs on channels-last activations (the same
+            arithmetic in another memory layout: with their few channels over large spectrograms, oneDNN's
+            channels-first kernels are the slow path on a CPU; benchmarks/hift_discriminator_layout.py).
     """
 
     periods: tuple[int, ...] = (2, 3, 5, 7, 11)
@@ -59,6 +62,7 @@ class DiscriminatorConfig:
     resolutions: tuple[tuple[int, int, int], ...] = ((1024, 120, 600), (2048, 240, 1200), (512, 50, 240))
     spec_channels: int = 32
     lrelu_slope: float = 0.1
+    spec_channels_last: bool = True
 
     def __post_init__(self) -> None:
         _check(len(self.periods) > 0 and all(p > 0 for p in self.periods), "periods must be positive")

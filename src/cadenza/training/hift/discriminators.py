@@ -70,11 +70,13 @@ class SpecDiscriminator(nn.Module):
         ])
         self.conv_post = weight_norm(nn.Conv2d(c, 1, 3, padding=1))
         self.register_buffer("window", torch.hann_window(win), persistent=False)
+        self.memory_format = torch.channels_last if cfg.spec_channels_last else torch.contiguous_format
 
     def forward(self, wav: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         spec = torch.stft(wav, self.n_fft, self.hop, self.win, self.window.to(wav.dtype), return_complex=True)
         power = torch.view_as_real(spec).pow(2).sum(-1)
         x = power.clamp(min=MAGNITUDE_FLOOR).sqrt().transpose(1, 2).unsqueeze(1)  # [B, 1, frames, bins]
+        x = x.contiguous(memory_format=self.memory_format)  # the feature maps stay in this layout (same values)
         fmap = []
         for conv in self.convs:
             x = F.leaky_relu(conv(x), self.slope)
