@@ -3,6 +3,7 @@ whose gradient is the plain formulation's, and the discriminators under bfloat16
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -75,3 +76,21 @@ def test_discriminator_bf16_runs_the_discriminators_in_bfloat16_and_the_losses_i
     with stage._discriminator_precision():
         scores, _ = stage.discriminator.score(torch.randn(2, 2880))
     assert scores[0].dtype == torch.bfloat16  # autocast reaches the convolutions; _float32 brings them back
+
+
+@pytest.mark.parametrize("fast_bf16", [False, True])
+def test_discriminator_bf16_warns_where_the_cpu_only_emulates_bfloat16(hift_corpus, monkeypatch, caplog, fast_bf16):
+    """On a CPU without bfloat16 arithmetic (AVX2 only) the option makes training several times slower: setup says so,
+    naming the CPU; where the CPU has it, nothing is said."""
+    import cadenza.training.hift_stage as hift_stage
+    from cadenza.engine.precision import CpuCapability
+
+    cpu = CpuCapability("Test CPU", amx_bf16=False, avx512_bf16=fast_bf16, avx2=True)
+    monkeypatch.setattr(hift_stage, "detect_cpu", lambda: cpu)
+    stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_bf16": True}}, hift_corpus)
+    with caplog.at_level(logging.WARNING, logger="cadenza"):
+        stage.setup(torch.device("cpu"), lambda m: m)
+    warned = [r for r in caplog.records if "discriminator_bf16" in r.getMessage()]
+    assert bool(warned) != fast_bf16
+    if warned:
+        assert "Test CPU (AVX2)" in warned[0].getMessage() and "set it to false" in warned[0].getMessage()

@@ -45,6 +45,7 @@ model loader) and the model's ``cosyvoice2.yaml``.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ import torch
 from torch import nn
 
 from cadenza.audio.mel import flow_prompt_mel
+from cadenza.engine.precision import detect_cpu
 from cadenza.errors import InputError
 from cadenza.loading import read_torch_state_dict
 from cadenza.models.cosyvoice2.hift import HiFTGenerator
@@ -83,6 +85,8 @@ from cadenza.training.optim import Optimization
 from cadenza.training.parameter_average import ParameterAverage
 from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.wav_manifest import MANIFEST_NAME, open_utterances
+
+log = logging.getLogger(__name__)
 
 EXPORT_NAME = "hift.pt"
 INPUT_MELS = {"audio": None, "flow": "flow_mel"}  # hift.input_mel -> the stored field it reads
@@ -283,6 +287,9 @@ class HiFTStage(TrainingStage):
 
     def setup(self, device: torch.device, wrap: Wrap) -> None:
         self.device = torch.device(device)
+        if self.cfg.discriminator_bf16 and self.device.type == "cpu" and not (cpu := detect_cpu()).fast_bf16:
+            log.warning("hift.discriminator_bf16 is on, but this CPU (%s) has no bfloat16 arithmetic: it is emulated, "
+                        "several times slower than float32 here; set it to false on this machine", cpu.describe())
         self.generator = self.build_generator().to(self.device).train()
         self.discriminator = HiFTDiscriminator(self.disc_cfg).to(self.device).train()
         self.g_forward = wrap(GeneratorForward(self.generator))
