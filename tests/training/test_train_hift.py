@@ -247,6 +247,14 @@ def test_example_config_runs_through_the_launcher(hift_corpus, tmp_path, caplog)
     assert "in float32 (mixed_precision=bf16; the hift stage always computes in float32)" in caplog.text
 
 
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def _unchanged(module: torch.nn.Module, before: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+
+
 def test_adversarial_start_trains_the_generator_alone_first(hift_corpus):
     """Before ``adversarial_start`` only the mel + f0 losses train the generator (the discriminator is untouched);
     from that step on the GAN turns run."""
@@ -254,16 +262,14 @@ def test_adversarial_start_trains_the_generator_alone_first(hift_corpus):
         torch.manual_seed(0)
         stage = HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": 3}}, hift_corpus)
         stage.setup(torch.device("cpu"), lambda m: m)
-        d_before = {k: v.clone() for k, v in stage.discriminator.state_dict().items()}
-        g_before = {k: v.clone() for k, v in stage.generator.state_dict().items()}
+        d_before, g_before = _snapshot(stage.discriminator), _snapshot(stage.generator)
         batch = [stage.dataset()[i] for i in range(3)]
         warm = [stage.train_step(batch, step) for step in range(3)]
         assert all(m["loss_d"] == 0.0 and m["loss_adv"] == 0.0 and m["loss_mel"] > 0 for m in warm)
-        assert all(torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
-        assert any(not torch.equal(v, g_before[k]) for k, v in stage.generator.state_dict().items())
+        assert _unchanged(stage.discriminator, d_before) and not _unchanged(stage.generator, g_before)
         gan = stage.train_step(batch, 3)
         assert gan["loss_d"] > 0 and gan["loss_adv"] > 0
-        assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
+        assert not _unchanged(stage.discriminator, d_before)
     with pytest.raises(InputError, match="adversarial_start"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "adversarial_start": -1}}, hift_corpus)
 
@@ -280,19 +286,19 @@ def test_discriminator_warmup_holds_the_generator_after_its_own_warmup(hift_corp
         batch = [stage.dataset()[i] for i in range(3)]
         first = stage.train_step(batch, 0)
         assert first["loss_d"] == 0.0 and first["grad_norm_g"] > 0
-        g_held = {k: v.clone() for k, v in stage.generator.state_dict().items()}
+        g_held = _snapshot(stage.generator)
         avg_held = {k: v.clone() for k, v in stage.average.state_dict()["average"].items()}
-        d_before = {k: v.clone() for k, v in stage.discriminator.state_dict().items()}
+        d_before = _snapshot(stage.discriminator)
         held = [stage.train_step(batch, step) for step in (1, 2)]
         assert all(m["loss_d"] > 0 and m["grad_norm_d"] > 0 for m in held)
         assert all(m["grad_norm_g"] == 0.0 and m["loss_adv"] == 0.0 and m["loss_mel"] > 0 for m in held)
-        assert all(torch.equal(v, g_held[k]) for k, v in stage.generator.state_dict().items())
+        assert _unchanged(stage.generator, g_held)
         assert stage.average.state_dict()["updates"] == 1
         assert all(torch.equal(v, avg_held[k]) for k, v in stage.average.state_dict()["average"].items())
-        assert any(not torch.equal(v, d_before[k]) for k, v in stage.discriminator.state_dict().items())
+        assert not _unchanged(stage.discriminator, d_before)
         both = stage.train_step(batch, 3)
         assert both["loss_adv"] > 0 and both["grad_norm_g"] > 0
-        assert any(not torch.equal(v, g_held[k]) for k, v in stage.generator.state_dict().items())
+        assert not _unchanged(stage.generator, g_held)
     with pytest.raises(InputError, match="discriminator_warmup"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "discriminator_warmup": -1}}, hift_corpus)
 
