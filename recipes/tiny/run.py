@@ -50,7 +50,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               (the shipped v2 vocoder round: --more-hift hift_joe_tfv,hift_joe_tf_gan, from v1's HiFT in runs/hift_gan)
   hift_joe_average (--long-hift [CONFIG]): the shipped HiFT continued as a long GAN on joe's second corpus (data_q),
               its weights' moving average exported (hift_joe_pitch: with speed-perturbed crops and frame-period
-              discriminators, to follow the source's pitch)       -> WORK/runs/CONFIG
+              discriminators, to follow the source's pitch; hift_joe_even_r2: the shipped buzz-free vocoder with fresh
+              discriminators warmed up first, measured and not shipped) -> WORK/runs/CONFIG
   hift_joe_pitch_3000 + hift_joe_phone (--phone-hift): the pitch round to step 3,000, then continued with the phone
               loss (the shipped frame tokenizer listening for the words) -> WORK/runs/hift_joe_phone
   hift_joe_even (--even-hift): the phone round's last checkpoint continued with its first upsampler held to equal
