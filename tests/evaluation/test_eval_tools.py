@@ -20,7 +20,7 @@ from cadenza.cli.main import main
 from cadenza.errors import MissingDependencyError
 from cadenza.evaluation import asr, naturalness, speaker_similarity
 from cadenza.evaluation.runner import busy_machine_note
-from cadenza.evaluation.wer import wer
+from cadenza.evaluation.wer import score, wer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AUDIO_DIR = Path(os.environ.get("CADENZA_SHARED_AUDIO") or REPO_ROOT / "../shared/audio").resolve()
@@ -172,6 +172,15 @@ def test_eval_cli_scores_existing_wavs(whisper, audio_dir, transcripts, tmp_path
                  "--no-similarity"]) == 0
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 1 and lines[0]["similarity"] is None
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["wer_text"] == "as written"
+
+    # --spell-numbers: WER on both texts read out by the text normaliser, and the summary says so
+    capsys.readouterr()
+    assert main(["eval", "--list", str(lst), "--wavs", str(wavs), "--out", str(out), "--limit", "1",
+                 "--no-similarity", "--spell-numbers"]) == 0
+    line = json.loads((out / "results.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert line["wer"] == pytest.approx(score(target, line["hypothesis"], spell_numbers=True).wer)
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["wer_text"] == "read out (spell_numbers)"
 
 
 def test_eval_cli_errors_name_the_line(audio_dir, tmp_path, capsys):

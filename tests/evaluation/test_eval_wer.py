@@ -149,3 +149,18 @@ def test_recognized_words_counts_reference_words_heard_in_order():
     assert recognized_words("Hello there.", "") == (0, 2)
     with pytest.raises(InputError):
         recognized_words("...", "anything")
+
+
+@pytest.mark.parametrize("reference, hypothesis, as_written, read_out", [
+    ("It took Ben sixty six minutes.", "It took Ben 66 minutes.", 2, 0),
+    ("Our office is on the twenty first floor.", "Our office is on the 21st floor.", 2, 0),
+    ("Send it before ten past seven.", "Send it before 10 past 7.", 2, 0),
+    ("It costs five dollars, Doctor Lee.", "It costs $5, Dr. Lee.", 3, 0),
+    ("I will be there in about seventy minutes.", "I will be there in about 17 minutes.", 1, 1),  # a real error
+    ("Please call me back.", "Please call me back.", 0, 0),
+])
+def test_spell_numbers_reads_both_texts_out_before_counting(reference, hypothesis, as_written, read_out):
+    """With ``spell_numbers`` the ASR's digits meet a list's number words on equal terms (both texts go through the
+    synthesizer's own text normaliser); a wrong number is still an error, and the default compares as written."""
+    assert score(reference, hypothesis).errors == as_written
+    assert score(reference, hypothesis, spell_numbers=True).errors == read_out

@@ -36,6 +36,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-similarity", dest="similarity", action="store_false",
                    help="skip speaker similarity (WER and latency only)")
     p.add_argument("--asr-threads", type=nonnegative_int, default=0, help="CPU threads for the ASR (default: up to 4)")
+    p.add_argument("--spell-numbers", action="store_true",
+                   help="score WER on both texts read out by Cadenza's text normaliser (66 -> sixty-six, 21st -> "
+                        "twenty-first): for lists that write numbers in words; default: as written (Seed-TTS-eval)")
     return p
 
 
@@ -72,7 +75,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
             summary = evaluate(items, args.out, tts=tts, wavs_dir=args.wavs, ground_truth=args.ground_truth,
                                seed=args.seed, speaker=args.speaker, similarity=args.similarity,
-                               evaluators=evaluators, progress=progress, meta=meta)
+                               evaluators=evaluators, progress=progress, meta=meta,
+                               spell_numbers=args.spell_numbers)
     finally:
         if tts is not None:
             tts.close()

@@ -266,10 +266,12 @@ def summarize(results: Sequence[UtteranceResult]) -> dict:
 def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
              wavs_dir: str | os.PathLike | None = None, ground_truth: bool = False, seed: int | None = 0,
              speaker: str | None = None, similarity: bool = True, evaluators: Evaluators | None = None,
-             progress: Callable[[int, int, UtteranceResult], None] | None = None, meta: dict | None = None) -> dict:
+             progress: Callable[[int, int, UtteranceResult], None] | None = None, meta: dict | None = None,
+             spell_numbers: bool = False) -> dict:
     """Score ``items`` from exactly one audio source (``tts``, ``wavs_dir`` or ``ground_truth``); write the report
     into ``out_dir`` and return the summary. ``progress(done, total, result)`` is called after each utterance;
-    ``meta`` is copied into the summary (e.g. the model and list paths)."""
+    ``meta`` is copied into the summary (e.g. the model and list paths); ``spell_numbers``: WER on both texts read out
+    by the text normaliser (``wer.score``)."""
     sources = [tts is not None, wavs_dir is not None, ground_truth]
     if sum(sources) != 1:
         raise InputError("evaluate needs exactly one audio source: a model, a wav folder, or ground truth")
@@ -291,7 +293,7 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
         for item in items:
             if tts is not None and (load := load_average()) is not None:
                 loads.append(load)
-            result = _evaluate_one(item, out, tts, wavs_dir, seed, speaker, evaluators, similarity)
+            result = _evaluate_one(item, out, tts, wavs_dir, seed, speaker, evaluators, similarity, spell_numbers)
             jsonl.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
             jsonl.flush()  # a long run leaves its finished lines behind if it is stopped
             results.append(result)
@@ -299,7 +301,8 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
                 progress(len(results), len(items), result)
     source = "synthesis" if tts is not None else "wavs" if wavs_dir is not None else "ground_truth"
     summary = {**(meta or {}), "source": source, "seed": seed if tts is not None else None,
-               "asr": asr.ASR_NAME, "similarity_model": speaker_similarity.SIMILARITY_NAME if similarity else None,
+               "asr": asr.ASR_NAME, "wer_text": "read out (spell_numbers)" if spell_numbers else "as written",
+               "similarity_model": speaker_similarity.SIMILARITY_NAME if similarity else None,
                "naturalness_model": naturalness.NATURALNESS_NAME if evaluators.naturalness_model is not None else None,
                "naturalness_note": evaluators.naturalness_note, **summarize(results)}
     if tts is not None:  # latency figures are only as good as the machine was quiet
@@ -311,7 +314,7 @@ def evaluate(items: Sequence[TestItem], out_dir: str | os.PathLike, *, tts=None,
 
 
 def _evaluate_one(item: TestItem, out: Path, tts, wavs_dir, seed, speaker, evaluators: Evaluators,
-                  similarity: bool) -> UtteranceResult:
+                  similarity: bool, spell_numbers: bool = False) -> UtteranceResult:
     first_chunk = rtf = None
     try:
         if tts is not None:
@@ -328,7 +331,7 @@ def _evaluate_one(item: TestItem, out: Path, tts, wavs_dir, seed, speaker, evalu
     except CadenzaError as exc:  # name the utterance: a list of thousands is otherwise hard to debug
         raise type(exc)(f"{item.where}: {exc}") from exc
     hypothesis = evaluators.transcribe(wav16)
-    wer_score = score(item.target_text, hypothesis)
+    wer_score = score(item.target_text, hypothesis, spell_numbers=spell_numbers)
     sim = evaluators.similarity(item, wav16) if similarity else None
     return UtteranceResult(id=item.utt_id, target_text=item.target_text, hypothesis=hypothesis, wer=wer_score.wer,
                            errors=wer_score.errors, ref_words=wer_score.ref_words, similarity=sim,

@@ -7,7 +7,11 @@ does the same job without extra dependencies, with rules written down here so th
 2. Typographic apostrophes (``’ ‘ ʼ ` ´``) become ``'``; dashes and hyphens (``‐ ‑ ‒ – — ―``, minus) become ``-``.
 3. Thousands separators inside numbers are dropped (``1,000`` -> ``1000``); a decimal point between digits is kept
    (``3.5``). Numbers are NOT spelled out: ``twenty`` and ``20`` are different words, so write targets the way the
-   ASR writes them (Whisper mostly uses digits for years, amounts and times).
+   ASR writes them (Whisper mostly uses digits for years, amounts and times), or score with ``spell_numbers``:
+   both texts then first go through Cadenza's own English text normaliser (``cadenza.text.normalize``: ``66`` ->
+   ``sixty-six``, ``21st`` -> ``twenty-first``, ``$5`` -> ``five dollars``, ``Dr.`` -> ``doctor``), the one that decides
+   what the synthesizer says, so a list written in words is not charged for the ASR's digits. Off by default
+   (Seed-TTS-eval's convention, and published figures, compare the texts as written).
 4. Dotted abbreviations of single letters are joined (``u.s.a.`` -> ``usa``, ``e.g.`` -> ``eg``).
 5. Hyphens split words (``well-known`` -> ``well known``: the ASR writes either form). An apostrophe inside a word
    is kept (``you'll``, ``o'clock``); quotes around a word are removed.
@@ -25,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cadenza.errors import InputError
+from cadenza.text.normalize import normalize as read_out
 
 _APOSTROPHES = str.maketrans({c: "'" for c in "\u2019\u2018\u02bc\u0060\u00b4\u2032"})
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
@@ -101,8 +106,16 @@ class WerScore:
         return self.errors / self.ref_words
 
 
-def score(reference: str, hypothesis: str) -> WerScore:
-    """Normalise both texts and count word errors. Raises ``InputError`` if the reference has no words."""
+def spelled_out(text: str) -> str:
+    """``text`` as Cadenza's English text normaliser reads it: numbers, amounts, times and abbreviations in words."""
+    return read_out(text, lang="en")
+
+
+def score(reference: str, hypothesis: str, *, spell_numbers: bool = False) -> WerScore:
+    """Normalise both texts and count word errors; ``spell_numbers``: both read out by :func:`spelled_out` first.
+    Raises ``InputError`` if the reference has no words."""
+    if spell_numbers:
+        reference, hypothesis = spelled_out(reference), spelled_out(hypothesis)
     ref = words(reference)
     if not ref:
         raise InputError(f"the reference text {reference!r} has no words after normalisation")
