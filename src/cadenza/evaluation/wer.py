@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cadenza.errors import InputError
-from cadenza.text.normalize import normalize as read_out
+from cadenza.text.normalize import normalize
 
 _APOSTROPHES = str.maketrans({c: "'" for c in "\u2019\u2018\u02bc\u0060\u00b4\u2032"})
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
@@ -106,16 +106,11 @@ class WerScore:
         return self.errors / self.ref_words
 
 
-def spelled_out(text: str) -> str:
-    """``text`` as Cadenza's English text normaliser reads it: numbers, amounts, times and abbreviations in words."""
-    return read_out(text, lang="en")
-
-
 def score(reference: str, hypothesis: str, *, spell_numbers: bool = False) -> WerScore:
-    """Normalise both texts and count word errors; ``spell_numbers``: both read out by :func:`spelled_out` first.
-    Raises ``InputError`` if the reference has no words."""
+    """Normalise both texts and count word errors; ``spell_numbers``: both first read out by the text normaliser
+    (numbers, amounts, times and abbreviations in words). Raises ``InputError`` if the reference has no words."""
     if spell_numbers:
-        reference, hypothesis = spelled_out(reference), spelled_out(hypothesis)
+        reference, hypothesis = normalize(reference, lang="en"), normalize(hypothesis, lang="en")
     ref = words(reference)
     if not ref:
         raise InputError(f"the reference text {reference!r} has no words after normalisation")
