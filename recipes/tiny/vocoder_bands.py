@@ -1,7 +1,7 @@
 """Which frequency band makes the vocoder sound unnatural: the MOS proxy of band-swapped copy synthesis.
 
     python recipes/tiny/vocoder_bands.py --wavs WORK/corpus_v3/wavs/joe [--model DIR] [--limit 20]
-        [--splits 2000,4000,6000]
+        [--splits 2000,4000,6000] [--magnitude-phase]
 
 Each teacher clip is resynthesised by the model's HiFT from its own mel (copy synthesis: the acoustic model plays no
 part), then cut at each split frequency with a zero-phase low-pass (a raised-cosine step of +-10 % around it, applied to the
@@ -11,6 +11,12 @@ Naturalness is DistillMOS's MOS proxy (``cadenza.evaluation.naturalness``, docs/
 renders as well as the teacher costs nothing when swapped in; the band that holds the vocoder's flaws moves the score
 most. Low-passing alone is no test: the proxy rates clean narrowband speech above wideband speech with artefacts
 (the vocoder's own output gains when its top is cut, the teacher's loses), so both halves are always present here.
+
+``--magnitude-phase`` also asks which half of the vocoder's band is flawed, its magnitude or its phase: below each
+split the short-time spectrum (2048-point Hann frames, hop 256) takes its magnitude from one signal and its phase
+from the other, the teacher's spectrum above it, and the overlap-add puts the waveform back. Such a spectrum is not
+quite one that any signal has, so both swaps carry the same resynthesis artefacts; compare them with each other and
+with the vocoder's whole low band under the teacher's top (``vocoder below``).
 
 Prints one line per signal: the mean score over the clips. docs/cadenza-tiny.md ("Quality") has the figures.
 """
@@ -54,12 +60,42 @@ def band_swaps(teacher: np.ndarray, vocoder: np.ndarray, sample_rate: int, split
     return out
 
 
+def magnitude_phase_swaps(teacher: np.ndarray, vocoder: np.ndarray, sample_rate: int, splits: list[float],
+                          n_fft: int = 2048, hop: int = 256) -> dict[str, np.ndarray]:
+    """Per split frequency, the teacher's short-time spectrum with its bins below the split replaced by the vocoder's
+    magnitude under the teacher's phase, and by the teacher's magnitude under the vocoder's phase (all
+    ``[samples]``, cut to the shorter of the two; bins below the split are those whose centre frequency is)."""
+    n = min(len(teacher), len(vocoder))
+    window = torch.hann_window(n_fft, dtype=torch.float64)
+
+    def stft(x: np.ndarray) -> torch.Tensor:
+        return torch.stft(torch.from_numpy(x[:n].astype(np.float64)), n_fft, hop, window=window, return_complex=True)
+
+    def istft(spec: torch.Tensor) -> np.ndarray:
+        return torch.istft(spec, n_fft, hop, window=window, length=n).numpy()
+
+    t_spec, v_spec = stft(teacher), stft(vocoder)
+    t_phase, v_phase = torch.polar(torch.ones_like(t_spec.real), t_spec.angle()), \
+        torch.polar(torch.ones_like(v_spec.real), v_spec.angle())
+    freqs = torch.fft.rfftfreq(n_fft, 1.0 / sample_rate, dtype=torch.float64)
+    out = {}
+    for f in splits:
+        low = (freqs < f).to(torch.float64)[:, None]
+        out[f"below {f:.0f} Hz vocoder magnitude, teacher phase"] = istft(
+            low * v_spec.abs() * t_phase + (1 - low) * t_spec)
+        out[f"below {f:.0f} Hz teacher magnitude, vocoder phase"] = istft(
+            low * t_spec.abs() * v_phase + (1 - low) * t_spec)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wavs", type=Path, required=True, help="a folder of teacher renderings (any sample rate)")
     ap.add_argument("--model", type=Path, default=SHIPPED, help="the model folder whose hift.pt is judged")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--splits", default="2000,4000,6000", help="split frequencies in Hz, comma-separated")
+    ap.add_argument("--magnitude-phase", action="store_true",
+                    help="also swap the magnitude and the phase below each split (see the module's docstring)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     splits = [float(s) for s in args.splits.split(",")]
@@ -76,11 +112,16 @@ def main() -> None:
         with torch.inference_mode():
             out, _ = hift.inference(flow_prompt_mel(wav[None], model.config.mel),
                                     generator=torch.Generator().manual_seed(0))
-        for name, signal in band_swaps(wav.numpy(), out.reshape(-1).numpy(), sr, splits).items():
+        teacher, vocoder = wav.numpy(), out.reshape(-1).numpy()
+        signals = band_swaps(teacher, vocoder, sr, splits)
+        if args.magnitude_phase:
+            signals.update(magnitude_phase_swaps(teacher, vocoder, sr, splits))
+        for name, signal in signals.items():
             scores.setdefault(name, []).append(naturalness(signal.astype(np.float32), sr, model=judge))
-    print(f"{len(files)} clips of {args.wavs}, vocoder of {args.model}; naturalness (MOS proxy), mean:")
+    print(f"{len(files)} clips of {args.wavs}, vocoder of {args.model}; naturalness (MOS proxy), mean ± its "
+          f"standard error:")
     for name, values in scores.items():
-        print(f"  {np.mean(values):.3f}  {name}")
+        print(f"  {np.mean(values):.3f} ± {np.std(values) / np.sqrt(len(values)):.3f}  {name}")
 
 
 if __name__ == "__main__":

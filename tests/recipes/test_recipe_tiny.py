@@ -366,3 +366,22 @@ def test_vocoder_bands_swap_exactly_the_band_below_the_split():
     assert spectrum[500] == pytest.approx(0.5, abs=1e-6) and spectrum[5000] == pytest.approx(1.0, abs=1e-6)
     np.testing.assert_allclose(low_teacher + low_vocoder, teacher + vocoder, atol=1e-9)
     assert set(out) >= {"teacher", "vocoder"} and len(out) == 4
+
+
+def test_vocoder_bands_swap_magnitude_and_phase_below_the_split():
+    """Below the split one signal's magnitude goes with the other's phase (a 500 Hz tone comes out with the
+    amplitude of one source and the phase of the other), above it the teacher's spectrum is kept (its 5 kHz tone),
+    in both directions."""
+    bands = _module("vocoder_bands")
+    sr, n = 24000, 24000
+    t = np.arange(n) / sr
+    high = np.sin(2 * np.pi * 5000 * t)
+    teacher = np.sin(2 * np.pi * 500 * t + 0.3) + high
+    vocoder = 0.5 * np.sin(2 * np.pi * 500 * t + 1.7) + 0.25 * np.sin(2 * np.pi * 5000 * t)
+    out = bands.magnitude_phase_swaps(teacher, vocoder, sr, [2000.0])
+    assert len(out) == 2
+    middle = slice(2048, n - 2048)  # away from the ends, which the STFT frames cover only partly
+    expected = {"below 2000 Hz vocoder magnitude, teacher phase": 0.5 * np.sin(2 * np.pi * 500 * t + 0.3) + high,
+                "below 2000 Hz teacher magnitude, vocoder phase": np.sin(2 * np.pi * 500 * t + 1.7) + high}
+    for name, signal in expected.items():
+        np.testing.assert_allclose(out[name][middle], signal[middle], atol=1e-4, err_msg=name)
