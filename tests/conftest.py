@@ -1,7 +1,8 @@
 """Shared test fixtures: where the parity fixture folders live.
 
 Parity tests read ``CADENZA_FIXTURES_COSYVOICE2`` (default ``../shared/fixtures/cosyvoice2`` relative to the
-repository root) and skip with a clear message only when that folder is absent.
+repository root) and ``CADENZA_FIXTURES_VOXCPM2`` (default ``../shared/fixtures/voxcpm2``) and skip with a clear
+message only when that folder is absent.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import REPO_ROOT
+from helpers import fixture_dir, vx2_fixture_dir
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
@@ -36,24 +37,45 @@ def pytest_configure(config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-def _fixture_dir(env: str, default: str) -> Path:
-    return Path(os.environ.get(env) or (REPO_ROOT / default)).resolve()
-
-
 @pytest.fixture(scope="session")
 def cv2_dir() -> Path:
-    path = _fixture_dir("CADENZA_FIXTURES_COSYVOICE2", "../shared/fixtures/cosyvoice2")
+    path = fixture_dir("CADENZA_FIXTURES_COSYVOICE2", "../shared/fixtures/cosyvoice2")
     if not (path / "config.yaml").is_file():
         pytest.skip(f"CosyVoice 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_COSYVOICE2)")
     return path
 
 
 @pytest.fixture(scope="session")
+def vx2_dir() -> Path:
+    """The VoxCPM 2 parity fixture folder; skips when it has no ``manifest.json``."""
+    path = vx2_fixture_dir()
+    if not (path / "manifest.json").is_file():
+        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def vx2_manifest(vx2_dir: Path) -> dict:
+    """The VoxCPM 2 fixture's ``manifest.json`` (shared by every module: read it, never change it)."""
+    return json.loads((vx2_dir / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
 def vx2_model_dir() -> Path:
-    path = _fixture_dir("CADENZA_FIXTURES_VOXCPM2", "../shared/fixtures/voxcpm2") / "tiny_model"
+    """The fixture's ``tiny_model/``; skips when it has no ``config.json`` (the manifest is not needed)."""
+    path = vx2_fixture_dir() / "tiny_model"
     if not (path / "config.json").is_file():
         pytest.skip(f"VoxCPM 2 fixtures not found at {path.parent} (set CADENZA_FIXTURES_VOXCPM2)")
     return path
+
+
+@pytest.fixture(scope="module")
+def vx2_model(vx2_dir: Path):
+    """The fixture's tiny model in float32 on the CPU, loaded once per test module (some tests switch modes or hook
+    it for a while: no module sees another's)."""
+    from cadenza.models.voxcpm2.loader import load_model
+
+    return load_model(vx2_dir / "tiny_model", device="cpu", dtype=torch.float32)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ means whichever was imported last, so ``from helpers import ...`` would depend o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,17 @@ import numpy as np
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def fixture_dir(env: str, default: str) -> Path:
+    """A parity fixture folder: ``$env`` if set, else ``default`` relative to the repository root (it may not
+    exist: callers skip then). Test modules that build their parameters from a fixture call it at import time."""
+    return Path(os.environ.get(env) or (REPO_ROOT / default)).resolve()
+
+
+def vx2_fixture_dir() -> Path:
+    """The VoxCPM 2 parity fixture folder (``CADENZA_FIXTURES_VOXCPM2``, default ``../shared/fixtures/voxcpm2``)."""
+    return fixture_dir("CADENZA_FIXTURES_VOXCPM2", "../shared/fixtures/voxcpm2")
 
 
 def assert_close(actual, expected, atol: float, name: str = "") -> None:

@@ -9,7 +9,6 @@ from its ``manifest.json``, the continuation transcript from the recorded layout
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -21,18 +20,14 @@ from safetensors.torch import load_file
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import AudioError, InputError, TextError
 from cadenza.models.voxcpm2.prompt import build_voice_prompt, encode_patches, load_prompt_audio
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close, vx2_fixture_dir
 
 GEN_TOL = 2e-3  # README: whole autoregressive generations
 VAE_TOL = 1e-5  # README: single blocks (the AudioVAE encoder)
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
 def _modes() -> list[str]:
-    path = _fixture_path()
+    path = vx2_fixture_dir()
     if not (path / "manifest.json").is_file():
         return []
     cases = json.loads((path / "manifest.json").read_text())["generation"]
@@ -40,19 +35,6 @@ def _modes() -> list[str]:
 
 
 MODES = _modes()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +72,8 @@ def build_case(engine, vx2_dir, manifest, wavs, mode, **extra):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_every_mode_matches_reference_waveform(engine, vx2_dir, manifest, wavs, mode):
-    req, g, case = build_case(engine, vx2_dir, manifest, wavs, mode)
+def test_every_mode_matches_reference_waveform(engine, vx2_dir, vx2_manifest, wavs, mode):
+    req, g, case = build_case(engine, vx2_dir, vx2_manifest, wavs, mode)
     expected_mode = {"zero_shot": "plain", "reference": "reference", "continuation": "continuation",
                      "ref_continuation": "combined"}.get(case.get("cache_mode", "zero_shot"))
     assert req.mode == expected_mode
@@ -104,7 +86,7 @@ def test_every_mode_matches_reference_waveform(engine, vx2_dir, manifest, wavs, 
     assert wav.dtype == np.float32 and wav.ndim == 1
     assert req.outcome.attempts[0].n_patches == case["n_patches"] and req.seed_used == case["seed"]
     assert_close(wav, g["wav_out"][0], GEN_TOL, f"{mode} waveform (seeded)")
-    replay, _, _ = build_case(engine, vx2_dir, manifest, wavs, mode, noise=g["noise"])
+    replay, _, _ = build_case(engine, vx2_dir, vx2_manifest, wavs, mode, noise=g["noise"])
     assert_close(engine.synthesize(replay), g["wav_out"][0], GEN_TOL, f"{mode} waveform (replayed noise)")
 
 
@@ -136,9 +118,9 @@ def test_padding_sides(engine):
         encode_patches(engine.vae, wav, p, "middle")
 
 
-def test_voice_reuse_equals_audio_arguments(engine, vx2_dir, manifest, wavs):
+def test_voice_reuse_equals_audio_arguments(engine, vx2_dir, vx2_manifest, wavs):
     assert "reference" in MODES, "the VoxCPM 2 fixture has no reference-cloning case"
-    case = manifest["generation"]["reference"]
+    case = vx2_manifest["generation"]["reference"]
     voice = engine.voice(reference_wav=wavs["reference"])
     a = engine.build(case["target_text"], voice=voice, seed=case["seed"], retry=False, max_len=6)
     b = engine.build(case["target_text"], reference_wav=wavs["reference"], seed=case["seed"], retry=False, max_len=6)
@@ -247,15 +229,15 @@ def test_concurrent_requests_equal_sequential(engine):
         assert_close(got[i], wav, 1e-5, f"thread {i}")
 
 
-def test_bf16_engine_close_to_reference(vx2_dir, manifest):
+def test_bf16_engine_close_to_reference(vx2_dir, vx2_manifest):
     """bf16 (the release dtype). Our bf16 latents equal the reference's bf16 run on the same CPU bit for bit (measured
     with the reference code during development, docs/voxcpm2.md); the fixture was made on another CPU, so patches
     differ by 1-2 bf16 ulps (as the reference's own rerun here does) and the waveform stays within the README's
     generation tolerance."""
     path = vx2_dir / "gen_zero_shot_bf16.safetensors"
-    if not path.is_file() or "bf16" not in manifest:
+    if not path.is_file() or "bf16" not in vx2_manifest:
         pytest.skip("no bf16 fixture")
-    b, case = load_file(str(path)), manifest["bf16"]
+    b, case = load_file(str(path)), vx2_manifest["bf16"]
     eng = VoxCPM2Engine.from_pretrained(vx2_dir / "tiny_model", dtype="bf16")
     assert eng.dtype == torch.bfloat16 and next(eng.vae.parameters()).dtype == torch.float32
     kw = case["inference_kwargs"]

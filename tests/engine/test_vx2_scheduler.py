@@ -7,7 +7,6 @@ Fixtures: ``$CADENZA_FIXTURES_VOXCPM2`` (default ``<repo>/../shared/fixtures/vox
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import CadenzaError, EngineBusyError, InputError, RequestCancelledError
 from cadenza.models.voxcpm2.retry import generate_with_retry
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close
 
 # Not bit for bit: batched requests differ from their runs alone by float rounding, because CPU GEMM kernels (MKL)
 # sum in another order for another number of rows (a batch-invariant product would give up the batching gain).
@@ -29,18 +28,6 @@ from helpers import REPO_ROOT, assert_close
 BATCH_TOL = 1e-5
 STREAM_TOL = 1e-5  # streamed (chunk by chunk) vs one-shot decoding of the same latents
 TIMEOUT = 120  # seconds any wait in these tests may take before it counts as a hang
-
-
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "tiny_model" / "config.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
 
 
 class _IdleMachine:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,25 +26,12 @@ from cadenza.models.voxcpm2.audio_vae_loader import (
     load_audio_vae_state_dict,
 )
 from cadenza.models.voxcpm2.audio_vae_streaming import StreamingAudioVAEDecoder
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close
 
 # README: <= 1e-5 abs for single blocks. The VAE is a pure conv stack (no recurrence); we measure < 1.1e-6.
 VAE_TOL = 1e-5
 # Streaming vs one-shot on our own code: only summation order differs (manifest: 2.7e-7 in the reference).
 STREAM_TOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or (REPO_ROOT / "../shared/fixtures/voxcpm2")).resolve()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +110,9 @@ def test_streaming_by_patch_matches_reference(vae, arrays, model_config):
 
 
 @torch.inference_mode()
-def test_streaming_irregular_matches_reference(vae, arrays, manifest):
+def test_streaming_irregular_matches_reference(vae, arrays, vx2_manifest):
     z = arrays["dec_latent_in"]
-    bounds = manifest["vae_stream_irregular_bounds"]
+    bounds = vx2_manifest["vae_stream_irregular_bounds"]
     assert bounds[0] == 0 and bounds[-1] == z.shape[-1]
     out = _stream(vae, z, bounds)
     assert_close(out, arrays["dec_stream_irregular_wav_out"], VAE_TOL, "streaming, irregular chunks")
@@ -177,11 +162,11 @@ def test_full_size_release_layout_on_meta():
     assert (cfg.hop_length, cfg.decode_hop_length, cfg.encoder_out_dim, cfg.decoder_out_dim) == (640, 1920, 2048, 32)
 
 
-def test_tiny_checkpoint_layout(vx2_dir, vae, manifest):
+def test_tiny_checkpoint_layout(vx2_dir, vae, vx2_manifest):
     sd = torch.load(vx2_dir / "tiny_model" / "audiovae.pth", map_location="cpu", weights_only=True)["state_dict"]
     shapes = checkpoint_key_shapes(vae)
     assert {k: tuple(v.shape) for k, v in sd.items()} == {k: tuple(s) for k, s in shapes.items()}
-    assert sum(v.numel() for v in sd.values() if v.is_floating_point()) == manifest["tiny_param_counts"]["audio_vae"]
+    assert sum(v.numel() for v in sd.values() if v.is_floating_point()) == vx2_manifest["tiny_param_counts"]["audio_vae"]
     assert [k for k, v in sd.items() if not v.is_floating_point()] == ["decoder.sr_bin_boundaries"]
 
 

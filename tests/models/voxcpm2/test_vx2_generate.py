@@ -9,7 +9,6 @@ The AudioVAE is not used here: ``wav_out`` is the decoder's job; latents and con
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -29,29 +28,11 @@ from cadenza.models.voxcpm2.layouts import (
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.text import clean_text
 from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
-from helpers import assert_close
+from helpers import assert_close, vx2_fixture_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STACK_TOL = 1e-4
 GEN_TOL = 2e-3
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def model(vx2_dir: Path):
-    return load_model(vx2_dir / "tiny_model", device="cpu", dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +53,9 @@ def _load(vx2_dir: Path, name: str) -> dict[str, torch.Tensor]:
     return load_file(str(vx2_dir / name))
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
 def _generation_modes() -> list[str]:
     """Modes with a ``gen_<mode>.safetensors`` file and a manifest entry (empty when the fixtures are absent)."""
-    path = _fixture_path()
+    path = vx2_fixture_dir()
     if not (path / "manifest.json").is_file():
         return []
     cases = json.loads((path / "manifest.json").read_text())["generation"]
@@ -113,14 +90,14 @@ class Recorder:
 
 
 @pytest.mark.parametrize("mode", GEN_MODES)
-def test_generation_replayed_noise(model, vx2_dir, manifest, mode):
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
+def test_generation_replayed_noise(vx2_model, vx2_dir, vx2_manifest, mode):
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
     layout = _layout(g)
-    recorders = {name: Recorder(getattr(model, name)) for name in ("feat_encoder", "base_lm", "residual_lm")}
-    recorders["estimator"] = Recorder(model.feat_decoder.estimator)
+    recorders = {name: Recorder(getattr(vx2_model, name)) for name in ("feat_encoder", "base_lm", "residual_lm")}
+    recorders["estimator"] = Recorder(vx2_model.feat_decoder.estimator)
     steps = []
     try:
-        result = generate_latents(model, layout, _options(case), noise=g["noise"], on_step=steps.append)
+        result = generate_latents(vx2_model, layout, _options(case), noise=g["noise"], on_step=steps.append)
     finally:
         for r in recorders.values():
             r.remove()
@@ -159,31 +136,31 @@ def test_generation_replayed_noise(model, vx2_dir, manifest, mode):
         expected_ctx = g["seq_audio_feat"][0][g["seq_audio_mask"][0].bool()][-result.context_len:]
         assert torch.equal(result.context, expected_ctx)
     lat = result.latents
-    assert lat.shape == (1, model.feat_dim, (result.context_len + n) * model.patch_size)
-    assert_close(latents_to_patches(lat, model.patch_size)[result.context_len:], g["generated_feat"], GEN_TOL, "latents")
+    assert lat.shape == (1, vx2_model.feat_dim, (result.context_len + n) * vx2_model.patch_size)
+    assert_close(latents_to_patches(lat, vx2_model.patch_size)[result.context_len:], g["generated_feat"], GEN_TOL, "latents")
     assert g["wav_out"].shape[-1] == case["wav_samples"]
 
 
 @pytest.mark.parametrize("mode", GEN_MODES)
-def test_waveform_through_audio_vae(model, audio_vae, vx2_dir, manifest, mode):
+def test_waveform_through_audio_vae(vx2_model, audio_vae, vx2_dir, vx2_manifest, mode):
     """End to end: generated latents (+ continuation context) decoded by the AudioVAE, context samples dropped."""
-    g, case, vae = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode], audio_vae
-    result = generate_latents(model, _layout(g), _options(case), noise=g["noise"])
+    g, case, vae = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode], audio_vae
+    result = generate_latents(vx2_model, _layout(g), _options(case), noise=g["noise"])
     with torch.no_grad():
         wav = vae.decode(result.latents)
-    wav = wav[..., result.context_len * model.patch_size * vae.decode_hop_length:].reshape(1, -1)
+    wav = wav[..., result.context_len * vx2_model.patch_size * vae.decode_hop_length:].reshape(1, -1)
     assert wav.shape[-1] == case["wav_samples"]
     assert_close(wav, g["wav_out"], GEN_TOL, f"{mode} waveform")
 
 
 @pytest.mark.parametrize("mode", GEN_MODES)
-def test_generation_seeded_generator_matches_reference_seed(model, vx2_dir, manifest, mode):
+def test_generation_seeded_generator_matches_reference_seed(vx2_model, vx2_dir, vx2_manifest, mode):
     """A private generator seeded like the reference's global RNG draws the same noise (and thus the same audio)."""
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
     gen = torch.Generator().manual_seed(case["seed"])
     state = torch.random.get_rng_state()
     drawn = []
-    replay = generate_latents(model, _layout(g), _options(case), noise=gen, on_step=drawn.append)
+    replay = generate_latents(vx2_model, _layout(g), _options(case), noise=gen, on_step=drawn.append)
     assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG was not touched
     assert_close(replay.patches, g["generated_feat"], GEN_TOL, "generator run")
     check = torch.Generator().manual_seed(case["seed"])
@@ -192,53 +169,53 @@ def test_generation_seeded_generator_matches_reference_seed(model, vx2_dir, mani
 
 
 @pytest.mark.parametrize("name", ["stream_zero_shot", "stream_continuation"])
-def test_streaming_fixture_patches(model, vx2_dir, manifest, name):
+def test_streaming_fixture_patches(vx2_model, vx2_dir, vx2_manifest, name):
     """The step generator yields exactly the reference's streaming patches, one per step."""
     path = vx2_dir / f"{name}.safetensors"
     assert path.is_file(), f"the VoxCPM 2 fixture lacks {path.name}"
-    s, case = _load(vx2_dir, path.name), manifest["generation"][name]
+    s, case = _load(vx2_dir, path.name), vx2_manifest["generation"][name]
     base = name.removeprefix("stream_")  # the non-streaming run with the same text, prompt and seed
     g = _load(vx2_dir, f"gen_{base}.safetensors")
-    assert case["target_text"] == manifest["generation"][base]["target_text"]
-    assert case["seed"] == manifest["generation"][base]["seed"]
-    steps = list(iter_patches(model, _layout(g), _options(case), noise=s["noise"]))
+    assert case["target_text"] == vx2_manifest["generation"][base]["target_text"]
+    assert case["seed"] == vx2_manifest["generation"][base]["seed"]
+    steps = list(iter_patches(vx2_model, _layout(g), _options(case), noise=s["noise"]))
     assert len(steps) == case["n_patches"] == s["step_patch"].shape[0]
     assert_close(torch.stack([st.patch for st in steps]), s["step_patch"], GEN_TOL, f"{name} patches")
     assert_close(torch.cat([st.stop_logits for st in steps]), s["step_stop_logits"], GEN_TOL, f"{name} stop")
     assert steps[-1].is_last and not any(st.is_last for st in steps[:-1])
 
 
-def test_max_len_caps_generation(model, vx2_dir, manifest):
+def test_max_len_caps_generation(vx2_model, vx2_dir, vx2_manifest):
     mode = GEN_MODES[0]
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
     cap = min(case["n_patches"] - 1, case["inference_kwargs"]["min_len"] + 1)
     opts = GenerationOptions(**{**_options(case).__dict__, "max_len": cap})
-    result = generate_latents(model, _layout(g), opts, noise=g["noise"])
+    result = generate_latents(vx2_model, _layout(g), opts, noise=g["noise"])
     assert result.patches.shape[0] == cap and not result.stopped
     assert_close(result.patches, g["generated_feat"][:cap], GEN_TOL, "capped run")
 
 
-def test_replayed_noise_exhausted_is_an_error(model, vx2_dir, manifest):
+def test_replayed_noise_exhausted_is_an_error(vx2_model, vx2_dir, vx2_manifest):
     mode = GEN_MODES[0]
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
     with pytest.raises(InputError, match="replayed noise"):
-        generate_latents(model, _layout(g), _options(case), noise=g["noise"][:1])
+        generate_latents(vx2_model, _layout(g), _options(case), noise=g["noise"][:1])
 
 
-def test_prompt_longer_than_cache_is_rejected(model):
-    layout = build_layout([1] * model.config.max_length, model.patch_size, model.feat_dim)
+def test_prompt_longer_than_cache_is_rejected(vx2_model):
+    layout = build_layout([1] * vx2_model.config.max_length, vx2_model.patch_size, vx2_model.feat_dim)
     with pytest.raises(TextError, match="positions"):
-        next(iter_patches(model, layout, noise=torch.Generator().manual_seed(0)))
+        next(iter_patches(vx2_model, layout, noise=torch.Generator().manual_seed(0)))
 
 
-def test_generation_near_cache_capacity_stops_at_capacity(model, caplog):
+def test_generation_near_cache_capacity_stops_at_capacity(vx2_model, caplog):
     # a prompt leaving room for 2 positions: patch 0 (prefill state) + 2 fed patches -> at most 3 patches
-    capacity = model.config.max_length
-    layout = build_layout([1] * (capacity - 3), model.patch_size, model.feat_dim)
+    capacity = vx2_model.config.max_length
+    layout = build_layout([1] * (capacity - 3), vx2_model.patch_size, vx2_model.feat_dim)
     assert len(layout) == capacity - 2
     opts = GenerationOptions(min_len=100, max_len=50)
     with caplog.at_level("WARNING"):
-        steps = list(iter_patches(model, layout, opts, noise=torch.Generator().manual_seed(0)))
+        steps = list(iter_patches(vx2_model, layout, opts, noise=torch.Generator().manual_seed(0)))
     assert len(steps) == 3 and steps[-1].is_last and not steps[-1].stopped
     assert "KV cache" in caplog.text
 
@@ -246,9 +223,9 @@ def test_generation_near_cache_capacity_stops_at_capacity(model, caplog):
 # --- layouts -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", GEN_MODES)
-def test_layout_matches_reference(model, vx2_dir, manifest, tokenizer, mode):
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
-    special = model.config.special_tokens
+def test_layout_matches_reference(vx2_model, vx2_dir, vx2_manifest, tokenizer, mode):
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
+    special = vx2_model.config.special_tokens
     assert tokenizer.encode(case["target_text"]) == case["target_text_token_ids"]
     ref, prompt = g.get("cache_ref_audio_feat"), g.get("cache_prompt_audio_feat")
     tokens, tmask = g["seq_text_token"][0], g["seq_text_mask"][0].bool()
@@ -260,7 +237,7 @@ def test_layout_matches_reference(model, vx2_dir, manifest, tokenizer, mode):
     text_ids = text_ids[:-1]
     if prompt is None:  # the text path gives the same ids (continuation texts are prompt + target)
         assert text_ids == tokenizer.encode(case["target_text"])
-    layout = build_layout(text_ids, model.patch_size, model.feat_dim, ref, prompt, special)
+    layout = build_layout(text_ids, vx2_model.patch_size, vx2_model.feat_dim, ref, prompt, special)
     expected = _layout(g)
     for field in ("text_tokens", "text_mask", "audio_feat", "audio_mask"):
         got, want = getattr(layout, field), getattr(expected, field)
@@ -271,22 +248,22 @@ def test_layout_matches_reference(model, vx2_dir, manifest, tokenizer, mode):
 
 
 @pytest.mark.parametrize("mode", TEXT_ONLY_MODES)
-def test_text_path_layout(model, vx2_dir, manifest, tokenizer, mode):
+def test_text_path_layout(vx2_model, vx2_dir, vx2_manifest, tokenizer, mode):
     """Modes without a continuation prompt (whose text the manifest does not record): text -> layout equals the
     reference's ``_inference`` arguments."""
-    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), manifest["generation"][mode]
+    g, case = _load(vx2_dir, f"gen_{mode}.safetensors"), vx2_manifest["generation"][mode]
     assert "cache_prompt_audio_feat" not in g
     ref = g.get("cache_ref_audio_feat")
     prompt = VoicePrompt(ref_patches=ref) if ref is not None else None
-    layout, target_len = make_layout(tokenizer, model.config, case["target_text"], prompt)
+    layout, target_len = make_layout(tokenizer, vx2_model.config, case["target_text"], prompt)
     assert target_len == len(case["target_text_token_ids"])
     expected = _layout(g)
     for field in ("text_tokens", "text_mask", "audio_feat", "audio_mask"):
         assert torch.equal(getattr(layout, field), getattr(expected, field)), field
 
 
-def test_voice_prompt_rules_and_merge(model):
-    p, d = model.patch_size, model.feat_dim
+def test_voice_prompt_rules_and_merge(vx2_model):
+    p, d = vx2_model.patch_size, vx2_model.feat_dim
     ref, prompt, new = torch.ones(2, p, d), torch.full((3, p, d), 2.0), torch.full((4, p, d), 3.0)
     with pytest.raises(InputError):
         VoicePrompt(prompt_text="hi")  # text without audio
@@ -301,8 +278,8 @@ def test_voice_prompt_rules_and_merge(model):
     assert layout_text("x", None) == "x" and layout_text("x", VoicePrompt(ref_patches=ref)) == "x"
 
 
-def test_latent_patch_reshapes_are_inverse(model):
-    p, d = model.patch_size, model.feat_dim
+def test_latent_patch_reshapes_are_inverse(vx2_model):
+    p, d = vx2_model.patch_size, vx2_model.feat_dim
     lat = torch.arange(d * 3 * p, dtype=torch.float32).reshape(1, d, 3 * p)
     patches = latents_to_patches(lat, p)
     assert patches.shape == (3, p, d)
@@ -314,9 +291,9 @@ def test_latent_patch_reshapes_are_inverse(model):
 
 # --- tokenizer and text ----------------------------------------------------------------------------------------
 
-def test_tokenizer_cases(tokenizer, manifest):
-    assert manifest["tokenizer"]
-    for text, case in manifest["tokenizer"].items():
+def test_tokenizer_cases(tokenizer, vx2_manifest):
+    assert vx2_manifest["tokenizer"]
+    for text, case in vx2_manifest["tokenizer"].items():
         assert tokenizer.base_tokenize(text) == case["base_tokenize"], text
         assert tokenizer.tokenize(text) == case["wrapped_tokenize"], text
         assert tokenizer.encode(text) == case["ids"], text
@@ -344,8 +321,8 @@ def test_unknown_characters_are_never_dropped(vx2_dir, tmp_path, caplog):
         VoxCPM2Tokenizer(d, on_unknown="raise").encode("a€b")
 
 
-def test_clean_text(manifest, tokenizer):
-    for case in manifest.get("e2e_retry", {}).values():
+def test_clean_text(vx2_manifest, tokenizer):
+    for case in vx2_manifest.get("e2e_retry", {}).values():
         cleaned = clean_text(case["text_in"])
         assert cleaned == case["text_after_core_cleanup"]
         assert len(tokenizer.encode(cleaned)) == case["target_text_len"]
@@ -355,22 +332,22 @@ def test_clean_text(manifest, tokenizer):
             clean_text(bad)
 
 
-def test_length_cap(manifest):
-    for case in manifest.get("e2e_retry", {}).values():
+def test_length_cap(vx2_manifest):
+    for case in vx2_manifest.get("e2e_retry", {}).values():
         for attempt in case["attempts"]:
             assert length_cap(case["target_text_len"], 4096, case["ratio_threshold"]) == attempt["max_len"]
     assert length_cap(100, 50) == 50
 
 
-def test_bf16_code_path_loosely(vx2_dir, manifest):
+def test_bf16_code_path_loosely(vx2_dir, vx2_manifest):
     """bf16 (the release dtype): RoPE table, time grid and generator noise are bit-exact; patches agree loosely
     (the reference's own bf16-vs-fp32 difference is ~0.02-0.04, README §10)."""
     path = vx2_dir / "gen_zero_shot_bf16.safetensors"
-    if not path.is_file() or "bf16" not in manifest:
+    if not path.is_file() or "bf16" not in vx2_manifest:
         pytest.skip("no bf16 fixture")
     from cadenza.models.voxcpm2.cfm import time_grid
 
-    b, case = _load(vx2_dir, path.name), manifest["bf16"]
+    b, case = _load(vx2_dir, path.name), vx2_manifest["bf16"]
     g = _load(vx2_dir, "gen_zero_shot.safetensors")
     model = load_model(vx2_dir / "tiny_model", dtype=torch.bfloat16)
     cos, _ = model.base_lm.rope(torch.arange(b["rope_base_cos_bf16"].shape[0]), torch.bfloat16)
@@ -388,8 +365,8 @@ def test_bf16_code_path_loosely(vx2_dir, manifest):
     assert_close(got, b["step_patch"].float(), 0.1, "bf16 patches (loose)")
 
 
-def test_layout_validation(model):
-    p, d = model.patch_size, model.feat_dim
+def test_layout_validation(vx2_model):
+    p, d = vx2_model.patch_size, vx2_model.feat_dim
     ok = build_layout([5, 6], p, d)
     with pytest.raises(InputError, match="exactly one"):
         SequenceLayout(ok.text_tokens, ok.text_mask, ok.audio_feat, ok.text_mask)
@@ -401,14 +378,14 @@ def test_layout_validation(model):
         build_layout([5], p, d, ref_patches=torch.zeros(2, p + 1, d))
 
 
-def test_options_validation_and_fresh_noise(model):
+def test_options_validation_and_fresh_noise(vx2_model):
     for bad in ({"max_len": 0}, {"min_len": -1}, {"inference_timesteps": 0}, {"temperature": -1.0}):
         with pytest.raises(InputError):
             GenerationOptions(**bad)
-    layout = build_layout([5, 6, 7], model.patch_size, model.feat_dim)
+    layout = build_layout([5, 6, 7], vx2_model.patch_size, vx2_model.feat_dim)
     state = torch.random.get_rng_state()
-    a = generate_latents(model, layout, GenerationOptions(max_len=2, min_len=5))  # fresh private seed each call
-    b = generate_latents(model, layout, GenerationOptions(max_len=2, min_len=5))
+    a = generate_latents(vx2_model, layout, GenerationOptions(max_len=2, min_len=5))  # fresh private seed each call
+    b = generate_latents(vx2_model, layout, GenerationOptions(max_len=2, min_len=5))
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert a.patches.shape == b.patches.shape == (2, model.patch_size, model.feat_dim)
+    assert a.patches.shape == b.patches.shape == (2, vx2_model.patch_size, vx2_model.feat_dim)
     assert not torch.equal(a.patches, b.patches)

@@ -4,7 +4,6 @@ in a temporary folder (files are linked or rewritten there, never changed in pla
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,20 +22,10 @@ from cadenza.models.voxcpm2.loader import (
 )
 from vx2_small_checkpoints import DROP, with_changes
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
 
 @pytest.fixture(scope="module")
-def tiny_dir() -> Path:
-    path = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path / "tiny_model"
-
-
-@pytest.fixture(scope="module")
-def raw_config(tiny_dir: Path) -> dict:
-    return json.loads((tiny_dir / "config.json").read_text())
+def raw_config(vx2_model_dir: Path) -> dict:
+    return json.loads((vx2_model_dir / "config.json").read_text())
 
 
 def _copy_dir(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
@@ -49,8 +38,8 @@ def _copy_dir(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> Path:
 
 # --- config ----------------------------------------------------------------------------------------------------
 
-def test_config_from_fixture(tiny_dir, raw_config):
-    cfg = VoxCPM2Config.from_json(tiny_dir / "config.json")
+def test_config_from_fixture(vx2_model_dir, raw_config):
+    cfg = VoxCPM2Config.from_json(vx2_model_dir / "config.json")
     lm = raw_config["lm_config"]
     assert cfg.lm_config.hidden_size == lm["hidden_size"] and cfg.lm_config.head_dim == lm["kv_channels"]
     assert cfg.lm_config.rope_scaling.short_factor == tuple(lm["rope_scaling"]["short_factor"])
@@ -109,21 +98,21 @@ def test_config_unreadable(tmp_path):
 
 # --- directory and weights ---------------------------------------------------------------------------------------
 
-def test_load_fixture_directory(tiny_dir):
-    loaded = load_voxcpm2(tiny_dir)
-    assert is_voxcpm2_dir(tiny_dir)
+def test_load_fixture_directory(vx2_model_dir):
+    loaded = load_voxcpm2(vx2_model_dir)
+    assert is_voxcpm2_dir(vx2_model_dir)
     assert loaded.files.audio_vae.name in AUDIO_VAE_FILES
     assert not loaded.model.training and loaded.model.dtype == torch.float32
     assert not any(p.is_meta for p in loaded.model.parameters())
-    state = load_file(str(tiny_dir / "model.safetensors"))
+    state = load_file(str(vx2_model_dir / "model.safetensors"))
     got = loaded.model.state_dict()
     assert got.keys() == state.keys()
     assert all(torch.equal(got[k], v) for k, v in state.items())
     assert loaded.tokenizer.vocab_size <= loaded.config.lm_config.vocab_size
 
 
-def test_missing_files_are_all_listed(tiny_dir, tmp_path):
-    d = _copy_dir(tiny_dir, tmp_path / "m", skip=("model.safetensors", "tokenizer.json", *AUDIO_VAE_FILES))
+def test_missing_files_are_all_listed(vx2_model_dir, tmp_path):
+    d = _copy_dir(vx2_model_dir, tmp_path / "m", skip=("model.safetensors", "tokenizer.json", *AUDIO_VAE_FILES))
     with pytest.raises(CheckpointError) as err:
         inspect_directory(d)
     for name in ("model.safetensors", "tokenizer.json", "audiovae.pth"):
@@ -132,12 +121,12 @@ def test_missing_files_are_all_listed(tiny_dir, tmp_path):
         inspect_directory(tmp_path / "nowhere")
 
 
-def test_strict_keys(tiny_dir, tmp_path):
-    state = load_file(str(tiny_dir / "model.safetensors"))
+def test_strict_keys(vx2_model_dir, tmp_path):
+    state = load_file(str(vx2_model_dir / "model.safetensors"))
     state.pop("stop_head.weight")
     state["extra.weight"] = torch.zeros(1)
     state["stop_proj.bias"] = torch.zeros(3)
-    d = _copy_dir(tiny_dir, tmp_path / "m", skip=("model.safetensors",))
+    d = _copy_dir(vx2_model_dir, tmp_path / "m", skip=("model.safetensors",))
     save_file(state, str(d / "model.safetensors"))
     with pytest.raises(CheckpointError) as err:
         load_model(d)
@@ -145,17 +134,17 @@ def test_strict_keys(tiny_dir, tmp_path):
     assert "stop_head.weight" in msg and "extra.weight" in msg and "stop_proj.bias" in msg
 
 
-def test_corrupt_weights(tiny_dir, tmp_path):
-    d = _copy_dir(tiny_dir, tmp_path / "m", skip=("model.safetensors",))
+def test_corrupt_weights(vx2_model_dir, tmp_path):
+    d = _copy_dir(vx2_model_dir, tmp_path / "m", skip=("model.safetensors",))
     (d / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
     with pytest.raises(CheckpointError, match="model.safetensors"):
         load_model(d)
 
 
-def test_bf16_file_and_dtypes(tiny_dir, tmp_path):
+def test_bf16_file_and_dtypes(vx2_model_dir, tmp_path):
     """The release stores bf16: it loads into float32 (CPU default) and into bf16 on request."""
-    state = {k: v.to(torch.bfloat16) for k, v in load_file(str(tiny_dir / "model.safetensors")).items()}
-    d = _copy_dir(tiny_dir, tmp_path / "m", skip=("model.safetensors",))
+    state = {k: v.to(torch.bfloat16) for k, v in load_file(str(vx2_model_dir / "model.safetensors")).items()}
+    d = _copy_dir(vx2_model_dir, tmp_path / "m", skip=("model.safetensors",))
     save_file(state, str(d / "model.safetensors"))
     fp32 = load_model(d)
     assert fp32.dtype == torch.float32
@@ -164,17 +153,17 @@ def test_bf16_file_and_dtypes(tiny_dir, tmp_path):
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
 
 
-def test_pytorch_bin_fallback(tiny_dir, tmp_path):
-    d = _copy_dir(tiny_dir, tmp_path / "m", skip=("model.safetensors",))
-    torch.save({"state_dict": load_file(str(tiny_dir / "model.safetensors"))}, d / "pytorch_model.bin")
+def test_pytorch_bin_fallback(vx2_model_dir, tmp_path):
+    d = _copy_dir(vx2_model_dir, tmp_path / "m", skip=("model.safetensors",))
+    torch.save({"state_dict": load_file(str(vx2_model_dir / "model.safetensors"))}, d / "pytorch_model.bin")
     assert inspect_directory(d).weights.name == "pytorch_model.bin"
     assert load_model(d).stop_head.weight.shape[0] == 2
 
 
-def test_resolve_dtype(tiny_dir):
-    cfg = VoxCPM2Config.from_json(tiny_dir / "config.json")
+def test_resolve_dtype(vx2_model_dir):
+    cfg = VoxCPM2Config.from_json(vx2_model_dir / "config.json")
     assert resolve_dtype(None, "cpu", cfg) == torch.float32
-    bf16_cfg = VoxCPM2Config.from_dict({**json.loads((tiny_dir / "config.json").read_text()), "dtype": "bfloat16"})
+    bf16_cfg = VoxCPM2Config.from_dict({**json.loads((vx2_model_dir / "config.json").read_text()), "dtype": "bfloat16"})
     assert resolve_dtype(None, "cuda", bf16_cfg) == torch.bfloat16
     assert resolve_dtype("fp16", "cpu", cfg) == torch.float16
     with pytest.raises(CheckpointError):

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -20,29 +19,17 @@ from cadenza.models.voxcpm2 import lora
 from cadenza.models.voxcpm2.generate import GenerationOptions, generate_latents
 from cadenza.models.voxcpm2.layouts import SequenceLayout
 from cadenza.models.voxcpm2.loader import load_model
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close
 
 GEN_TOL = 2e-3  # README: whole generations
 MERGE_TOL = 1e-4  # merged weights change float rounding only
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    if not (path / "tiny_lora").is_dir():
+@pytest.fixture(scope="module", autouse=True)
+def _requires_tiny_lora(vx2_dir: Path) -> None:
+    """Every test here needs the fixture's ``tiny_lora/`` adapter as well as the shared folder (tests/conftest.py)."""
+    if not (vx2_dir / "tiny_lora").is_dir():
         pytest.skip("the fixture set has no tiny_lora/")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +60,8 @@ def _run(model, layout, case, noise):
     return result, steps
 
 
-def test_engine_with_lora_matches_reference(vx2_dir, manifest, expected):
-    case = manifest["lora"]
+def test_engine_with_lora_matches_reference(vx2_dir, vx2_manifest, expected):
+    case = vx2_manifest["lora"]
     engine = VoxCPM2Engine.from_pretrained(vx2_dir / "tiny_model", lora=vx2_dir / "tiny_lora")
     assert len(lora.lora_state_dict(engine.model)) == case["n_lora_tensors_loaded"]
     kw = case["inference_kwargs"]
@@ -86,8 +73,8 @@ def test_engine_with_lora_matches_reference(vx2_dir, manifest, expected):
     assert_close(wav, expected["wav_out"][0], GEN_TOL, "LoRA waveform")
 
 
-def test_lora_steps_with_replayed_noise(model, layout, manifest, expected, vx2_dir):
-    case = manifest["lora"]
+def test_lora_steps_with_replayed_noise(model, layout, vx2_manifest, expected, vx2_dir):
+    case = vx2_manifest["lora"]
     config = lora.load_lora(model, vx2_dir / "tiny_lora")
     assert config.scaling == config.alpha / config.r
     result, steps = _run(model, layout, case, expected["noise"])
@@ -97,8 +84,8 @@ def test_lora_steps_with_replayed_noise(model, layout, manifest, expected, vx2_d
     assert_close(result.patches, expected["step_patch"][:, 0], GEN_TOL, "LoRA patches")
 
 
-def test_disabled_lora_is_the_base_model(model, layout, manifest, vx2_dir):
-    base_case = manifest["generation"]["zero_shot"]
+def test_disabled_lora_is_the_base_model(model, layout, vx2_manifest, vx2_dir):
+    base_case = vx2_manifest["generation"]["zero_shot"]
     g = load_file(str(vx2_dir / "gen_zero_shot.safetensors"))
     base, _ = _run(model, layout, base_case, g["noise"])
     lora.load_lora(model, vx2_dir / "tiny_lora")
@@ -111,8 +98,8 @@ def test_disabled_lora_is_the_base_model(model, layout, manifest, vx2_dir):
     assert not torch.equal(on.patches[:1], base.patches[:1])
 
 
-def test_merge_and_unmerge(model, layout, manifest, expected, vx2_dir):
-    case = manifest["lora"]
+def test_merge_and_unmerge(model, layout, vx2_manifest, expected, vx2_dir):
+    case = vx2_manifest["lora"]
     base_weights = {k: v.clone() for k, v in model.state_dict().items()}
     lora.load_lora(model, vx2_dir / "tiny_lora")
     unmerged, _ = _run(model, layout, case, expected["noise"])
@@ -132,8 +119,8 @@ def test_merge_and_unmerge(model, layout, manifest, expected, vx2_dir):
     assert all(type(m) is torch.nn.Linear for n, m in model.named_modules() if n.endswith("q_proj"))
 
 
-def test_remove_keep_merged_folds_adapter(model, layout, manifest, expected, vx2_dir):
-    case = manifest["lora"]
+def test_remove_keep_merged_folds_adapter(model, layout, vx2_manifest, expected, vx2_dir):
+    case = vx2_manifest["lora"]
     lora.load_lora(model, vx2_dir / "tiny_lora")
     lora.merge_lora(model)
     lora.remove_lora(model, keep_merged=True)
@@ -181,7 +168,7 @@ def test_strict_keys(model, vx2_dir, tmp_path):
         lora.LoRAConfig.from_json(tmp_path / "badcfg.json")
 
 
-def test_ckpt_format_and_swap(model, vx2_dir, tmp_path, layout, manifest, expected):
+def test_ckpt_format_and_swap(model, vx2_dir, tmp_path, layout, vx2_manifest, expected):
     """``lora_weights.ckpt`` (torch pickle ``{"state_dict": ...}``) loads too; loading again swaps the tensors."""
     state = load_file(str(vx2_dir / "tiny_lora" / "lora_weights.safetensors"))
     d = tmp_path / "ckpt"
@@ -191,7 +178,7 @@ def test_ckpt_format_and_swap(model, vx2_dir, tmp_path, layout, manifest, expect
     lora.load_lora(model, d)
     assert all(float(v.abs().sum()) == 0 for v in lora.lora_state_dict(model).values())
     lora.load_lora(model, vx2_dir / "tiny_lora")  # same configuration: tensors replaced in place
-    result, _ = _run(model, layout, manifest["lora"], expected["noise"])
+    result, _ = _run(model, layout, vx2_manifest["lora"], expected["noise"])
     assert_close(result.patches, expected["step_patch"][:, 0], GEN_TOL, "swapped-in adapter")
 
 
@@ -204,9 +191,9 @@ def test_applying_lora_leaves_global_rng_alone(model, vx2_dir):
     assert all(float(m.lora_B.detach().abs().sum()) == 0 for m in lora.lora_modules(model).values())  # starts as a no-op
 
 
-def test_engine_lora_switches(vx2_dir, manifest):
+def test_engine_lora_switches(vx2_dir, vx2_manifest):
     engine = VoxCPM2Engine.from_pretrained(vx2_dir / "tiny_model")
-    case = manifest["lora"]
+    case = vx2_manifest["lora"]
     kw = case["inference_kwargs"]
 
     def run() -> np.ndarray:

@@ -8,7 +8,6 @@ Fixtures: ``$CADENZA_FIXTURES_VOXCPM2`` (default ``<repo>/../shared/fixtures/vox
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from cadenza.errors import CheckpointError, LoRAInUseError, UnknownLoRAError
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.lora import LoRAConfig
 from cadenza.models.voxcpm2.lora_bank import LoRABank, lora_rows
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close
 from vx2_lora_helpers import make_adapter
 
 # Per-row products see other row counts than the model-wide LoRALinear of a request alone (GEMMs sum in another
@@ -33,16 +32,11 @@ ROW_TOL = 1e-5
 TIMEOUT = 120
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "tiny_lora" / "lora_config.json").is_file():
-        pytest.skip(f"VoxCPM 2 fixtures with tiny_lora/ not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
+@pytest.fixture(scope="module", autouse=True)
+def _requires_tiny_lora(vx2_dir: Path) -> None:
+    """Every test here needs the fixture's ``tiny_lora/`` adapter as well as the shared folder (tests/conftest.py)."""
+    if not (vx2_dir / "tiny_lora" / "lora_config.json").is_file():
+        pytest.skip(f"VoxCPM 2 fixtures with tiny_lora/ not found at {vx2_dir} (set CADENZA_FIXTURES_VOXCPM2)")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,35 +17,18 @@ from safetensors.torch import load_file
 from cadenza.engine.voxcpm2 import VoxCPM2Engine
 from cadenza.errors import InputError
 from cadenza.models.voxcpm2.retry import RetryPolicy
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close, vx2_fixture_dir
 
 GEN_TOL = 2e-3  # README: whole generations
 STREAM_TOL = 1e-5  # streamed vs one-shot decoding of the same latents
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
 def _cases() -> list[str]:
-    path = _fixture_path() / "manifest.json"
+    path = vx2_fixture_dir() / "manifest.json"
     return sorted(json.loads(path.read_text()).get("e2e_retry", {})) if path.is_file() else []
 
 
 CASES = _cases()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -60,18 +42,18 @@ def retry_wavs(vx2_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def nonstreaming(engine, manifest) -> dict:
+def nonstreaming(engine, vx2_manifest) -> dict:
     """Each case synthesised once (reused by several tests)."""
     out = {}
-    for name, case in manifest["e2e_retry"].items():
+    for name, case in vx2_manifest["e2e_retry"].items():
         req = engine.build(case["text_in"], seed=case["seed"], retry_ratio=case["ratio_threshold"])
         out[name] = (req, engine.synthesize(req))
     return out
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_retry_matches_reference(nonstreaming, manifest, retry_wavs, name):
-    case = manifest["e2e_retry"][name]
+def test_retry_matches_reference(nonstreaming, vx2_manifest, retry_wavs, name):
+    case = vx2_manifest["e2e_retry"][name]
     req, wav = nonstreaming[name]
     assert req.text.text == case["text_after_core_cleanup"] and req.target_len == case["target_text_len"]
     attempts = req.outcome.attempts
@@ -87,9 +69,9 @@ def test_retry_matches_reference(nonstreaming, manifest, retry_wavs, name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_streaming_retry_with_holdback_equals_nonstreaming(engine, nonstreaming, manifest, name):
+def test_streaming_retry_with_holdback_equals_nonstreaming(engine, nonstreaming, vx2_manifest, name):
     """Holdback covering the verdict: the same attempts are retried and the chosen one is streamed."""
-    case = manifest["e2e_retry"][name]
+    case = vx2_manifest["e2e_retry"][name]
     policy = RetryPolicy(ratio=case["ratio_threshold"])
     holdback = policy.bad_at(case["target_text_len"])
     req = engine.build(case["text_in"], seed=case["seed"], retry_ratio=case["ratio_threshold"],
@@ -105,11 +87,11 @@ def test_streaming_retry_with_holdback_equals_nonstreaming(engine, nonstreaming,
     assert_close(np.concatenate(chunks), wav, STREAM_TOL, f"{name}: streamed retry vs non-streaming retry")
 
 
-def test_streaming_without_holdback_stops_at_verdict(engine, manifest):
-    name = next((n for n in CASES if manifest["e2e_retry"][n]["attempts"][0]["n_patches"] >= math.ceil(
-        manifest["e2e_retry"][n]["target_text_len"] * manifest["e2e_retry"][n]["ratio_threshold"])), None)
+def test_streaming_without_holdback_stops_at_verdict(engine, vx2_manifest):
+    name = next((n for n in CASES if vx2_manifest["e2e_retry"][n]["attempts"][0]["n_patches"] >= math.ceil(
+        vx2_manifest["e2e_retry"][n]["target_text_len"] * vx2_manifest["e2e_retry"][n]["ratio_threshold"])), None)
     assert name is not None, "the VoxCPM 2 fixture has no retry case whose first attempt is bad"
-    case = manifest["e2e_retry"][name]
+    case = vx2_manifest["e2e_retry"][name]
     req = engine.build(case["text_in"], seed=case["seed"], retry_ratio=case["ratio_threshold"], stream_holdback=0)
     chunks = list(engine.stream(req))
     bad_at = req.retry.bad_at(req.target_len)
@@ -118,10 +100,10 @@ def test_streaming_without_holdback_stops_at_verdict(engine, manifest):
     assert req.seed_used == case["seed"]
 
 
-def test_retry_disabled_runs_one_attempt_to_the_cap(engine, manifest):
+def test_retry_disabled_runs_one_attempt_to_the_cap(engine, vx2_manifest):
     assert CASES, "the VoxCPM 2 fixture has no retry cases"
     name = CASES[0]
-    case = manifest["e2e_retry"][name]
+    case = vx2_manifest["e2e_retry"][name]
     req = engine.build(case["text_in"], seed=case["seed"], retry=False, retry_ratio=case["ratio_threshold"])
     engine.synthesize(req)
     assert len(req.outcome.attempts) == 1

@@ -8,8 +8,6 @@ non-streaming decode).
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,34 +18,11 @@ from safetensors.torch import load_file
 from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae
 from cadenza.models.voxcpm2.generate import GenerationOptions, generate_latents
 from cadenza.models.voxcpm2.layouts import SequenceLayout
-from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.streaming import PatchDecoder, stream_waveform
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close, vx2_fixture_dir
 
 GEN_TOL = 2e-3  # README: whole generations
 STREAM_TOL = 1e-5  # streamed vs one-shot decoding of the same latents (float rounding only)
-
-
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def model(vx2_dir: Path):
-    return load_model(vx2_dir / "tiny_model", device="cpu", dtype=torch.float32)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +41,7 @@ def _options(case: dict) -> GenerationOptions:
 
 
 def _stream_cases() -> list[str]:
-    path = _fixture_path()
+    path = vx2_fixture_dir()
     return sorted(p.stem for p in path.glob("stream_*.safetensors")) if path.is_dir() else []
 
 
@@ -78,12 +53,12 @@ def _nonstream(model, vae, layout, options, noise) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", _stream_cases())
-def test_reference_stream_parity(model, vae, vx2_dir, manifest, name):
+def test_reference_stream_parity(vx2_model, vae, vx2_dir, vx2_manifest, name):
     """The reference's cold-start streams, chunk for chunk."""
-    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), manifest["generation"][name]
+    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), vx2_manifest["generation"][name]
     g = load_file(str(vx2_dir / f"gen_{name.removeprefix('stream_')}.safetensors"))
     steps = []
-    chunks = list(stream_waveform(model, vae, _layout(g), _options(case), noise=s["noise"], reference_onset=True,
+    chunks = list(stream_waveform(vx2_model, vae, _layout(g), _options(case), noise=s["noise"], reference_onset=True,
                                   steps_out=steps))
     assert [c.size for c in chunks] == case["chunk_samples"]
     assert all(c.dtype == np.float32 for c in chunks)
@@ -92,27 +67,27 @@ def test_reference_stream_parity(model, vae, vx2_dir, manifest, name):
 
 
 @pytest.mark.parametrize("name", _stream_cases())
-def test_stream_equals_nonstream_with_warm_onset(model, vae, vx2_dir, manifest, name):
+def test_stream_equals_nonstream_with_warm_onset(vx2_model, vae, vx2_dir, vx2_manifest, name):
     """Default streams are the non-streaming audio cut into chunks, continuation included (the reference's are not:
     ``manifest.stream_vs_nonstream_wav_maxabs``)."""
-    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), manifest["generation"][name]
+    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), vx2_manifest["generation"][name]
     base = name.removeprefix("stream_")
     g = load_file(str(vx2_dir / f"gen_{base}.safetensors"))
-    streamed = np.concatenate(list(stream_waveform(model, vae, _layout(g), _options(case), noise=s["noise"])))
-    whole = _nonstream(model, vae, _layout(g), _options(case), s["noise"])
+    streamed = np.concatenate(list(stream_waveform(vx2_model, vae, _layout(g), _options(case), noise=s["noise"])))
+    whole = _nonstream(vx2_model, vae, _layout(g), _options(case), s["noise"])
     assert_close(streamed, whole, STREAM_TOL, f"{name}: streamed vs one-shot")
     assert_close(streamed, g["wav_out"][0], GEN_TOL, f"{name}: streamed vs reference non-streaming")
     if _layout(g).ends_with_audio:  # the fix matters exactly here
-        cold = np.concatenate(list(stream_waveform(model, vae, _layout(g), _options(case), noise=s["noise"],
+        cold = np.concatenate(list(stream_waveform(vx2_model, vae, _layout(g), _options(case), noise=s["noise"],
                                                    reference_onset=True)))
         assert np.abs(cold - whole).max() > 100 * STREAM_TOL
 
 
-def test_every_patch_decoded_once(model, vae, vx2_dir, manifest, monkeypatch):
+def test_every_patch_decoded_once(vx2_model, vae, vx2_dir, vx2_manifest, monkeypatch):
     """Each generated patch reaches the decoder exactly once (plus one warm-up call for continuation)."""
     name = next((n for n in _stream_cases() if "continuation" in n), None)
     assert name, "the VoxCPM 2 fixture lacks a continuation stream case (stream_*continuation*)"
-    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), manifest["generation"][name]
+    s, case = load_file(str(vx2_dir / f"{name}.safetensors")), vx2_manifest["generation"][name]
     g = load_file(str(vx2_dir / f"gen_{name.removeprefix('stream_')}.safetensors"))
     calls = []
     from cadenza.models.voxcpm2 import audio_vae_streaming
@@ -121,14 +96,14 @@ def test_every_patch_decoded_once(model, vae, vx2_dir, manifest, monkeypatch):
     monkeypatch.setattr(audio_vae_streaming.StreamingAudioVAEDecoder, "decode_chunk",
                         lambda self, z: (calls.append(z.shape[-1]), original(self, z))[1])
     layout, options = _layout(g), _options(case)
-    chunks = list(stream_waveform(model, vae, layout, options, noise=s["noise"]))
+    chunks = list(stream_waveform(vx2_model, vae, layout, options, noise=s["noise"]))
     context = layout.context_patches(options.context_patches).shape[0]
-    p = model.patch_size
+    p = vx2_model.patch_size
     assert calls == [context * p] + [p] * case["n_patches"]
     assert len(chunks) == case["n_patches"]
 
 
-def test_decoder_warmup_and_chunking(model, vae, vx2_dir):
+def test_decoder_warmup_and_chunking(vx2_model, vae, vx2_dir):
     """PatchDecoder with context == one-shot decode of [context, patches] with the context audio dropped, for single
     patches and multi-patch chunks alike."""
     path = vx2_dir / "gen_ref_continuation.safetensors"
@@ -139,7 +114,7 @@ def test_decoder_warmup_and_chunking(model, vae, vx2_dir):
 
     with torch.no_grad():
         whole = vae.decode(patches_to_latents(torch.cat([context, patches])))[0, 0].numpy()
-    whole = whole[context.shape[0] * model.patch_size * vae.decode_hop_length:]
+    whole = whole[context.shape[0] * vx2_model.patch_size * vae.decode_hop_length:]
     with PatchDecoder(vae, context) as dec:
         parts = [dec.decode(patches[:1]), dec.decode(patches[1:3]), *[dec.decode(patches[i:i + 1])
                                                                        for i in range(3, patches.shape[0])]]
@@ -147,11 +122,11 @@ def test_decoder_warmup_and_chunking(model, vae, vx2_dir):
     assert_close(np.concatenate(parts), whole, STREAM_TOL, "warm chunked decode")
 
 
-def test_closing_stream_stops_generation(model, vae, vx2_dir, manifest):
+def test_closing_stream_stops_generation(vx2_model, vae, vx2_dir, vx2_manifest):
     g = load_file(str(vx2_dir / "gen_zero_shot.safetensors"))
-    case = manifest["generation"]["zero_shot"]
+    case = vx2_manifest["generation"]["zero_shot"]
     steps = []
-    it = stream_waveform(model, vae, _layout(g), _options(case), noise=g["noise"], steps_out=steps)
+    it = stream_waveform(vx2_model, vae, _layout(g), _options(case), noise=g["noise"], steps_out=steps)
     next(it)
     next(it)
     it.close()

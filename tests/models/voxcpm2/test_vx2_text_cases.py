@@ -8,29 +8,16 @@ and that the readings agree with the reference wherever the reference is right (
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
-
-import pytest
 
 from cadenza.text import normalize
 
-FIXTURES = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or Path(__file__).resolve().parents[3] / "../shared/fixtures/voxcpm2")
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 _EN_NUMBER_WORDS = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|twenty|hundred|thousand)\b")
 
 
-def _cases() -> dict[str, str]:
-    path = FIXTURES / "manifest.json"
-    if not path.is_file():
-        pytest.skip(f"VoxCPM 2 fixtures not found at {FIXTURES} (set CADENZA_FIXTURES_VOXCPM2)")
-    return json.loads(path.read_text(encoding="utf-8"))["text_normalization"]["cases"]
-
-
-def test_every_reference_case_normalises_without_digits():
-    for text, reference in _cases().items():
+def test_every_reference_case_normalises_without_digits(vx2_manifest):
+    for text, reference in vx2_manifest["text_normalization"]["cases"].items():
         ours = normalize(text)  # the reference raises on one of them (emoji + markdown)
         assert not re.search(r"[0-9]", ours), (text, ours)
         if _HAN.search(text):
@@ -40,8 +27,8 @@ def test_every_reference_case_normalises_without_digits():
             assert " ".join(ours.split()) == " ".join(text.split()) or ours == reference, (text, ours)
 
 
-def test_agrees_with_the_reference_where_it_is_right():
-    cases = _cases()
+def test_agrees_with_the_reference_where_it_is_right(vx2_manifest):
+    cases = vx2_manifest["text_normalization"]["cases"]
     for text in ("550 + 320 = 870 千卡。", "面积是3m²，约≈4。", "你好 "):
         if text in cases:
             assert normalize(text) == cases[text]

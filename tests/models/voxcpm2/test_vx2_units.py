@@ -6,9 +6,7 @@ read from the fixture files and the manifest, never from this file.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 from pathlib import Path
 
@@ -17,26 +15,11 @@ import torch
 
 from cadenza.models.voxcpm2.cfm import time_grid, zero_init_steps
 from cadenza.models.voxcpm2.config import VoxCPM2Config
-from cadenza.models.voxcpm2.loader import load_model
 from cadenza.models.voxcpm2.minicpm4 import MiniCPMModel
 from helpers import assert_close
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 BLOCK_TOL = 1e-5
 STACK_TOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-    if not (path / "manifest.json").is_file():
-        pytest.skip(f"VoxCPM 2 parity fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -51,35 +34,30 @@ def config(vx2_dir: Path) -> VoxCPM2Config:
     return VoxCPM2Config.from_json(vx2_dir / "tiny_model" / "config.json")
 
 
-@pytest.fixture(scope="module")
-def model(vx2_dir: Path):
-    return load_model(vx2_dir / "tiny_model", device="cpu", dtype=torch.float32)
-
-
-def test_parameter_counts(model, manifest):
-    counts = manifest["tiny_param_counts"]
+def test_parameter_counts(vx2_model, vx2_manifest):
+    counts = vx2_manifest["tiny_param_counts"]
     for name in ("base_lm", "residual_lm", "feat_encoder", "feat_decoder"):
-        assert sum(p.numel() for p in getattr(model, name).parameters()) == counts[name], name
+        assert sum(p.numel() for p in getattr(vx2_model, name).parameters()) == counts[name], name
 
 
-def test_rope_tables(model, unit):
+def test_rope_tables(vx2_model, unit):
     n = unit["rope_base_cos"].shape[0]
-    cos, sin = model.base_lm.rope(torch.arange(n))
+    cos, sin = vx2_model.base_lm.rope(torch.arange(n))
     assert_close(cos, unit["rope_base_cos"], BLOCK_TOL, "rope_base_cos")
     assert_close(sin, unit["rope_base_sin"], BLOCK_TOL, "rope_base_sin")
     n = unit["rope_locenc_cos"].shape[0]
-    cos, sin = model.feat_encoder.encoder.rope(torch.arange(n))
+    cos, sin = vx2_model.feat_encoder.encoder.rope(torch.arange(n))
     assert_close(cos, unit["rope_locenc_cos"], BLOCK_TOL, "rope_locenc_cos")
     assert_close(sin, unit["rope_locenc_sin"], BLOCK_TOL, "rope_locenc_sin")
-    assert model.residual_lm.rope is None  # residual_lm_no_rope
+    assert vx2_model.residual_lm.rope is None  # residual_lm_no_rope
 
 
-def test_rope_long_factors(config, unit, manifest):
+def test_rope_long_factors(config, unit, vx2_manifest):
     # The fixture's "long" table uses max_position_embeddings = orig^(s^2) (s = the recorded scaling factor),
     # i.e. the length whose LongRoPE scale is s; above the original length the long factors apply.
     lm = config.lm_config
     orig = lm.rope_scaling.original_max_position_embeddings
-    s = manifest["rope_long_scaling_factor"]
+    s = vx2_manifest["rope_long_scaling_factor"]
     max_pos = round(orig ** (s * s))
     assert max_pos > orig
     stack = MiniCPMModel(lm.replace(max_position_embeddings=max_pos))
@@ -91,8 +69,8 @@ def test_rope_long_factors(config, unit, manifest):
 
 
 @pytest.mark.parametrize("stack", ["base_lm", "residual_lm"])
-def test_lm_prefill_and_steps(model, unit, stack):
-    lm = getattr(model, stack)
+def test_lm_prefill_and_steps(vx2_model, unit, stack):
+    lm = getattr(vx2_model, stack)
     x = unit["base_lm_in"]
     n_prefill, n_steps = unit[f"{stack}_prefill_out"].shape[1], unit[f"{stack}_step_out"].shape[1]
     cache = lm.new_cache()
@@ -109,32 +87,32 @@ def test_lm_prefill_and_steps(model, unit, stack):
             assert_close(lm(x, causal=True), unit["base_lm_full_out"], STACK_TOL, "base_lm full")
 
 
-def test_mup_variant(model, config, unit):
+def test_mup_variant(vx2_model, config, unit):
     mup = MiniCPMModel(config.lm_config.replace(use_mup=True))
-    mup.load_state_dict(model.base_lm.state_dict())
+    mup.load_state_dict(vx2_model.base_lm.state_dict())
     n = unit["base_lm_mup_prefill_out"].shape[1]
     with torch.no_grad():
         out = mup(unit["base_lm_in"][:, :n], causal=True)
     assert_close(out, unit["base_lm_mup_prefill_out"], STACK_TOL, "mup prefill")
 
 
-def test_local_encoder(model, unit):
+def test_local_encoder(vx2_model, unit):
     with torch.no_grad():
-        enc = model.feat_encoder(unit["locenc_in"])
+        enc = vx2_model.feat_encoder(unit["locenc_in"])
         assert_close(enc, unit["locenc_out"], STACK_TOL, "locenc")
-        assert_close(model.enc_to_lm_proj(enc), unit["enc_to_lm_proj_out"], STACK_TOL, "enc_to_lm_proj")
+        assert_close(vx2_model.enc_to_lm_proj(enc), unit["enc_to_lm_proj_out"], STACK_TOL, "enc_to_lm_proj")
 
 
-def test_fsq(model, unit):
+def test_fsq(vx2_model, unit):
     with torch.no_grad():
-        codes = model.fsq_layer.codes(unit["fsq_in"])
+        codes = vx2_model.fsq_layer.codes(unit["fsq_in"])
         assert torch.equal(codes, unit["fsq_codes"])
-        assert codes.abs().max() <= model.config.scalar_quantization_scale
-        assert_close(model.fsq_layer(unit["fsq_in"]), unit["fsq_out"], BLOCK_TOL, "fsq_out")
+        assert codes.abs().max() <= vx2_model.config.scalar_quantization_scale
+        assert_close(vx2_model.fsq_layer(unit["fsq_in"]), unit["fsq_out"], BLOCK_TOL, "fsq_out")
 
 
-def test_fsq_straight_through_gradient(model, unit):
-    fsq = model.fsq_layer.train()
+def test_fsq_straight_through_gradient(vx2_model, unit):
+    fsq = vx2_model.fsq_layer.train()
     try:
         x = unit["fsq_in"].clone().requires_grad_(True)
         out = fsq(x)
@@ -147,49 +125,49 @@ def test_fsq_straight_through_gradient(model, unit):
         fsq.eval()
 
 
-def test_stop_head(model, unit):
+def test_stop_head(vx2_model, unit):
     with torch.no_grad():
-        assert_close(model.stop_logits(unit["stop_in"]), unit["stop_logits"], BLOCK_TOL, "stop logits")
+        assert_close(vx2_model.stop_logits(unit["stop_in"]), unit["stop_logits"], BLOCK_TOL, "stop logits")
 
 
-def test_time_embedding(model, unit):
-    emb = model.feat_decoder.estimator.time_embeddings(unit["time_emb_t"])
+def test_time_embedding(vx2_model, unit):
+    emb = vx2_model.feat_decoder.estimator.time_embeddings(unit["time_emb_t"])
     assert_close(emb, unit["time_emb_sinusoid"], BLOCK_TOL, "time embedding")
 
 
-def test_time_grids(unit, manifest):
+def test_time_grids(unit, vx2_manifest):
     keys = [k for k in unit if re.fullmatch(r"t_span_n\d+", k)]
     assert keys
     for key in keys:
         n = int(key.removeprefix("t_span_n"))
         assert_close(time_grid(n), unit[key], 1e-6, key)
-        assert zero_init_steps(n) == manifest[f"zero_init_steps_n{n}"], key
+        assert zero_init_steps(n) == vx2_manifest[f"zero_init_steps_n{n}"], key
 
 
 @pytest.mark.parametrize("dt_key,out_key", [("dit_dt", "dit_out"), ("dit_dt_nonzero", "dit_out_dt_nonzero")])
-def test_dit_estimator(model, unit, dt_key, out_key):
+def test_dit_estimator(vx2_model, unit, dt_key, out_key):
     with torch.no_grad():
-        out = model.feat_decoder.estimator(unit["dit_x"], unit["dit_mu"], unit["dit_t"], unit["dit_cond"], unit[dt_key])
+        out = vx2_model.feat_decoder.estimator(unit["dit_x"], unit["dit_mu"], unit["dit_t"], unit["dit_cond"], unit[dt_key])
     assert_close(out, unit[out_key], STACK_TOL, out_key)
 
 
-def test_flow_sampler(model, unit):
+def test_flow_sampler(vx2_model, unit):
     cases = [m for m in (re.fullmatch(r"cfm_out_n(\d+)_cfg([\d.]+)(_nozerostar)?", k) for k in unit) if m]
     assert len(cases) >= 2
     for m in cases:
         n, w, zero_star = int(m.group(1)), float(m.group(2)), m.group(3) is None
         with torch.no_grad():
-            out = model.feat_decoder(
+            out = vx2_model.feat_decoder(
                 unit["cfm_mu"], unit["cfm_cond"], unit["cfm_noise"], n_timesteps=n, cfg_value=w,
                 use_cfg_zero_star=zero_star,
             )
         assert_close(out, unit[m.group(0)], STACK_TOL, m.group(0))
 
 
-def test_cfg_value_one_without_zero_star_is_plain_euler(model, unit):
+def test_cfg_value_one_without_zero_star_is_plain_euler(vx2_model, unit):
     # w = 1 and s* = 1: v = v_u + (v_c - v_u) = v_c, i.e. Euler on the conditional velocity alone, for any batch
     # (t and dt are per row) and with the real dt fed in mean mode. Equal up to the rounding of that subtraction.
-    sampler, n = model.feat_decoder, 10
+    sampler, n = vx2_model.feat_decoder, 10
     est, grid = sampler.estimator, time_grid(n)
     mu, cond, noise = unit["cfm_mu"], unit["cfm_cond"], unit["cfm_noise"]
     b = noise.shape[0]

@@ -5,7 +5,6 @@ gradients), unchanged state-dict keys, and the CLI flag reaching the stage confi
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,9 @@ from cadenza.models.voxcpm2.minicpm4 import MiniCPMDecoderLayer, MiniCPMModel
 from cadenza.training.voxcpm2.losses import ItemNoise
 from cadenza.training.voxcpm2.packer import EncodedSample
 from cadenza.training.voxcpm2.stage import VoxCPM2Stage
-from helpers import REPO_ROOT
 
 REL_TOL = 1e-6
 STACKS = ("base_lm", "residual_lm", "feat_encoder.encoder", "feat_decoder.estimator.decoder")
-
-
-@pytest.fixture(scope="module")
-def fx() -> Path:
-    path = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-    if not (path / "tiny_model").is_dir():
-        pytest.skip(f"VoxCPM 2 fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
 
 
 def _stage(fx: Path, mode: str, checkpointing: bool) -> VoxCPM2Stage:
@@ -81,8 +71,8 @@ def _loss_and_grads(stage: VoxCPM2Stage, calls: dict[str, int]) -> tuple[torch.T
 
 
 @pytest.mark.parametrize("mode", ["full", "lora"])
-def test_checkpointed_layers_give_the_same_loss_and_gradients(fx, mode):
-    plain, ckpt = _stage(fx, mode, False), _stage(fx, mode, True)
+def test_checkpointed_layers_give_the_same_loss_and_gradients(vx2_dir, mode):
+    plain, ckpt = _stage(vx2_dir, mode, False), _stage(vx2_dir, mode, True)
     assert list(plain.model.state_dict()) == list(ckpt.model.state_dict())  # names untouched: checkpoints, LoRA keys
     stacks = {n for n, m in ckpt.model.named_modules() if isinstance(m, MiniCPMModel) and m.activation_checkpointing}
     assert stacks == set(STACKS)
@@ -107,8 +97,8 @@ def test_checkpointed_layers_give_the_same_loss_and_gradients(fx, mode):
         assert float((ga - grads_b[name]).abs().max()) <= REL_TOL * scale, name
 
 
-def test_no_recomputation_outside_training_with_gradients(fx):
-    stage = _stage(fx, "lora", True)
+def test_no_recomputation_outside_training_with_gradients(vx2_dir):
+    stage = _stage(vx2_dir, "lora", True)
     for train, grad in ((True, False), (False, True)):
         stage.model.train(train)
         calls: dict[str, int] = {}
@@ -124,10 +114,10 @@ def test_no_recomputation_outside_training_with_gradients(fx):
         assert calls and set(calls.values()) == {1}, (train, grad, calls)
 
 
-def test_the_cli_flag_sets_the_stage_option(fx):
+def test_the_cli_flag_sets_the_stage_option(vx2_dir):
     parser = argparse.ArgumentParser()
     _arguments(parser)
-    base = ["voxcpm2", "--init", str(fx / "tiny_model"), "--out", "run"]
+    base = ["voxcpm2", "--init", str(vx2_dir / "tiny_model"), "--out", "run"]
     assert _voxcpm2_config(parser.parse_args(base + ["--activation-checkpointing"]))["voxcpm2"][
         "activation_checkpointing"] is True
     assert "activation_checkpointing" not in _voxcpm2_config(parser.parse_args(base))["voxcpm2"]

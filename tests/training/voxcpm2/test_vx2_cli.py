@@ -5,7 +5,6 @@ and the adapter merged into a model folder (``--merge-lora``) that ``cadenza.loa
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,26 +16,17 @@ from safetensors.torch import load_file
 
 from cadenza.cli.main import main
 from cadenza.models.voxcpm2.lora import LoRAConfig
-from helpers import REPO_ROOT
 
 TEXT = "Hello the world."
 
 
 @pytest.fixture(scope="module")
-def fx() -> Path:
-    path = Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-    if not (path / "tiny_model").is_dir():
-        pytest.skip(f"VoxCPM 2 fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def lora_run(fx, tmp_path_factory) -> dict[str, Path]:
+def lora_run(vx2_dir, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vx2_cli")
     data = root / "data"
     (data / "wavs").mkdir(parents=True)
     transcripts = ["Hello the world.", "This is a test, hello.", "The world is here.", "Hello, this is it."]
-    wavs = sorted((fx / "wavs").glob("*.wav"))
+    wavs = sorted((vx2_dir / "wavs").glob("*.wav"))
     lines = []
     for i, text in enumerate(transcripts):
         wav = wavs[i % len(wavs)]
@@ -49,7 +39,7 @@ def lora_run(fx, tmp_path_factory) -> dict[str, Path]:
                  "voxcpm2": {"grad_accum_steps": 1}}
     (root / "small.yaml").write_text(yaml.safe_dump(overrides))
     out = root / "run"
-    assert main(["train", "voxcpm2", "--init", str(fx / "tiny_model"), "--data", str(data), "--out", str(out),
+    assert main(["train", "voxcpm2", "--init", str(vx2_dir / "tiny_model"), "--data", str(data), "--out", str(out),
                  "--config", str(root / "small.yaml")]) == 0
     return {"root": root, "out": out, "data": data}
 
@@ -61,15 +51,15 @@ def _synth(model: Path, out: Path, *extra: str) -> np.ndarray:
     return audio
 
 
-def test_the_run_writes_the_release_lora_files(fx, lora_run):
+def test_the_run_writes_the_release_lora_files(vx2_dir, lora_run):
     out = lora_run["out"]
     doc = json.loads((out / "lora_config.json").read_text())
-    assert doc["base_model"] == str(fx / "tiny_model")
+    assert doc["base_model"] == str(vx2_dir / "tiny_model")
     config = LoRAConfig.from_json(out / "lora_config.json")
     assert (config.r, config.alpha, config.dropout) == (32, 32.0, 0.0)
     assert config.enable_lm and config.enable_dit and not config.enable_proj
     weights = load_file(str(out / "lora_weights.safetensors"))
-    fixture_names = set(load_file(str(fx / "tiny_lora" / "lora_weights.safetensors")))
+    fixture_names = set(load_file(str(vx2_dir / "tiny_lora" / "lora_weights.safetensors")))
     # the fixture's adapter (the reference trainer's names) minus its four bridge projections
     assert set(weights) == {n for n in fixture_names if not n.split(".")[0].endswith("_proj")}
     assert weights["base_lm.layers.0.self_attn.q_proj.lora_A"].shape == (32, 64)
@@ -90,28 +80,28 @@ def _engine_audio(model: Path, lora: Path | None = None) -> np.ndarray:
         engine.close()
 
 
-def test_synth_with_the_adapter_and_merged(fx, lora_run):
+def test_synth_with_the_adapter_and_merged(vx2_dir, lora_run):
     from cadenza.api.voxcpm2 import VoxCPM2
 
     root, out = lora_run["root"], lora_run["out"]
-    base = _synth(fx / "tiny_model", root / "base.wav")
-    adapted = _synth(fx / "tiny_model", root / "lora.wav", "--lora", str(out))
+    base = _synth(vx2_dir / "tiny_model", root / "base.wav")
+    adapted = _synth(vx2_dir / "tiny_model", root / "lora.wav", "--lora", str(out))
     n = min(base.size, adapted.size)
     assert base.size != adapted.size or np.abs(base[:n] - adapted[:n]).max() > 1e-3, "the adapter changed nothing"
-    api = VoxCPM2.from_pretrained(fx / "tiny_model", lora=out).synthesize(TEXT, seed=1).samples
+    api = VoxCPM2.from_pretrained(vx2_dir / "tiny_model", lora=out).synthesize(TEXT, seed=1).samples
     assert api.size == adapted.size and np.abs(api - adapted).max() <= 1e-4  # the WAV file is 16-bit
     merged = root / "merged"
-    assert main(["train", "voxcpm2", "--merge-lora", str(out), "--init", str(fx / "tiny_model"),
+    assert main(["train", "voxcpm2", "--merge-lora", str(out), "--init", str(vx2_dir / "tiny_model"),
                  "--out", str(merged)]) == 0
     import cadenza
 
     assert cadenza.load(merged).synthesize(TEXT, seed=1).samples.size == api.size
-    folded, with_adapter = _engine_audio(merged), _engine_audio(fx / "tiny_model", out)
+    folded, with_adapter = _engine_audio(merged), _engine_audio(vx2_dir / "tiny_model", out)
     assert folded.size == with_adapter.size and np.abs(folded - with_adapter).max() <= 1e-5
 
 
-def test_cli_errors(fx, tmp_path, capsys):
-    assert main(["train", "voxcpm2", "--init", str(fx / "tiny_model"), "--out", str(tmp_path / "x")]) != 0
+def test_cli_errors(vx2_dir, tmp_path, capsys):
+    assert main(["train", "voxcpm2", "--init", str(vx2_dir / "tiny_model"), "--out", str(tmp_path / "x")]) != 0
     assert "--data" in capsys.readouterr().err
     assert main(["train", "lm", "--data", str(tmp_path), "--out", str(tmp_path / "x")]) != 0
     assert "--config" in capsys.readouterr().err

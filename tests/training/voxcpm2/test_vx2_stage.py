@@ -30,16 +30,12 @@ from helpers import REPO_ROOT, assert_close
 LOSS_TOL = 1e-5
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
 @pytest.fixture(scope="module")
-def fx() -> Path:
-    path = _fixture_path()
-    if not (path / "training.safetensors").is_file():
-        pytest.skip(f"VoxCPM 2 training fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
+def fx(vx2_dir: Path) -> Path:
+    """The shared fixture folder (tests/conftest.py), which must have ``training.safetensors`` too."""
+    if not (vx2_dir / "training.safetensors").is_file():
+        pytest.skip(f"VoxCPM 2 training fixtures not found at {vx2_dir} (set CADENZA_FIXTURES_VOXCPM2)")
+    return vx2_dir
 
 
 def write_manifest(folder: Path, fx: Path, extra: list[dict] | None = None) -> Path:

@@ -4,8 +4,6 @@ random draws), plus gradients, LoRA-only training, prompt-style samples and trun
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,27 +15,17 @@ from cadenza.models.voxcpm2 import lora
 from cadenza.models.voxcpm2.audio_vae_loader import load_audio_vae
 from cadenza.models.voxcpm2.loader import load_model
 from cadenza.training.voxcpm2 import PackedBatch, TrainingNoise, TrainingSample, VoxCPM2Packer, voxcpm2_losses
-from helpers import REPO_ROOT, assert_close
+from helpers import assert_close
 
 FEAT_TOL = 1e-5  # README: single blocks (AudioVAE encoder)
 LOSS_TOL = 1e-5  # a few stack passes reduced to two scalars
 
 
-def _fixture_path() -> Path:
-    return Path(os.environ.get("CADENZA_FIXTURES_VOXCPM2") or REPO_ROOT / "../shared/fixtures/voxcpm2").resolve()
-
-
-@pytest.fixture(scope="module")
-def vx2_dir() -> Path:
-    path = _fixture_path()
-    if not (path / "training.safetensors").is_file():
-        pytest.skip(f"VoxCPM 2 training fixtures not found at {path} (set CADENZA_FIXTURES_VOXCPM2)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def manifest(vx2_dir: Path) -> dict:
-    return json.loads((vx2_dir / "manifest.json").read_text())
+@pytest.fixture(scope="module", autouse=True)
+def _requires_training_fixture(vx2_dir: Path) -> None:
+    """Every test here needs ``training.safetensors`` as well as the shared folder (tests/conftest.py)."""
+    if not (vx2_dir / "training.safetensors").is_file():
+        pytest.skip(f"VoxCPM 2 training fixtures not found at {vx2_dir} (set CADENZA_FIXTURES_VOXCPM2)")
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +68,17 @@ def test_packer_matches_reference(batch, t):
             assert torch.equal(value, ref), name
 
 
-def test_losses_match_reference(model, batch, t, manifest):
+def test_losses_match_reference(model, batch, t, vx2_manifest):
     noise = _replay(t)
-    out = voxcpm2_losses(model, batch, progress=manifest["training"]["progress"], noise=noise)
-    assert [kind for kind, _ in noise.drawn] == [k.removesuffix("_like") for k in manifest["training"]["rng_call_order"]]
+    out = voxcpm2_losses(model, batch, progress=vx2_manifest["training"]["progress"], noise=noise)
+    assert [kind for kind, _ in noise.drawn] == [k.removesuffix("_like") for k in vx2_manifest["training"]["rng_call_order"]]
     assert_close(out.diff.detach(), t["loss_diff"][0], LOSS_TOL, "loss/diff")
     assert_close(out.stop.detach(), t["loss_stop"][0], LOSS_TOL, "loss/stop")
     assert_close(out.total(grad_accum_steps=2).detach(), (t["loss_diff"][0] + t["loss_stop"][0]) / 2, LOSS_TOL, "total")
 
 
-def test_gradients_reach_every_trained_module(model, batch, t, manifest):
-    out = voxcpm2_losses(model, batch, progress=manifest["training"]["progress"], noise=_replay(t))
+def test_gradients_reach_every_trained_module(model, batch, t, vx2_manifest):
+    out = voxcpm2_losses(model, batch, progress=vx2_manifest["training"]["progress"], noise=_replay(t))
     out.total().backward()
     for name in ("base_lm.layers.0.self_attn.q_proj.weight", "residual_lm.layers.0.mlp.up_proj.weight",
                  "feat_encoder.in_proj.weight", "feat_decoder.estimator.out_proj.weight", "fsq_layer.in_proj.weight",
@@ -99,12 +87,12 @@ def test_gradients_reach_every_trained_module(model, batch, t, manifest):
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
 
 
-def test_lora_only_training(model, batch, t, manifest, vx2_dir):
+def test_lora_only_training(model, batch, t, vx2_manifest, vx2_dir):
     config = lora.LoRAConfig.from_json(vx2_dir / "tiny_lora" / "lora_config.json")
     lora.apply_lora(model, config)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
-    base = voxcpm2_losses(model, batch, progress=manifest["training"]["progress"], noise=_replay(t))
+    base = voxcpm2_losses(model, batch, progress=vx2_manifest["training"]["progress"], noise=_replay(t))
     assert_close(base.diff.detach(), t["loss_diff"][0], LOSS_TOL, "fresh adapters change nothing")
     base.total().backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
