@@ -18,6 +18,12 @@ def cv2(cv2_dir, tmp_path_factory) -> Cadenza:
 
 
 @pytest.fixture(scope="module")
+def tts(cv2) -> Cadenza:
+    """The toy CosyVoice 2 under the name most server tests give it."""
+    return cv2
+
+
+@pytest.fixture(scope="module")
 def vx2(vx2_model_dir):
     with cadenza.load(vx2_model_dir) as model:
         yield model

@@ -18,24 +18,16 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from cadenza import Cadenza
 from cadenza.server import ServerConfig, create_app
 from cadenza.server.encoding import pcm16
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone, wait_until, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TEXT = "Hello there, this is a test."
 TRANSCRIPT = "Just by listening a few minutes a day."
-
-
-@pytest.fixture(scope="module")
-def tts(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")

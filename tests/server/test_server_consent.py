@@ -12,20 +12,12 @@ import httpx
 import numpy as np
 import pytest
 
-from cadenza import Cadenza
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY, ADMIN = "test-key-0123456789", "admin-key-0123456789abc"
-
-
-@pytest.fixture(scope="module")
-def tts(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")

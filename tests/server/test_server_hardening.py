@@ -16,7 +16,6 @@ import soundfile as sf
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from cadenza import Cadenza
 from cadenza.errors import CheckpointError
 from cadenza.server import ServerConfig, create_app
 from cadenza.server.engine_stream import Admission
@@ -25,17 +24,10 @@ from cadenza.server.origin import HostOriginCheck, host_name
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, PROMPT_SR, LiveServer, api_error, tone, wait_until, wav_bytes
-from toy_model import build_toy_model_dir
 
 KEY = "hardening-key-0123"
 TRANSCRIPT = "Just by listening a few minutes a day."
 SPEECH = {"model": "tts-1", "input": "Hello there.", "voice": "alice", "response_format": "pcm", "seed": 3}
-
-
-@pytest.fixture(scope="module")
-def tts(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
 
 
 def _server(tts, directory, **settings) -> LiveServer:

@@ -9,24 +9,17 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from cadenza import Cadenza, CadenzaError
+from cadenza import CadenzaError
 from cadenza.server import ServerConfig, create_app
 from cadenza.server.encoding import pcm16
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until
-from toy_model import build_toy_model_dir
 
 KEY = "ws-test-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TRANSCRIPT = "Just by listening."
 PIECES = ["Hello ", "there, ", "this ", "text ", "arrives ", "piece ", "by ", "piece ", "from ", "an ", "LLM. "]
-
-
-@pytest.fixture(scope="module")
-def tts(cv2_dir, tmp_path_factory) -> Cadenza:
-    with Cadenza.from_pretrained(build_toy_model_dir(cv2_dir, tmp_path_factory.mktemp("toy") / "model")) as model:
-        yield model
 
 
 @pytest.fixture(scope="module")
