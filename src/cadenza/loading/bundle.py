@@ -5,15 +5,21 @@ release's ONNX models."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
-from cadenza.errors import CheckpointError
+from cadenza.errors import CheckpointError, InputError
 from cadenza.loading.files import check_file, read_json_object
+from cadenza.loading.state_dict import load_into
+
+ConfigT = TypeVar("ConfigT")
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 @dataclass(frozen=True)
@@ -83,3 +89,19 @@ class BundleFormat:
         except Exception as exc:  # noqa: BLE001 - safetensors raises its own and builtin types for a bad file
             raise CheckpointError(f"cannot read {weights} as safetensors (corrupt or truncated?): {exc}") from exc
         return doc, state, weights
+
+    def load_module(self, path: str | Path, config_from_dict: Callable[[dict[str, Any]], ConfigT],
+                    build: Callable[[ConfigT], ModuleT]) -> ModuleT:
+        """``build(config_from_dict(doc["config"]))`` with the bundle's weights loaded strictly (on the CPU).
+
+        Raises:
+            CheckpointError: missing or unreadable files, a config its class refuses, or weights that do not fit.
+        """
+        doc, state, weights = self.read(path)
+        try:
+            cfg = config_from_dict(doc["config"])
+        except (InputError, TypeError) as exc:
+            raise CheckpointError(f"{weights.with_suffix('.json')}: {exc}") from exc
+        module = build(cfg)
+        load_into(module, state, str(weights))
+        return module

@@ -14,8 +14,6 @@ from typing import Any
 
 import torch
 
-from cadenza.errors import CheckpointError, InputError
-from cadenza.loading import load_into
 from cadenza.loading.bundle import BundleFormat
 from cadenza.models.speaker_encoder.config import SpeakerEncoderConfig
 from cadenza.models.speaker_encoder.model import SpeakerEncoderModel
@@ -74,11 +72,4 @@ def load_speaker_encoder(path: str | Path, device: str | torch.device = "cpu") -
     Raises:
         CheckpointError: missing or unreadable files, an invalid config, or weights that do not match it.
     """
-    doc, state, weights = BUNDLE.read(path)
-    try:
-        cfg = SpeakerEncoderConfig.from_dict(doc["config"])
-    except (InputError, TypeError) as exc:
-        raise CheckpointError(f"{weights.with_suffix('.json')}: {exc}") from exc
-    model = SpeakerEncoderModel(cfg)
-    load_into(model, state, str(weights))
-    return SpeakerEncoder(model.to(device))
+    return SpeakerEncoder(BUNDLE.load_module(path, SpeakerEncoderConfig.from_dict, SpeakerEncoderModel).to(device))

@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 
-from cadenza.errors import CheckpointError, InputError
-from cadenza.loading import load_into
+from cadenza.errors import InputError
 from cadenza.loading.bundle import BundleFormat
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
 from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
@@ -76,11 +75,4 @@ def load_speech_tokenizer(path: str | Path, device: str | torch.device = "cpu") 
     Raises:
         CheckpointError: missing or unreadable files, an invalid config, or weights that do not match it.
     """
-    doc, state, weights = BUNDLE.read(path)
-    try:
-        cfg = SpeechTokenizerConfig.from_dict(doc["config"])
-    except (InputError, TypeError) as exc:
-        raise CheckpointError(f"{weights.with_suffix('.json')}: {exc}") from exc
-    model = SpeechTokenizerModel(cfg)
-    load_into(model, state, str(weights))
-    return SpeechTokenizer(model.to(device))
+    return SpeechTokenizer(BUNDLE.load_module(path, SpeechTokenizerConfig.from_dict, SpeechTokenizerModel).to(device))
