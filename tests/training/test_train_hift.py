@@ -19,7 +19,12 @@ from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
 from cadenza.models.cosyvoice2.hift import HiFTGenerator
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
 from cadenza.training.hift.data import crop_batch
-from cadenza.training.hift.losses import hop_periodic_loss, hop_periodic_part, multi_resolution_stft_loss
+from cadenza.training.hift.losses import (
+    hop_periodic_loss,
+    hop_periodic_part,
+    instantaneous_frequency_loss,
+    multi_resolution_stft_loss,
+)
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
 from cadenza.training.hift_stage import EXPORT_NAME, HiFTStage
 from helpers import one_torch_thread
@@ -287,10 +292,37 @@ def test_periodic_loss_sees_a_buzz_locked_to_the_mel_frames():
     assert hop_periodic_loss(voiced, locked, 480, 6) > 2 * hop_periodic_loss(voiced, other, 480, 6)
 
 
+def test_phase_loss_sees_jitter_and_pitch_errors_more_than_a_phase_offset():
+    """The instantaneous-frequency loss is 0 for the real waveform itself, small for the same voice started at
+    other harmonic phases, larger for a 2 % pitch error or period-to-period jitter, largest for noise; it stays
+    within [0, 2] and its gradient finite for a silent generator output."""
+    sr, n = 24000, 9600
+    rng = torch.Generator().manual_seed(0)
+
+    def voice(f0: float, offset: float = 0.0, jitter: float = 0.0) -> torch.Tensor:
+        pitch = f0 * (1 + jitter * torch.randn(n, generator=rng, dtype=torch.float64).cumsum(0) / 100)
+        phase = 2 * math.pi * torch.cumsum(pitch, 0) / sr
+        return sum(torch.sin(k * (phase + offset)) / k for k in range(1, 10))[None].float()
+
+    def loss(fake: torch.Tensor) -> float:
+        return float(instantaneous_frequency_loss(real, fake, 1024, 128, sr, 4000.0))
+
+    real = voice(100.0)
+    assert loss(real) < 1e-6
+    offset, sharp, jittered = loss(voice(100.0, offset=1.3)), loss(voice(102.0)), loss(voice(100.0, jitter=0.2))
+    noise = loss(0.3 * torch.randn(1, n, generator=rng))
+    assert offset < 0.05 and sharp > 1.5 * offset and jittered > 2 * offset and noise > 3 * sharp
+    assert noise <= 2.0
+    silent = torch.zeros(1, n, requires_grad=True)
+    value = instantaneous_frequency_loss(real, silent, 1024, 128, sr, 4000.0)
+    value.backward()
+    assert float(value) == pytest.approx(1.0) and torch.isfinite(silent.grad).all()
+
+
 def test_source_mix_reset_frozen_and_stft_loss_trains(hift_corpus):
     mix = [0.5, 0.25, 0.12, 0.06, 0.03, 0.0, 0.0, 0.0, 0.0]
     cfg = {**CONFIG, "hift": {**CONFIG["hift"], "source_mix": mix, "freeze_source_mix": True, "adversarial_start": 1,
-                              "loss": {"stft_weight": 2.0, "periodic_weight": 5.0}}}
+                              "loss": {"stft_weight": 2.0, "periodic_weight": 5.0, "phase_weight": 3.0}}}
     torch.manual_seed(0)
     stage = HiFTStage(cfg, hift_corpus)
     stage.setup(torch.device("cpu"), lambda m: m)
@@ -298,7 +330,7 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(hift_corpus):
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0
     batch = [stage.dataset()[i] for i in range(3)]
     metrics = [stage.train_step(batch, step) for step in range(2)]  # a warm-up step and a GAN step
-    assert all(m["loss_stft"] > 0 and m["loss_periodic"] > 0 for m in metrics)
+    assert all(m["loss_stft"] > 0 and m["loss_periodic"] > 0 and m["loss_phase"] > 0 for m in metrics)
     assert torch.allclose(linear.weight, torch.tensor([mix])) and float(linear.bias) == 0  # frozen
     with pytest.raises(InputError, match="source_mix needs 9"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, hift_corpus).build_generator()
@@ -306,6 +338,8 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(hift_corpus):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, hift_corpus)
     with pytest.raises(InputError, match="periodic_span"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, hift_corpus)
+    with pytest.raises(InputError, match="phase_resolutions"):
+        HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"phase_resolutions": [[512, 1024]]}}}, hift_corpus)
 
 
 def test_source_f0_target_drives_the_source_with_the_data_f0(hift_corpus):

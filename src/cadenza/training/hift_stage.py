@@ -72,6 +72,7 @@ from cadenza.training.hift.losses import (
     feature_matching_loss,
     generator_adv_loss,
     hop_periodic_loss,
+    instantaneous_frequency_loss,
     loss_mel_config,
     mel_l1_loss,
     multi_resolution_stft_loss,
@@ -408,12 +409,14 @@ class HiFTStage(TrainingStage):
         ``[B, F]`` predicted and targeted."""
         lc = self.loss_cfg
         terms = {"loss_mel": mel_l1_loss(speech, fake, self.loss_mel), "loss_f0": f0_l1_loss(f0_pred, f0_target),
-                 "loss_stft": self._stft_loss(speech, fake), "loss_periodic": self._periodic_loss(speech, fake)}
+                 "loss_stft": self._stft_loss(speech, fake), "loss_periodic": self._periodic_loss(speech, fake),
+                 "loss_phase": self._phase_loss(speech, fake)}
         terms["loss_phone_feature"], terms["loss_phone_posterior"] = self._phone_losses(speech, fake)
         terms["loss_upsample_gain"] = self._upsample_gain_loss()
         weights = {"loss_mel": lc.mel_weight, "loss_f0": lc.f0_weight, "loss_stft": lc.stft_weight,
                    "loss_periodic": lc.periodic_weight, "loss_phone_feature": lc.phone_feature_weight,
-                   "loss_phone_posterior": lc.phone_posterior_weight, "loss_upsample_gain": lc.upsample_gain_weight}
+                   "loss_phone_posterior": lc.phone_posterior_weight, "loss_upsample_gain": lc.upsample_gain_weight,
+                   "loss_phase": lc.phase_weight}
         return sum(weights[k] * v for k, v in terms.items()), terms
 
     def _discriminator_precision(self) -> contextlib.AbstractContextManager:
@@ -428,6 +431,14 @@ class HiFTStage(TrainingStage):
         if self.loss_cfg.periodic_weight == 0:
             return torch.zeros((), device=self.device)
         return hop_periodic_loss(speech, fake, self.model_cfg.hop_length, self.loss_cfg.periodic_span)
+
+    def _phase_loss(self, speech: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+        lc = self.loss_cfg
+        if lc.phase_weight == 0:
+            return torch.zeros((), device=self.device)
+        sample_rate = self.model_cfg.sampling_rate
+        return sum(instantaneous_frequency_loss(speech, fake, n_fft, hop, sample_rate, lc.phase_max_hz)
+                   for n_fft, hop in lc.phase_resolutions) / len(lc.phase_resolutions)
 
     def _upsample_gain_loss(self) -> torch.Tensor:
         """The summed phase-gain imbalance of the penalised upsamplers (a function of the weights alone)."""

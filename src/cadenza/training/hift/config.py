@@ -117,15 +117,25 @@ class HiFTLossConfig:
     # input frame rate; the soft form of ``hift.even_upsample_gain``. 0 = off.
     upsample_gain_weight: float = 0.0
     upsample_gain_layers: tuple[int, ...] = (0,)
+    # Instantaneous-frequency loss, not in the reference (``losses.instantaneous_frequency_loss``): the generated
+    # phase must advance from frame to frame as the real phase does, below ``phase_max_hz``, at each
+    # ``phase_resolutions`` ``(n_fft, hop)``. 0 = off.
+    phase_weight: float = 0.0
+    phase_resolutions: tuple[tuple[int, int], ...] = ((1024, 128),)
+    phase_max_hz: float = 4000.0
 
     def __post_init__(self) -> None:
         for name in ("adv_weight", "fm_weight", "mel_weight", "tpr_weight", "tpr_tau", "f0_weight", "stft_weight",
-                     "periodic_weight", "phone_feature_weight", "phone_posterior_weight", "upsample_gain_weight"):
+                     "periodic_weight", "phone_feature_weight", "phone_posterior_weight", "upsample_gain_weight",
+                     "phase_weight"):
             _check(getattr(self, name) >= 0, f"{name} must be >= 0")
         _check(isinstance(self.periodic_span, int) and self.periodic_span >= 1, "periodic_span must be an int >= 1")
         _check(self.mel_win <= self.mel_n_fft and self.mel_hop > 0 and self.mel_bins > 0, "invalid loss mel sizes")
         _check(all(len(r) == 3 and 0 < r[1] and 0 < r[2] <= r[0] for r in self.stft_resolutions),
                "stft_resolutions must be [n_fft, hop, win] with 0 < win <= n_fft and hop > 0")
+        _check(len(self.phase_resolutions) > 0 and all(len(r) == 2 and 0 < r[1] <= r[0] for r in self.phase_resolutions),
+               "phase_resolutions must be [n_fft, hop] pairs with 0 < hop <= n_fft")
+        _check(self.phase_max_hz > 0, "phase_max_hz must be > 0")
 
     @property
     def uses_phone_loss(self) -> bool:
