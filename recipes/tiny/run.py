@@ -56,6 +56,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               loss (the shipped frame tokenizer listening for the words) -> WORK/runs/hift_joe_phone
   hift_joe_even (--even-hift): the phone round's last checkpoint continued with its first upsampler held to equal
               phase gains (no 50 Hz buzz)                          -> WORK/runs/hift_joe_even
+  hift_joe_even_r2_2000 + hift_joe_phase (--phase-hift): hift_joe_even_r2 to step 2,000, then continued with the
+              instantaneous-frequency loss to step 3,000            -> WORK/runs/hift_joe_phase
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -295,7 +297,8 @@ class Recipe:
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False,
-           long_hift: str | None = None, phone_hift: bool = False, even_hift: bool = False) -> None:
+           long_hift: str | None = None, phone_hift: bool = False, even_hift: bool = False,
+           phase_hift: bool = False) -> None:
         """The phoneme design (see the module docstring). ``v1_model``: a v1 model folder (the shipped float16 one)
         standing in for the v1 runs it needs (speaker, flow_v3, hift_gan) when WORK has none. ``from_shipped``: the
         shipped v2 folder stands in for the first v2 round (LM, flow, frame tokenizer); ``more_flow``: another round
@@ -316,7 +319,9 @@ class Recipe:
         long GAN on WORK/data_q with its weights' moving average exported, into runs/<config>; ``phone_hift``: the
         pitch round (configs/hift_joe_pitch.yaml) to step 3,000, continued with the phone loss
         (configs/hift_joe_phone.yaml) into runs/hift_joe_phone; ``even_hift``: that round's last checkpoint continued
-        with ups.0 held to equal phase gains (configs/hift_joe_even.yaml) into runs/hift_joe_even."""
+        with ups.0 held to equal phase gains (configs/hift_joe_even.yaml) into runs/hift_joe_even; ``phase_hift``: the
+        shipped vocoder continued (configs/hift_joe_even_r2.yaml) to step 2,000, then with the instantaneous-frequency
+        loss (configs/hift_joe_phase.yaml) into runs/hift_joe_phase."""
         w = self.work
         for d in ("logs", "configs", "runs"):
             (w / d).mkdir(parents=True, exist_ok=True)
@@ -341,7 +346,8 @@ class Recipe:
             self.wait(flow)
         if more_flow:
             self.mark_done("flow_phoneme_r2")
-        if rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift or phone_hift or even_hift:
+        if (rates_flow or flow_mel_hift or more_tokenizer or voices_flow or long_hift or phone_hift or even_hift
+                or phase_hift):
             self.aligned_data("corpus_v3", "data_q", "--seed", "1", "--length-scale", "0.5", "1.2",
                               "--id-prefix", "joe_s1", "--utterances", "9000")
         if rates_flow:
@@ -355,6 +361,10 @@ class Recipe:
         if even_hift:  # the phone round's checkpoint (run --phone-hift first), its 50 Hz buzz projected away
             self.continue_run("hift_joe_phone", "hift_joe_even")
             self.train_through("hift", "hift_joe_even", "data_q")
+        if phase_hift:  # the shipped vocoder's continuation to step 2,000, then the phase loss from its checkpoint
+            self.train_through("hift", "hift_joe_even_r2_2000", "data_q", config="hift_joe_even_r2", max_steps=2000)
+            self.continue_run("hift_joe_even_r2_2000", "hift_joe_phase")
+            self.train_through("hift", "hift_joe_phase", "data_q")
         if more_tokenizer:
             data = "data_q"
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
@@ -420,16 +430,20 @@ def main() -> None:
                    help="with --design v2: two flow rounds on speaking-rate pairs, audio read 0.5-2.1x as fast as its "
                         "tokens (configs/flow_phoneme_speed.yaml, flow_phoneme_speed_fast.yaml), for speed_method='flow'")
     p.add_argument("--long-hift", nargs="?", const="hift_joe_average", default=None, metavar="CONFIG",
-                   choices=("hift_joe_average", "hift_joe_pitch"),
+                   choices=("hift_joe_average", "hift_joe_pitch", "hift_joe_even_r2"),
                    help="with --design v2: the shipped HiFT continued as a long GAN on WORK/corpus_v3 with its weights' "
                         "moving average exported (configs/hift_joe_average.yaml, the shipped round; hift_joe_pitch: "
-                        "speed-perturbed crops and frame-period discriminators)")
+                        "speed-perturbed crops and frame-period discriminators; hift_joe_even_r2: the shipped "
+                        "buzz-free vocoder with fresh discriminators)")
     p.add_argument("--phone-hift", action="store_true",
                    help="with --design v2: the pitch round to step 3,000, then continued with the phone loss "
                         "(configs/hift_joe_phone.yaml, the shipped frame tokenizer listening for the words)")
     p.add_argument("--even-hift", action="store_true",
                    help="with --design v2: the phone round's checkpoint continued with its first upsampler held to "
                         "equal phase gains, no 50 Hz buzz (configs/hift_joe_even.yaml; after --phone-hift)")
+    p.add_argument("--phase-hift", action="store_true",
+                   help="with --design v2: the shipped vocoder continued (hift_joe_even_r2) to step 2,000, then with "
+                        "the instantaneous-frequency loss to step 3,000 (configs/hift_joe_phase.yaml)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
@@ -437,7 +451,7 @@ def main() -> None:
     if a.design == "v2":
         recipe.v2(a.install, a.v1_model, a.from_shipped, a.more_flow, a.more_hift, a.rates_flow, a.flow_mel_hift,
                   a.more_tokenizer, a.voices_flow, a.speed_flow, a.long_hift, a.phone_hift,
-                  a.even_hift)
+                  a.even_hift, a.phase_hift)
 
 
 if __name__ == "__main__":

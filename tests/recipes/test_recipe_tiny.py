@@ -102,6 +102,12 @@ def test_stage_configs_substitute_work_and_scale_steps(tmp_path):
     even = yaml.safe_load(recipe.config("hift_joe_even").read_text())["hift"]
     assert even["even_upsample_gain"] == [0] and even["discriminator_bf16"] is True
     assert {k: v for k, v in even.items() if k not in ("even_upsample_gain", "discriminator_bf16")} == phone
+    # Its continuation from the shipped weights (--long-hift hift_joe_even_r2), and the phase round that resumes that
+    # run's step-2,000 checkpoint (--phase-hift): the same settings, plus the instantaneous-frequency loss.
+    r2 = yaml.safe_load(recipe.config("hift_joe_even_r2").read_text())["hift"]
+    assert Path(r2["init_hift"]) == shipped and r2["discriminator_warmup"] > 0 and r2["even_upsample_gain"] == [0]
+    phase = yaml.safe_load(recipe.config("hift_joe_phase").read_text())["hift"]
+    assert phase["loss"].pop("phase_weight") > 0 and phase == r2
     # The frame tokenizer rounds continue the shipped tokenizer (a model folder holding its two files).
     for name in ("frame_tokenizer_r2", "frame_tokenizer_voices"):
         tok = yaml.safe_load(recipe.config(name).read_text())["frame_tokenizer"]
