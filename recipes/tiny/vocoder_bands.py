@@ -75,8 +75,7 @@ def magnitude_phase_swaps(teacher: np.ndarray, vocoder: np.ndarray, sample_rate:
         return torch.istft(spec, n_fft, hop, window=window, length=n).numpy()
 
     t_spec, v_spec = stft(teacher), stft(vocoder)
-    t_phase, v_phase = torch.polar(torch.ones_like(t_spec.real), t_spec.angle()), \
-        torch.polar(torch.ones_like(v_spec.real), v_spec.angle())
+    t_phase, v_phase = (torch.polar(torch.ones_like(spec.real), spec.angle()) for spec in (t_spec, v_spec))
     freqs = torch.fft.rfftfreq(n_fft, 1.0 / sample_rate, dtype=torch.float64)
     out = {}
     for f in splits:
