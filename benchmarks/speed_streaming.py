@@ -12,7 +12,8 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
   sentence streamed with the same seed at every
   speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
   within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
-  (goal within 5 %) and pooled WER with Whisper base (goal: at most 0.05 over speed 1's).
+  (goal within 5 %; also read frame by frame against the same moment at speed 1, ``aligned_f0_ratios``) and pooled
+  WER with Whisper base (goal: at most 0.05 over speed 1's).
 * **The time-scale (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output
   would be; ``teacher``: the phase vocoder, ``teacher-wsola``: WSOLA): streamed in 0.2 s chunks; the same figures
   against the unscaled rendering.
@@ -52,7 +53,7 @@ import cadenza
 from cadenza.audio.pitch import yin_f0
 from cadenza.audio.time_scale import time_scale, time_scaler
 from cadenza.evaluation.asr import load_asr, transcribe
-from cadenza.evaluation.pitch import guided_f0
+from cadenza.evaluation.pitch import aligned_f0_ratios, guided_f0
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,11 +150,12 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str | None = N
     tts = cadenza.load(MODEL, speed_method=speed_method)
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
+    streamed: dict[tuple[float, int], np.ndarray] = {}
     for speed in speeds:
         seconds, f0, scores, diffs, chunk0 = 0.0, [], [], [], []
         for k, text in enumerate(lines):
             chunks = list(tts.synthesize_stream(text, seed=k, speed=speed))
-            audio = np.concatenate(chunks)
+            audio = streamed[speed, k] = np.concatenate(chunks)
             whole = tts.synthesize(text, seed=k, speed=speed).samples
             seconds += audio.size / sr
             diffs.append(abs(audio.size - whole.size) / sr)
@@ -162,6 +164,11 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str | None = N
             heard(scores, text, audio, sr, asr)
         rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
+    if 1.0 in speeds:  # each frame's pitch against the same moment of the same tokens at speed 1
+        for speed in speeds:
+            rows[speed]["f0_aligned"] = float(torch.cat([
+                aligned_f0_ratios(streamed[speed, k], streamed[1.0, k], speed, sr, tts.engine.model)
+                for k in range(len(lines))]).median())
     tts.close()
     return rows
 
@@ -397,6 +404,9 @@ def main() -> None:
             table(f"CosyVoice 2 ({MODEL or 'cadenza-tiny'}), streamed, speed_method {method or 'of the model'}, "
                   f"{len(lines)} sentences", rows)
             print("first chunk (s of audio, shortest):", {s: round(r["first_chunk_s"], 2) for s, r in rows.items()})
+            if "f0_aligned" in rows[1.0]:
+                print("F0 / at speed 1, frame by frame at the same moment (median of the pooled frames):",
+                      {s: round(r["f0_aligned"], 3) for s, r in rows.items()})
     for part, method in (("teacher", "phase_vocoder"), ("teacher-wsola", "wsola")):
         if part in parts:
             table(f"{method} on the teacher's renderings, streamed in 0.2 s chunks, {len(lines)} sentences",
