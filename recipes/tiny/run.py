@@ -57,7 +57,7 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
   hift_joe_even (--even-hift): the phone round's last checkpoint continued with its first upsampler held to equal
               phase gains (no 50 Hz buzz)                          -> WORK/runs/hift_joe_even
   hift_joe_even_r2_2000 + hift_joe_phase (--phase-hift): hift_joe_even_r2 to step 2,000, then continued with the
-              instantaneous-frequency loss to step 3,000            -> WORK/runs/hift_joe_phase
+              instantaneous-frequency loss to step 4,000            -> WORK/runs/hift_joe_phase
 Training stages use bf16 autocast where the CPU has native bf16 (AMX / AVX512-BF16), float32 elsewhere.
 """
 
@@ -443,7 +443,7 @@ def main() -> None:
                         "equal phase gains, no 50 Hz buzz (configs/hift_joe_even.yaml; after --phone-hift)")
     p.add_argument("--phase-hift", action="store_true",
                    help="with --design v2: the shipped vocoder continued (hift_joe_even_r2) to step 2,000, then with "
-                        "the instantaneous-frequency loss to step 3,000 (configs/hift_joe_phase.yaml)")
+                        "the instantaneous-frequency loss to step 4,000 (configs/hift_joe_phase.yaml)")
     a = p.parse_args()
     recipe = Recipe(a.work, a.tools_python, a.threads, a.scale)
     if a.design == "v1" or a.v1_model is None:
