@@ -12,8 +12,9 @@ Two parts, on the first ``--sentences`` sentences of ``recipes/tiny/lists/everyd
   sentence streamed with the same seed at every
   speed (so the LM says the same tokens and only the rate differs): total duration over speed 1's (goal 1/speed
   within 5 %), streamed over non-streamed length at that speed (goal: within one chunk), median F0 over speed 1's
-  (goal within 5 %; also read frame by frame against the same moment at speed 1, ``aligned_f0_ratios``) and pooled
-  WER with Whisper base (goal: at most 0.05 over speed 1's).
+  (goal within 5 %; also read frame by frame against the same moment at speed 1, as
+  ``cadenza.evaluation.pitch.aligned_f0_ratios`` does) and pooled WER with Whisper base (goal: at most 0.05 over
+  speed 1's).
 * **The time-scale (VoxCPM 2's speed)** on the teacher's own renderings (Piper joe, a real voice, as VoxCPM 2's output
   would be; ``teacher``: the phase vocoder, ``teacher-wsola``: WSOLA): streamed in 0.2 s chunks; the same figures
   against the unscaled rendering.
@@ -53,7 +54,7 @@ import cadenza
 from cadenza.audio.pitch import yin_f0
 from cadenza.audio.time_scale import time_scale, time_scaler
 from cadenza.evaluation.asr import load_asr, transcribe
-from cadenza.evaluation.pitch import aligned_f0_ratios, guided_f0
+from cadenza.evaluation.pitch import guided_f0_track, track_ratios
 from cadenza.evaluation.wer import pooled_wer, score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,12 @@ TEACHER_F0_FLOOR = 70.0
 
 def model_f0(audio: np.ndarray, sr: int, model) -> float:
     """Median f0 of a CosyVoice 2 model's output as ``guided_f0`` reads it (nan when nothing is voiced)."""
-    voiced = guided_f0(audio, sr, model)
+    return voiced_median(guided_f0_track(audio, sr, model))
+
+
+def voiced_median(track: torch.Tensor) -> float:
+    """Median of an f0 track's voiced frames (nan when none is)."""
+    voiced = track[track > 0]
     return float(voiced.median()) if voiced.numel() else float("nan")
 
 
@@ -150,25 +156,25 @@ def cosyvoice(lines: list[str], asr, speeds=SPEEDS, speed_method: str | None = N
     tts = cadenza.load(MODEL, speed_method=speed_method)
     sr = tts.sample_rate
     rows: dict[float, dict] = {}
-    streamed: dict[tuple[float, int], np.ndarray] = {}
+    tracks: dict[tuple[float, int], torch.Tensor] = {}  # guided_f0_track per (speed, sentence)
     for speed in speeds:
         seconds, f0, scores, diffs, chunk0 = 0.0, [], [], [], []
         for k, text in enumerate(lines):
             chunks = list(tts.synthesize_stream(text, seed=k, speed=speed))
-            audio = streamed[speed, k] = np.concatenate(chunks)
+            audio = np.concatenate(chunks)
             whole = tts.synthesize(text, seed=k, speed=speed).samples
             seconds += audio.size / sr
             diffs.append(abs(audio.size - whole.size) / sr)
             chunk0.append(chunks[0].size / sr)
-            f0.append(model_f0(audio, sr, tts.engine.model))
+            tracks[speed, k] = guided_f0_track(audio, sr, tts.engine.model)
+            f0.append(voiced_median(tracks[speed, k]))
             heard(scores, text, audio, sr, asr)
         rows[speed] = {"seconds": seconds, "f0": f0, "wer": wer(scores), "scores": scores,
                        "stream_minus_whole_s": max(diffs), "first_chunk_s": min(chunk0)}
     if 1.0 in speeds:  # each frame's pitch against the same moment of the same tokens at speed 1
         for speed in speeds:
             rows[speed]["f0_aligned"] = float(torch.cat([
-                aligned_f0_ratios(streamed[speed, k], streamed[1.0, k], speed, sr, tts.engine.model)
-                for k in range(len(lines))]).median())
+                track_ratios(tracks[speed, k], tracks[1.0, k], speed) for k in range(len(lines))]).median())
     tts.close()
     return rows
 

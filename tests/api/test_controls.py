@@ -61,9 +61,9 @@ def _aligned_f0_ratio(model, audios: list[np.ndarray], base: list[np.ndarray], s
 
 
 @pytest.fixture(scope="module")
-def base_pitch_audio(tts):
+def base_pitch_audio(tts, base_chunks):
     """``PITCH_TEXTS`` streamed at speed 1 (made once for every speed and method)."""
-    return _pitch_audio(tts, 1.0)
+    return _pitch_audio(tts, 1.0, first=base_chunks)
 
 
 @pytest.fixture(scope="module")
