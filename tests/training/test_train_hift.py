@@ -12,7 +12,7 @@ import torch
 
 from cadenza.audio.mel import flow_prompt_mel
 from cadenza.audio.pitch import yin_f0
-from cadenza.errors import InputError
+from cadenza.errors import CheckpointError, InputError
 from cadenza.layers.weight_norm import fold_weight_norm, weight_norm_key_shapes
 from cadenza.loading import load_into
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, HiFTConfig
@@ -272,6 +272,30 @@ def test_source_mix_reset_frozen_and_stft_loss_trains(hift_corpus):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "source_mix": [1.0]}}, hift_corpus).build_generator()
     with pytest.raises(InputError, match="stft_resolutions"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"stft_resolutions": [[256, 64, 512]]}}}, hift_corpus)
+
+
+def test_more_source_harmonics_start_from_a_vocoder_with_fewer(hift_corpus, tmp_path):
+    """A 45-harmonic source (``nb_harmonics: 44``) fine-tuned from a 9-harmonic export: the new ``source_mix``
+    replaces the mix, every other weight carries over; without a mix the shapes cannot match and loading says so."""
+    torch.manual_seed(0)
+    small = HiFTStage(CONFIG, hift_corpus)
+    small.setup(torch.device("cpu"), lambda m: m)
+    small.export(tmp_path)
+    mix = [4.0 / k for k in range(1, 46)]
+    model = {**CONFIG["model"], "overrides": {"hift": {**CONFIG["model"]["overrides"]["hift"], "nb_harmonics": 44}}}
+    hift = {**CONFIG["hift"], "init_hift": str(tmp_path), "source_mix": mix, "freeze_source_mix": True}
+    large = HiFTStage({**CONFIG, "model": model, "hift": hift}, hift_corpus)
+    large.setup(torch.device("cpu"), lambda m: m)
+    assert torch.allclose(large.generator.m_source.l_linear.weight, torch.tensor([mix]))
+    before = fold_weight_norm(dict(small.generator.state_dict()))
+    after = fold_weight_norm(dict(large.generator.state_dict()))
+    carried = [k for k in before if "l_linear" not in k]
+    assert len(carried) > 50 and all(torch.allclose(before[k], after[k], atol=1e-6) for k in carried)
+    metrics = large.train_step([large.dataset()[i] for i in range(2)], 0)  # crops draw 45 noise channels
+    assert math.isfinite(metrics["loss"])
+    with pytest.raises(CheckpointError, match="l_linear"):
+        HiFTStage({**CONFIG, "model": model, "hift": {**CONFIG["hift"], "init_hift": str(tmp_path)}},
+                  hift_corpus).build_generator()
     with pytest.raises(InputError, match="periodic_span"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, hift_corpus)
     with pytest.raises(InputError, match="phase_resolutions"):

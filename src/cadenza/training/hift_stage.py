@@ -264,7 +264,13 @@ class HiFTStage(TrainingStage):
         generator = HiFTGenerator(self.model_cfg)
         if self.cfg.init_hift:
             path = Path(self.cfg.init_hift).expanduser()
-            generator.load_reference_state_dict(read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path))
+            state = read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path)
+            if self.cfg.source_mix is not None:
+                # The mix is reset below, so a vocoder trained with another number of harmonics (nb_harmonics)
+                # can start this one: every other weight carries over.
+                state = {k: v for k, v in state.items() if "m_source.l_linear." not in k}
+                state |= {f"m_source.l_linear.{k}": v for k, v in generator.m_source.l_linear.state_dict().items()}
+            generator.load_reference_state_dict(state)
         mix = generator.m_source.l_linear
         if self.cfg.source_mix is not None:
             if len(self.cfg.source_mix) != mix.in_features:
