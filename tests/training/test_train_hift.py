@@ -296,6 +296,20 @@ def test_more_source_harmonics_start_from_a_vocoder_with_fewer(hift_corpus, tmp_
     with pytest.raises(CheckpointError, match="l_linear"):
         HiFTStage({**CONFIG, "model": model, "hift": {**CONFIG["hift"], "init_hift": str(tmp_path)}},
                   hift_corpus).build_generator()
+
+    # Resuming a run whose (frozen) 9-harmonic mix the config widens: discriminators and optimisers carry over too.
+    frozen9 = {**CONFIG["hift"], "source_mix": mix[:9], "freeze_source_mix": True, "average_decay": 0.9}
+    run9 = HiFTStage({**CONFIG, "hift": frozen9}, hift_corpus)
+    run9.setup(torch.device("cpu"), lambda m: m)
+    run9.train_step([run9.dataset()[i] for i in range(2)], 0)
+    run45 = HiFTStage({**CONFIG, "model": model, "hift": {**frozen9, "source_mix": mix}}, hift_corpus)
+    run45.setup(torch.device("cpu"), lambda m: m)
+    run45.load_state_dict(run9.state_dict())
+    assert torch.allclose(run45.generator.m_source.l_linear.weight, torch.tensor([mix]))
+    resumed, trained = run45.generator.state_dict(), run9.generator.state_dict()
+    assert all(torch.equal(resumed[k], v) for k, v in trained.items() if "l_linear" not in k)
+    assert all(torch.equal(v, run9.discriminator.state_dict()[k]) for k, v in run45.discriminator.state_dict().items())
+    assert math.isfinite(run45.train_step([run45.dataset()[i] for i in range(2)], 1)["loss"])
     with pytest.raises(InputError, match="periodic_span"):
         HiFTStage({**CONFIG, "hift": {**CONFIG["hift"], "loss": {"periodic_span": 0}}}, hift_corpus)
     with pytest.raises(InputError, match="phase_resolutions"):

@@ -228,6 +228,13 @@ def frozen(module: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+def with_source_mix_of(state: dict[str, Any], generator: HiFTGenerator) -> dict[str, Any]:
+    """``state`` (a generator's tensors) with ``generator``'s harmonic mix (``m_source.l_linear``) in place of its own,
+    which may have another number of harmonics (``nb_harmonics``); every other weight is kept."""
+    mix = {f"m_source.l_linear.{k}": v.detach().clone() for k, v in generator.m_source.l_linear.state_dict().items()}
+    return {k: v for k, v in state.items() if "m_source.l_linear." not in k} | mix
+
+
 @register
 class HiFTStage(TrainingStage):
     name = "hift"
@@ -265,11 +272,8 @@ class HiFTStage(TrainingStage):
         if self.cfg.init_hift:
             path = Path(self.cfg.init_hift).expanduser()
             state = read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path)
-            if self.cfg.source_mix is not None:
-                # The mix is reset below, so a vocoder trained with another number of harmonics (nb_harmonics)
-                # can start this one: every other weight carries over.
-                state = {k: v for k, v in state.items() if "m_source.l_linear." not in k}
-                state |= {f"m_source.l_linear.{k}": v for k, v in generator.m_source.l_linear.state_dict().items()}
+            if self.cfg.source_mix is not None:  # reset below anyway
+                state = with_source_mix_of(state, generator)
             generator.load_reference_state_dict(state)
         mix = generator.m_source.l_linear
         if self.cfg.source_mix is not None:
@@ -470,6 +474,13 @@ class HiFTStage(TrainingStage):
                 **({"generator_average": self.average.state_dict()} if self.average is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.cfg.source_mix is not None and self.cfg.freeze_source_mix:
+            # A fixed mix set by the config is not the checkpoint's to restore (nor in its optimiser): a run can
+            # resume from one whose source had another number of harmonics (``nb_harmonics``).
+            state = {**state, "generator": with_source_mix_of(state["generator"], self.generator)}
+            if (average := state.get("generator_average")) is not None:
+                state["generator_average"] = {**average, "average": with_source_mix_of(average["average"],
+                                                                                       self.generator)}
         self.generator.load_state_dict(state["generator"], strict=True)
         self.discriminator.load_state_dict(state["discriminator"], strict=True)
         self.opt_g.load_state_dict(state["optim_g"])
