@@ -10,7 +10,7 @@ from cadenza.alignment.aligner import default_posteriors
 from cadenza.api.timestamps import TimedChunk
 from cadenza.audio.time_scale import time_scale, time_scaler
 from cadenza.errors import InputError
-from cadenza.evaluation.pitch import aligned_f0_ratios, guided_f0
+from cadenza.evaluation.pitch import aligned_f0_ratios
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 # The mel stretch's pitch over 30 sentences is within 1 % of speed 1's (median; docs/controls.md, "Speed"), but
@@ -21,12 +21,6 @@ MEL_F0_TOLERANCE = 0.12
 @pytest.fixture(scope="module")
 def tts(builtin_tts):
     return builtin_tts
-
-
-def _f0_frames(audio: np.ndarray, model) -> torch.Tensor:
-    # YIN within the octave the model's own vocoder hears (cadenza.evaluation.pitch: YIN alone swung between ~100
-    # and ~200 Hz on this partly breathy voice with its settings and small changes of the audio).
-    return guided_f0(audio, model.sample_rate, model.engine.model)
 
 
 # The pitch is read over three sentences pooled: one sentence alone moves more than the tolerance (with YIN, up to
@@ -47,15 +41,10 @@ def _pitch_audio(model, speed: float, first: list[np.ndarray] | None = None, who
     return [audio(t) for t in PITCH_TEXTS]
 
 
-def _pooled_f0(model, audios: list[np.ndarray]) -> float:
-    """The median F0 over the voiced frames of ``audios`` pooled."""
-    return float(torch.cat([_f0_frames(a, model) for a in audios]).median())
-
-
 def _aligned_f0_ratio(model, audios: list[np.ndarray], base: list[np.ndarray], speed: float) -> float:
-    """The median over the pooled frames of each frame's F0 over speed 1's at the same moment of the utterance
-    (``aligned_f0_ratios``): medians over each rendering's own voiced frames also move with which frames each
-    voices (docs/controls.md, "Reading the pitch")."""
+    """The median over the pooled frames of each frame's F0 over ``base``'s (the same texts ``speed`` times slower)
+    at the same moment of the utterance (``aligned_f0_ratios``): medians over each rendering's own voiced frames
+    also move with which frames each voices (docs/controls.md, "Reading the pitch")."""
     return float(torch.cat([aligned_f0_ratios(a, b, speed, model.sample_rate, model.engine.model)
                             for a, b in zip(audios, base)]).median())
 
@@ -109,16 +98,16 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_wso
     whole = model.synthesize(TEXT, seed=7, speed=speed).samples
     # streamed = non-streamed length within one chunk (the first chunk's length)
     assert abs(fast.size - whole.size) <= chunks[0].size
-    # Pitch (three sentences pooled: one sentence's median swings on this breathy voice, 3.7 % streamed against
-    # whole at 2.0 with the fourth flow round): streaming keeps what the whole utterance's rate change gives, and the
-    # flow's own rate and the time-scales keep speed 1's, within the goal's 5 %, read frame by frame at the same
-    # moment (with the phase round's vocoder the pooled medians read the flow's rate at 2.0 as 1.035 at step 3,000
-    # and 1.088 at 4,000, its aligned frames 1.00 with both). At 2.0 each sentence has only ~30 voiced
-    # frames: with the phone-loss vocoder (2026-12-05) one sentence's whole rendering reads 91.9 Hz against 100.0
-    # streamed and at speed 1, the pooled whole 0.970 of speed 1's, the stream 1.000. The mel stretch (opt-in) moves
-    # it more: HiFT rebuilds the pitch from frames fed at another rate (docs/controls.md, "Speed").
+    # Pitch, three sentences pooled and read frame by frame at the same moment of the utterance (aligned_f0_ratios;
+    # docs/controls.md, "Reading the pitch"): the stream keeps the whole rendering's pitch at the same speed, and the
+    # flow's own rate and the time-scales keep speed 1's, within the goal's 5 %. Medians over each rendering's own
+    # voiced frames moved with which frames it voices, not with the pitch: one sentence's swung 3.7 % streamed against
+    # whole at 2.0 with the fourth flow round, and with the phase round's vocoder three pooled read the flow's rate at
+    # 2.0 as 1.035 (step 3,000) and 1.088 (step 4,000) of speed 1's, aligned 1.00 with both. The mel stretch (opt-in)
+    # moves the pitch more: HiFT rebuilds it from frames fed at another rate (docs/controls.md, "Speed").
     streamed = _pitch_audio(model, speed, first=chunks)
-    assert abs(_pooled_f0(model, streamed) / _pooled_f0(model, _pitch_audio(model, speed, whole=True)) - 1) < 0.05
+    streamed_vs_whole = _aligned_f0_ratio(model, streamed, _pitch_audio(model, speed, whole=True), 1.0)
+    assert abs(streamed_vs_whole - 1) < 0.05, streamed_vs_whole
     ratio = _aligned_f0_ratio(model, streamed, base_pitch_audio, speed)
     assert abs(ratio - 1) < (MEL_F0_TOLERANCE if method == "mel" else 0.05), ratio
     # The first chunk covers the same tokens as at speed 1 (it is not delayed).
