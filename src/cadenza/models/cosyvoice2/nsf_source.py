@@ -93,24 +93,23 @@ class SineGen2(nn.Module):
         phase = F.interpolate(phase.transpose(1, 2) * self.upsample_scale, scale_factor=self.upsample_scale,
                               mode="linear").transpose(1, 2)
         sines = torch.sin(phase) * self.sine_amp
-        sines = sines * self.below_nyquist(f0 * harmonics)
+        if self.fade_overtones:  # only a source with more sines than the reference's 9 reaches the fade
+            sines = sines * self.below_nyquist(f0 * harmonics)
 
         uv = (f0 > self.voiced_threshold).to(f0.dtype)
         # Unvoiced samples get noise of about the sine amplitude (std = amp / 3), voiced ones a little noise.
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
         return sines * uv + noise_amp * noise.sine_noise.to(sines), uv
 
-
-    def below_nyquist(self, frequency: torch.Tensor) -> torch.Tensor | float:
+    def below_nyquist(self, frequency: torch.Tensor) -> torch.Tensor:
         """``[B, L, H]`` gain of each sine at ``frequency`` Hz: 1 up to 0.4 x the sample rate, fading to 0 at 0.45 x.
 
         A source with more harmonics than the reference's 9 (``nb_harmonics``: harmonics up to a few kHz for a low
         voice, the band a small generator cannot make itself; docs/cadenza-tiny.md) would otherwise fold the
         overtones of a high voice back below Nyquist as inharmonic tones. The reference's 9 reach 0.4 x 24 kHz only
-        for an f0 over 1 kHz, past any voice, so its source is left exactly as it is (``1.0``, no mask computed).
+        for an f0 over 1 kHz, past any voice, so ``forward`` leaves its source exactly as it is (``fade_overtones``
+        false: no gain computed).
         """
-        if not self.fade_overtones:
-            return 1.0
         top, fade = 0.45 * self.sampling_rate, 0.05 * self.sampling_rate
         return ((top - frequency) / fade).clamp(0.0, 1.0)
 
