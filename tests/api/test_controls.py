@@ -28,14 +28,14 @@ def tts(builtin_tts):
 PITCH_TEXTS = (TEXT, "Please call me back when you get this message.", "We are meeting at the station at nine tomorrow.")
 
 
-def _pitch_audio(model, speed: float, first: list[np.ndarray] | None = None, whole: bool = False) -> list[np.ndarray]:
-    """``PITCH_TEXTS`` streamed (``whole``: synthesized at once) at ``speed``; ``first``: the chunks of
-    ``PITCH_TEXTS[0]`` already streamed at that speed (not made again)."""
+def _pitch_audio(model, speed: float, first: np.ndarray | None = None, whole: bool = False) -> list[np.ndarray]:
+    """``PITCH_TEXTS`` streamed (``whole``: synthesized at once) at ``speed``; ``first``: the audio of
+    ``PITCH_TEXTS[0]`` already made that way at that speed (not made again)."""
     def audio(text: str) -> np.ndarray:
+        if first is not None and text == PITCH_TEXTS[0]:
+            return first
         if whole:
             return model.synthesize(text, seed=7, speed=speed).samples
-        if first is not None and text == PITCH_TEXTS[0]:
-            return np.concatenate(first)
         return np.concatenate(list(model.synthesize_stream(text, seed=7, speed=speed)))
 
     return [audio(t) for t in PITCH_TEXTS]
@@ -52,7 +52,7 @@ def _aligned_f0_ratio(model, audios: list[np.ndarray], base: list[np.ndarray], s
 @pytest.fixture(scope="module")
 def base_pitch_audio(tts, base_chunks):
     """``PITCH_TEXTS`` streamed at speed 1 (made once for every speed and method)."""
-    return _pitch_audio(tts, 1.0, first=base_chunks)
+    return _pitch_audio(tts, 1.0, first=np.concatenate(base_chunks))
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,8 @@ def test_streamed_speed_scales_duration_keeps_pitch_and_first_chunk(tts, tts_wso
     # whole at 2.0 with the fourth flow round, and with the phase round's vocoder three pooled read the flow's rate at
     # 2.0 as 1.035 (step 3,000) and 1.088 (step 4,000) of speed 1's, aligned 1.00 with both. The mel stretch (opt-in)
     # moves the pitch more: HiFT rebuilds it from frames fed at another rate (docs/controls.md, "Speed").
-    streamed = _pitch_audio(model, speed, first=chunks)
-    streamed_vs_whole = _aligned_f0_ratio(model, streamed, _pitch_audio(model, speed, whole=True), 1.0)
+    streamed = _pitch_audio(model, speed, first=fast)
+    streamed_vs_whole = _aligned_f0_ratio(model, streamed, _pitch_audio(model, speed, first=whole, whole=True), 1.0)
     assert abs(streamed_vs_whole - 1) < 0.05, streamed_vs_whole
     ratio = _aligned_f0_ratio(model, streamed, base_pitch_audio, speed)
     assert abs(ratio - 1) < (MEL_F0_TOLERANCE if method == "mel" else 0.05), ratio

@@ -20,6 +20,8 @@ from cadenza.errors import InputError
 from cadenza.models.cosyvoice2.config import HiFTConfig
 
 MAX_VOICE_F0 = 1000.0  # Hz: above any speaking voice's fundamental
+# Overtones fade out between these fractions of the sample rate (``SineGen2.below_nyquist``).
+FADE_FROM, FADE_TO = 0.40, 0.45
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class SineGen2(nn.Module):
         self.sine_amp = cfg.nsf_alpha
         self.noise_std = cfg.nsf_sigma
         self.voiced_threshold = cfg.nsf_voiced_threshold
-        self.fade_overtones = self.num_sines * MAX_VOICE_F0 > 0.4 * self.sampling_rate
+        self.fade_overtones = self.num_sines * MAX_VOICE_F0 > FADE_FROM * self.sampling_rate
 
     @torch.no_grad()
     def forward(self, f0: torch.Tensor, noise: SourceNoise) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +112,7 @@ class SineGen2(nn.Module):
         for an f0 over 1 kHz, past any voice, so ``forward`` leaves its source exactly as it is (``fade_overtones``
         false: no gain computed).
         """
-        top, fade = 0.45 * self.sampling_rate, 0.05 * self.sampling_rate
+        top, fade = FADE_TO * self.sampling_rate, (FADE_TO - FADE_FROM) * self.sampling_rate
         return ((top - frequency) / fade).clamp(0.0, 1.0)
 
 
