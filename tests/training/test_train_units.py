@@ -38,7 +38,7 @@ from cadenza.training.lm_layout import (
 from cadenza.training.lm_model import LMForTraining, sequence_log_probs, targets_of
 from cadenza.training.lm_stage import tied_llm_state
 from cadenza.training.model_files import check_writable, cosyvoice2_yaml, resolve_model
-from cadenza.training.optim import lr_factor
+from cadenza.training.optim import Optimization, lr_factor
 from cadenza.training.registry import get_stage
 from cadenza.training.sampler import ResumableDistributedSampler
 from cadenza.training.seeding import item_generator, rng_state, set_rng_state
@@ -283,6 +283,32 @@ def test_lr_schedules():
     assert lr_factor(49, lin, 100) == pytest.approx(0.5)
     inv = OptimConfig(schedule="inverse_sqrt", warmup_steps=4)
     assert lr_factor(3, inv, 100) == pytest.approx(1.0) and lr_factor(15, inv, 100) == pytest.approx(0.5)
+
+
+def test_resume_keeps_the_moments_and_step_and_takes_the_config_hyper_parameters(caplog):
+    """A config edited before ``--resume`` (lr, betas, weight decay) is what the resumed run trains with, at the
+    schedule's step of the checkpoint; the optimiser's moments come back as they were."""
+    torch.manual_seed(0)
+    first = OptimConfig(lr=1e-3, schedule="cosine", warmup_steps=2, min_lr_ratio=0.1)
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    run = Optimization([weight], first, max_steps=20)
+    for _ in range(5):
+        run.step((weight ** 2).sum())
+    state = run.state_dict()
+    same = Optimization([weight], first, max_steps=20)
+    same.load_state_dict(state)
+    assert same.lr == pytest.approx(run.lr) == pytest.approx(1e-3 * lr_factor(5, first, 20))
+    edited = dataclasses.replace(first, lr=4e-4, betas=(0.5, 0.9), weight_decay=0.01)
+    resumed = Optimization([weight], edited, max_steps=20)
+    with caplog.at_level("INFO", logger="cadenza.training.optim"):
+        resumed.load_state_dict(state)
+    assert resumed.lr == pytest.approx(4e-4 * lr_factor(5, first, 20))
+    group = resumed.optimizer.param_groups[0]
+    assert group["betas"] == (0.5, 0.9) and group["weight_decay"] == 0.01
+    assert torch.equal(resumed.optimizer.state[weight]["exp_avg"], run.optimizer.state[weight]["exp_avg"])
+    assert "lr 0.001 -> 0.0004" in caplog.text and "betas" in caplog.text
+    resumed.step((weight ** 2).sum())  # the schedule goes on from step 5 at the new peak
+    assert resumed.lr == pytest.approx(4e-4 * lr_factor(6, first, 20))
 
 
 def test_registry_finds_stages_lazily_and_names_missing_ones():

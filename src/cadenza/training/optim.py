@@ -6,6 +6,7 @@ launcher's lr schedule and gradient clipping knobs.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 
@@ -13,6 +14,8 @@ import torch
 from torch import nn
 
 from cadenza.training.config import OptimConfig
+
+log = logging.getLogger(__name__)
 
 
 def lr_factor(step: int, cfg: OptimConfig, max_steps: int) -> float:
@@ -76,3 +79,24 @@ class Optimization:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        apply_config_after_resume(self.optimizer, self.scheduler, self.cfg)
+
+
+def apply_config_after_resume(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
+                              cfg: OptimConfig) -> None:
+    """After loading a checkpoint's optimiser and schedule: its moments and step stay, its hyper-parameters give way
+    to the config's. A checkpoint carries its run's lr, betas, eps and weight decay (the param groups and the
+    scheduler's ``base_lrs``), which would otherwise silently override a config edited before ``--resume`` (a
+    lower lr to finish a round, say); what changed is logged."""
+    group = optimizer.param_groups[0]
+    wanted = {"lr": cfg.lr, "betas": tuple(cfg.betas), "eps": cfg.eps, "weight_decay": cfg.weight_decay}
+    saved = {"lr": scheduler.base_lrs[0], "betas": tuple(group["betas"]), "eps": group["eps"],
+             "weight_decay": group["weight_decay"]}
+    changed = [f"{key} {saved[key]} -> {wanted[key]}" for key in wanted if saved[key] != wanted[key]]
+    if changed:
+        log.info("resume: train.optim from the config, not the checkpoint: %s", ", ".join(changed))
+    factor = scheduler.lr_lambdas[0](scheduler.last_epoch)  # LambdaLR: lr = base_lr x factor(steps taken)
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group.update(lr=cfg.lr * factor, initial_lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                     weight_decay=cfg.weight_decay)

@@ -50,6 +50,7 @@ from cadenza.models.voxcpm2.model import VoxCPM2Model
 from cadenza.models.voxcpm2.tokenizer import VoxCPM2Tokenizer
 from cadenza.training import distributed as D
 from cadenza.training.config import TrainConfig, dataclass_from_dict
+from cadenza.training.optim import apply_config_after_resume, build_optimizer, build_scheduler
 from cadenza.training.seeding import item_generator
 from cadenza.training.stage import TrainingStage, Wrap, register
 from cadenza.training.voxcpm2 import data as vx2_data
@@ -201,8 +202,6 @@ class VoxCPM2Stage(TrainingStage):
                 log.info("voxcpm2.fsdp: one process, nothing to shard")
             self.net = wrap(VoxCPM2ForTraining(model))
         self.params = [p for p in model.parameters() if p.requires_grad]  # after sharding: the sharded parameters
-        from cadenza.training.optim import build_optimizer, build_scheduler
-
         self.optimizer = build_optimizer(self.params, self.train_cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, self.train_cfg.optim, self.train_cfg.max_steps)
         self.packer = VoxCPM2Packer(None, self.model_config.patch_size, self.model_config.feat_dim, self.max_length,
@@ -376,6 +375,7 @@ class VoxCPM2Stage(TrainingStage):
             self.model.load_state_dict(weights, strict=True)
         self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
+        apply_config_after_resume(self.optimizer, self.scheduler, self.train_cfg.optim)
 
     def export(self, out_dir: Path) -> None:
         """LoRA: ``lora_weights.safetensors`` + ``lora_config.json``; full: a release-layout model folder (float32
