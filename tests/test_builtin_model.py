@@ -197,6 +197,26 @@ def test_default_voice_is_understood_by_an_offline_asr(tiny):
     assert hits / total >= 0.7, (hits, total, heard)
 
 
+def test_every_sentence_of_a_text_is_spoken(tiny):
+    """The built-in LM learnt from one sentence per utterance and ends its speech at the first sentence end it may:
+    a text of several sentences is spoken one sentence per segment (it used to be one segment, and only its first
+    sentence was heard), and initials inside a sentence ("U.S.") no longer end it."""
+    text = "Hello there. How are you today? I am fine, thank you."
+    assert tiny.segments(text) == ["Hello there.", "How are you today?", "I am fine, thank you."]
+    audio = tiny.synthesize(text, seed=0)
+    parts = [tiny.synthesize(s, seed=k).samples for k, s in enumerate(tiny.segments(text))]
+    assert len(audio.samples) == sum(len(p) for p in parts)  # each sentence as long as when spoken alone
+    pytest.importorskip("faster_whisper", reason="needs the eval extra (pip install -e '.[eval]')")
+    from cadenza.evaluation.asr import transcribe
+    from cadenza.evaluation.wer import recognized_words
+
+    initials = "We met in the U.S. Army last year."
+    for said, spoken in ((text, audio), (initials, tiny.synthesize(initials, seed=0))):
+        heard = transcribe(spoken.samples, spoken.sample_rate)
+        tail = " ".join(said.split()[-3:])  # words after the first sentence end
+        assert recognized_words(tail, heard)[0] >= 2, (said, heard)
+
+
 def test_voice_conversion_into_the_default_voice_keeps_the_words(tiny):
     """`convert_voice` with no target voice converts into the default voice (the built-in model has no recording of
     joe to give as prompt_wav): the output has one hop of audio per source token, equals naming the saved speaker,

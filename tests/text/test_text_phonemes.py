@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cadenza.errors import CheckpointError, TextError
-from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTable, PhonemeTokenizer, phonemize
+from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTable, PhonemeTokenizer, phonemize, spell_initials
 
 SYMBOLS = ("_", "^", "$", " ", ",", ".", "?", "!", ";", ":", "ˈ", "ˌ", "ː", "a", "b", "d", "e", "f", "h", "i", "j",
            "k", "l", "m", "n", "o", "p", "s", "t", "u", "v", "w", "z", "æ", "ð", "ŋ", "ɑ", "ɔ", "ə", "ɚ", "ɛ", "ɜ",
@@ -64,6 +64,36 @@ def test_tokenizer_encodes_known_symbols_and_streams_whole_words():
     space = tok.index[" "]
     assert [i for i in streamed if i != space] == [i for i in ids if i != space]
     assert stream.feed("") == [] and stream.flush() == []
+
+
+@pytest.mark.parametrize(("text", "spelled"), [
+    ("the U.S.A. border", "the USA border"), ("we met in the U.S.", "we met in the US."),
+    ("in the U.S.!", "in the US!"), ("J. K. Rowling wrote it.", "J K Rowling wrote it."),
+    ("a.k.a. the boss", "AKA the boss"), ("I like vitamin C.", "I like vitamin C."), ("3.14 m.", "3.14 m.")])
+def test_initialisms_lose_their_inner_full_stops(text, spelled):
+    assert spell_initials(text) == spelled
+
+
+def test_a_sentence_with_initials_has_one_full_stop_at_its_end():
+    """espeak-ng keeps every full stop as a clause end; the built-in LM, trained on one sentence per utterance, stops
+    speaking at the first one, so "U.S." inside a sentence used to end the speech there."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    symbols = [SYMBOLS[i] for i in tok.encode("J. K. Rowling lives near the U.S.A. border.")]
+    assert symbols.count(".") == 1 and symbols[-1] == "."
+    assert "".join(symbols[:-1]).replace(" ", "").startswith("dʒˈeɪkˈeɪ")  # the letters are still spoken
+
+
+def test_streamed_initials_wait_for_the_rest_of_the_initialism():
+    """A piece that ends in "U." may go on as "S. Army": the stream holds the letter back instead of reading its
+    full stop as a clause end, and reads what the whole text reads."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    stream = tok.stream_encoder()
+    pieces = ["We met ", "in the U.", "S. Army ", "last year. Then ", "we went home."]
+    streamed = [i for p in pieces for i in stream.feed(p)] + stream.flush()
+    whole = tok.encode("".join(pieces))
+    space = tok.index[" "]
+    assert [i for i in streamed if i != space] == [i for i in whole if i != space]
+    assert [SYMBOLS[i] for i in whole].count(".") == 2  # "year." and "home.", not "U." / "S."
 
 
 @pytest.mark.parametrize("pieces", [["Say ", "<|ph:kədˈɛnzə|>"], ["Say <|ph:nˈuː jˈɔːɹk|>", ", now"],

@@ -87,6 +87,19 @@ def test_abbreviation_and_decimal_are_not_sentence_ends():
     assert split_text(text, 16) == ["Dr. Smith met Mr. Jones at 3.5 km.", "They talked."]
 
 
+def test_one_sentence_per_segment_cuts_every_sentence_end_and_keeps_what_is_not_one():
+    text = ("Hello there. How are you today? I am fine, thank you!\nA heading\nDr. Smith paid $3.50 at 9 a.m. for "
+            "the U.S.A. border map; e.g. this one. See www.example.com now.")
+    assert split_text(text, 240, one_sentence=True) == [
+        "Hello there.", "How are you today?", "I am fine, thank you!", "A heading",
+        "Dr. Smith paid $3.50 at 9 a.m. for the U.S.A. border map;", "e.g. this one.", "See www.example.com now."]
+    assert split_text(text, 240) == [text]  # without it, everything that fits stays together
+    long = "Short. " + " ".join(["word"] * 30) + "."  # a sentence over the budget is still cut to it
+    pieces = split_text(long, 12, one_sentence=True)
+    assert pieces[0] == "Short." and len(pieces) == 4 and all(estimate_tokens(p) <= 12 for p in pieces)
+    assert " ".join(pieces[1:]) == long[len("Short. "):]
+
+
 def test_blank_punctuation_and_short():
     assert split_text("", 10) == [] and split_text("  \n ", 10) == []
     assert split_text("...!!! 。。", 10) == []
@@ -177,6 +190,7 @@ def test_any_text_never_raises_and_loses_nothing(text, budget):
     _placement(text, segments)
     assert all(s.strip() == s and any(c.isalnum() or not unicodedata_ps(c) for c in s) for s in segments)
     assert split_text(text, budget) == segments  # deterministic
+    _placement(text, split_text(text, budget, one_sentence=True))
 
 
 def unicodedata_ps(c: str) -> bool:

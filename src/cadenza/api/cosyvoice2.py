@@ -270,13 +270,15 @@ class Cadenza:
 
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
         """Text -> normalised segments of at most ``max_tokens`` (default: the tokenizer's ``segment_tokens``, else
-        ``SEGMENT_TOKENS``) tokens, cut at sentence, then clause ends."""
+        ``SEGMENT_TOKENS``) tokens, cut at sentence, then clause ends; one sentence per segment where the tokenizer
+        says its LM reads one at a time (``one_sentence_per_segment``: cadenza-tiny's phonemes)."""
         text = check_speakable(check_text_arg(text, "text"))
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
         budget = max_tokens or getattr(tokenizer, "segment_tokens", SEGMENT_TOKENS)
-        pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)))
+        pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)),
+                            one_sentence=getattr(tokenizer, "one_sentence_per_segment", False))
         pieces = [p for p in pieces if is_speakable(p)]
         if not pieces:
             raise TextError("text has nothing to speak after normalisation")

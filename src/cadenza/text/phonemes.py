@@ -142,6 +142,9 @@ class PhonemeTokenizer:
     # Long text is cut into segments of at most this many ids (the engine's default, 80, is sized for BPE: 80
     # phonemes are only ~4 s of speech). 240 phonemes are ~13 s at English's ~19 symbols per second.
     segment_tokens = 240
+    # A phoneme LM of our recipe learnt from one sentence per utterance: it ends its speech at the first sentence end
+    # its minimum length allows, so two sentences in one segment lose the second. Each sentence is a segment of its own.
+    one_sentence_per_segment = True
 
     def __init__(self, table: PhonemeTable) -> None:
         self.table = table
@@ -172,6 +175,7 @@ class PhonemeTokenizer:
         if lead and out:
             out.append(lead.group()[0])
             text = text.lstrip()[lead.end():]
+        text = spell_initials(text)
         symbols = phonemize(text, self.table.language) if text.strip() else []
         if symbols and out and out[-1] != " " and text[:1].isspace():
             out.append(" ")
@@ -182,6 +186,24 @@ class PhonemeTokenizer:
 
     def stream_encoder(self) -> PhonemeStreamEncoder:
         return PhonemeStreamEncoder(self)
+
+
+_DOTTED_LETTERS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}")  # "U.S.A.", "e.g."
+_INITIAL = re.compile(r"(?<![\w.])([A-Z])\.(?=\s+[A-Z])")  # "J. K. Rowling"
+_TRAILING_INITIALS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.\s*)+$")
+
+
+def spell_initials(text: str) -> str:
+    """Initialisms without their full stops: ``"the U.S.A. border"`` -> ``"the USA border"`` (espeak-ng spells a
+    short capitalised word letter by letter), ``"J. K. Rowling"`` -> ``"J K Rowling"``; a full stop that ends the
+    text stays (``"in the U.S."`` -> ``"in the US."``). espeak-ng, and so the phonemes, keep every full stop as a
+    clause end, and an LM trained on one sentence per utterance stops speaking at the first one it reads."""
+
+    def letters(m: re.Match) -> str:
+        spelled = m.group().replace(".", "").upper()
+        return spelled + "." if not text[m.end():].strip() else spelled
+
+    return _INITIAL.sub(r"\1", _DOTTED_LETTERS.sub(letters, text))
 
 
 def _last_break(text: str) -> int:
@@ -214,6 +236,8 @@ class PhonemeStreamEncoder:
         if cut < 0:
             return []
         ready, self.pending = self.pending[: cut + 1], self.pending[cut + 1:]
+        if initials := _TRAILING_INITIALS.search(ready):  # "in the U." may go on as "S. Army": wait and see
+            ready, self.pending = ready[: initials.start()], ready[initials.start():] + self.pending
         ids = self.tokenizer.encode(ready) if ready.strip() else []
         # A word space between two pieces belongs to the stream: keep one after every completed chunk.
         space = self.tokenizer.index.get(" ")

@@ -4,7 +4,8 @@ Cut preference: line breaks and sentence ends (``。！？；… .!?;``, with cl
 clause marks (``，、,:：``), then spaces, then between CJK characters, and only as a last resort between any two
 characters. A cut is never placed inside a protected tag (``[laughter]``, ``<|endofprompt|>``, a VoxCPM 2 leading
 ``(description)``, a short ``<strong>…</strong>`` pair), a number (``3.14``, ``1,000``, ``$5``, ``3:45``, ``50%``), an
-abbreviation with the word it introduces (``Dr. Smith``, ``e.g. this``), initials (``J. K.``) or a URL / e-mail.
+abbreviation with the word it introduces (``Dr. Smith``, ``e.g. this``), initials (``J. K.``), an initialism before a
+lower-case word (``the U.S.A. border``) or a URL / e-mail.
 
 The pieces are then packed into segments by dynamic programming: every segment within ``max_tokens``, few segments,
 even sizes, and cheap cuts preferred (cost = squared unused fraction of the budget per segment + a penalty per cut
@@ -41,6 +42,7 @@ _TITLES = r"Dr|Mr|Mrs|Ms|Prof|Mt|Gen|Capt|Lt|Sgt|Col|Gov|Sen|Rev|Hon|Fig|Vol|No|
 _FINALS = r"etc|Jr|Sr|Inc|Ltd|Corp|Co|Ave|Blvd|Rd|Dept|St|U\.S|U\.K|a\.m|p\.m"
 _TITLE_ABBR = re.compile(rf"(?<![A-Za-z.])(?:{_TITLES})\.\s*(?=\w)")
 _FINAL_ABBR = re.compile(rf"(?<![A-Za-z.])(?:{_FINALS})\.(?!\s*\Z|\s*\n|\s+[A-Z{HAN}])\s*(?=\w)")
+_INITIALISM = re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}\s+(?=[a-z])")  # "the U.S.A. border": no sentence ends there
 _PAIRS = re.compile(r"<strong>.*?</strong>|<laughter>.*?</laughter>", re.DOTALL)
 _ESTIMATE = re.compile(rf"{TAG_RE.pattern}|(?P<word>[A-Za-z\u00c0-\u024f]+)|\S")
 
@@ -90,7 +92,7 @@ class _Splitter:
             if self.count(m.group()) <= self.max:
                 yield m.span()
         soft = [m.span() for rx in (_NUMBER, _URL) for m in rx.finditer(text)]
-        soft += [(m.start(), m.end() + 1) for rx in (_TITLE_ABBR, _FINAL_ABBR) for m in rx.finditer(text)]
+        soft += [(m.start(), m.end() + 1) for rx in (_TITLE_ABBR, _FINAL_ABBR, _INITIALISM) for m in rx.finditer(text)]
         chains: list[list[int]] = []
         for a, b in sorted(soft):
             if chains and a < chains[-1][1]:
@@ -152,8 +154,9 @@ class _Splitter:
             prev = c
         return out
 
-    def pack(self, units: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Group consecutive pieces into segments (DP over the cost described in the module docstring).
+    def pack(self, units: list[tuple[int, int]], one_sentence: bool = False) -> list[tuple[int, int]]:
+        """Group consecutive pieces into segments (DP over the cost described in the module docstring); with
+        ``one_sentence`` no segment spans a sentence end or line break.
 
         Segment sizes inside the DP are summed from the pieces (a piece counted with its leading whitespace, the first
         one without), so the counter runs once per piece; every chosen segment is then counted for real and re-cut
@@ -174,6 +177,8 @@ class _Splitter:
             paragraphs = 0.0  # paragraph breaks inside the candidate segment: keep paragraphs apart when it is cheap
             for i in range(j - 1, -1, -1):
                 if i < j - 1:
+                    if one_sentence and self.level.get(units[i + 1][0], ANY_CHAR) <= SENTENCE:
+                        break  # joining units i and i + 1 would put a sentence end inside the segment
                     paragraphs += joins[i + 1]
                 tokens = bare[i] + full[j] - full[i + 1]
                 if tokens > limit and i < j - 1:
@@ -209,9 +214,13 @@ def split_text(
     max_tokens: int,
     count_tokens: Callable[[str], int] | None = None,
     lang: str | None = None,
+    one_sentence: bool = False,
 ) -> list[str]:
     """Cut ``text`` into segments of at most ``max_tokens`` tokens each (counted by ``count_tokens``, default
     :func:`estimate_tokens`), preferring sentence, then clause, then space boundaries; see the module docstring.
+
+    ``one_sentence``: every sentence end and line break is a cut, so no segment holds more than one sentence (for
+    an LM trained on one sentence at a time, which ends its speech at the first sentence end it may).
 
     ``lang`` only selects the default estimate (``"zh"``: one token per character); boundaries are found by script.
     Returns ``[]`` for blank or punctuation-only text.
@@ -228,8 +237,12 @@ def split_text(
     if _only_punctuation(text):
         return []
     splitter = _Splitter(text, max_tokens, count)
-    units = splitter.pieces(0, len(text), SENTENCE)
-    segments = [text[a:b].strip() for a, b in splitter.pack(units)]
+    if one_sentence:  # the sentences first, each then cut to the budget as a text of its own would be
+        ends = sorted(splitter.by_level[NEWLINE] + splitter.by_level[SENTENCE])
+        units = [u for a, b in zip([0, *ends], [*ends, len(text)]) for u in splitter.pieces(a, b, SENTENCE)]
+    else:
+        units = splitter.pieces(0, len(text), SENTENCE)
+    segments = [text[a:b].strip() for a, b in splitter.pack(units, one_sentence)]
     return [s for s in segments if s and not _only_punctuation(s)]
 
 
