@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from cadenza.errors import CheckpointError, TextError
-from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTable, PhonemeTokenizer, phonemize, spell_initials
+from cadenza.text.phonemes import (
+    PHONEMES_FILE,
+    PhonemeTable,
+    PhonemeTokenizer,
+    phonemize,
+    spell_initials,
+    spell_inner_marks,
+)
 
 SYMBOLS = ("_", "^", "$", " ", ",", ".", "?", "!", ";", ":", "ˈ", "ˌ", "ː", "a", "b", "d", "e", "f", "h", "i", "j",
            "k", "l", "m", "n", "o", "p", "s", "t", "u", "v", "w", "z", "æ", "ð", "ŋ", "ɑ", "ɔ", "ə", "ɚ", "ɛ", "ɜ",
@@ -74,11 +81,17 @@ def test_initialisms_lose_their_inner_full_stops(text, spelled):
     assert spell_initials(text) == spelled
 
 
+def test_marks_inside_a_word_are_read_out():
+    assert spell_inner_marks("Mail bob@example.com or https://x.org/a?b now.") == (
+        "Mail bob@example dot com or https colon //x dot org/a question mark b now.")
+    assert spell_inner_marks("Yes. No? Fine: go!") == "Yes. No? Fine: go!"  # marks between words stay marks
+
+
 def test_a_sentence_with_initials_has_one_full_stop_at_its_end():
     """espeak-ng keeps every full stop as a clause end; the built-in LM, trained on one sentence per utterance, stops
     speaking at the first one, so "U.S." inside a sentence used to end the speech there."""
     tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
-    symbols = [SYMBOLS[i] for i in tok.encode("J. K. Rowling lives near the U.S.A. border.")]
+    symbols = [SYMBOLS[i] for i in tok.encode("J. K. Rowling lives near the U.S.A. border, at example.com.")]
     assert symbols.count(".") == 1 and symbols[-1] == "."
     assert "".join(symbols[:-1]).replace(" ", "").startswith("dʒˈeɪkˈeɪ")  # the letters are still spoken
 

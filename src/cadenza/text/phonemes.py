@@ -175,7 +175,7 @@ class PhonemeTokenizer:
         if lead and out:
             out.append(lead.group()[0])
             text = text.lstrip()[lead.end():]
-        text = spell_initials(text)
+        text = spell_inner_marks(spell_initials(text))
         symbols = phonemize(text, self.table.language) if text.strip() else []
         if symbols and out and out[-1] != " " and text[:1].isspace():
             out.append(" ")
@@ -191,19 +191,29 @@ class PhonemeTokenizer:
 _DOTTED_LETTERS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}")  # "U.S.A.", "e.g."
 _INITIAL = re.compile(r"(?<![\w.])([A-Z])\.(?=\s+[A-Z])")  # "J. K. Rowling"
 _TRAILING_INITIALS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.\s*)+$")
+# Clause punctuation inside a word ("example.com", "https://", "a?b=c"): read out, not a pause or an end.
+_INNER_MARK = re.compile(r"(?<=\w)([.?!:;])(?=[\w/])")
+_MARK_WORDS = {".": "dot", "?": "question mark", "!": "exclamation mark", ":": "colon", ";": "semicolon"}
 
 
 def spell_initials(text: str) -> str:
     """Initialisms without their full stops: ``"the U.S.A. border"`` -> ``"the USA border"`` (espeak-ng spells a
     short capitalised word letter by letter), ``"J. K. Rowling"`` -> ``"J K Rowling"``; a full stop that ends the
     text stays (``"in the U.S."`` -> ``"in the US."``). espeak-ng, and so the phonemes, keep every full stop as a
-    clause end, and an LM trained on one sentence per utterance stops speaking at the first one it reads."""
+    clause end, and an LM trained on one sentence per utterance ends its speech at a sentence end."""
 
     def letters(m: re.Match) -> str:
         spelled = m.group().replace(".", "").upper()
         return spelled + "." if not text[m.end():].strip() else spelled
 
     return _INITIAL.sub(r"\1", _DOTTED_LETTERS.sub(letters, text))
+
+
+def spell_inner_marks(text: str) -> str:
+    """Clause marks inside a word read out: ``"example.com"`` -> ``"example dot com"``, ``"https://x"`` -> ``"https
+    colon //x"``, ``"a?b"`` -> ``"a question mark b"``; espeak-ng would keep each as a clause end (see
+    :func:`spell_initials`)."""
+    return _INNER_MARK.sub(lambda m: f" {_MARK_WORDS[m.group(1)]} ", text)
 
 
 def _last_break(text: str) -> int:
