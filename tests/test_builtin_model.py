@@ -203,6 +203,10 @@ def test_every_sentence_of_a_text_is_spoken(tiny):
     sentence was heard), and initials inside a sentence ("U.S.") no longer end it."""
     text = "Hello there. How are you today? I am fine, thank you."
     assert tiny.segments(text) == ["Hello there.", "How are you today?", "I am fine, thank you."]
+    # The server's budget (80 tokens) is sized for BPE; phonemes are ~3 to a BPE token and keep their own 240.
+    sentence = "After the long meeting on Tuesday, the whole team walked down to the river and talked about the plans."
+    assert 80 < len(tiny.engine.frontend.text_ids(sentence)[0]) <= 240 and tiny.segments(sentence, max_tokens=80) == [
+        sentence]
     audio = tiny.synthesize(text, seed=0)
     parts = [tiny.synthesize(s, seed=k).samples for k, s in enumerate(tiny.segments(text))]
     assert len(audio.samples) == sum(len(p) for p in parts)  # each sentence as long as when spoken alone

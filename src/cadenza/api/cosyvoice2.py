@@ -269,14 +269,17 @@ class Cadenza:
                          seed=seed, speed=speed)
 
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
-        """Text -> normalised segments of at most ``max_tokens`` (default: the tokenizer's ``segment_tokens``, else
-        ``SEGMENT_TOKENS``) tokens, cut at sentence, then clause ends; one sentence per segment where the tokenizer
-        says its LM reads one at a time (``one_sentence_per_segment``: cadenza-tiny's phonemes)."""
+        """Text -> normalised segments of at most ``max_tokens`` (default ``SEGMENT_TOKENS``, sized for BPE) tokens,
+        cut at sentence, then clause ends. A tokenizer with a ``segment_tokens`` of its own (phonemes: ~3 per BPE
+        token) is given at least that many; one sentence per segment where it says its LM reads one at a time
+        (``one_sentence_per_segment``: cadenza-tiny's phonemes)."""
         text = check_speakable(check_text_arg(text, "text"))
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
-        budget = max_tokens or getattr(tokenizer, "segment_tokens", SEGMENT_TOKENS)
+        budget = max_tokens or SEGMENT_TOKENS
+        if (own := getattr(tokenizer, "segment_tokens", None)) is not None:  # finer than BPE (phonemes): its own
+            budget = max(budget, own)
         pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)),
                             one_sentence=getattr(tokenizer, "one_sentence_per_segment", False))
         pieces = [p for p in pieces if is_speakable(p)]
