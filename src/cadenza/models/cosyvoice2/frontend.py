@@ -118,6 +118,13 @@ class CosyVoice2Frontend:
     def reads_phonemes(self) -> bool:
         return isinstance(self.tokenizer, PhonemeTokenizer)
 
+    @property
+    def one_sentence_per_segment(self) -> bool:
+        """Whether the LM reads one sentence at a time (``PhonemeTokenizer.one_sentence_per_segment``), from the
+        folder's files: no tokenizer is loaded, and a folder without one reads none."""
+        folder = self.files.tokenizer_dir
+        return folder is not None and (folder / PHONEMES_FILE).is_file() and PhonemeTokenizer.one_sentence_per_segment
+
     def text_stream_encoder(self):
         """An object with ``feed(piece) -> ids`` and ``flush() -> ids`` for text that arrives in pieces: BPE encodes
         each piece as it comes (as the reference does; whitespace alone joins the next piece); phonemes wait for
