@@ -87,6 +87,17 @@ def test_marks_inside_a_word_are_read_out():
     assert spell_inner_marks("Yes. No? Fine: go!") == "Yes. No? Fine: go!"  # marks between words stay marks
 
 
+@pytest.mark.parametrize(("text", "script"), [("你好，世界。", "CJK"), ("I love 東京 a lot.", "CJK"),
+                                             ("Привет!", "CYRILLIC"), ("こんにちは", "HIRAGANA"), ("مرحبا", "ARABIC")])
+def test_an_english_phoneme_model_refuses_other_scripts_by_name(text, script):
+    """espeak-ng's English voice reads them as their script's name ("Chinese letter Chinese letter")."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    with pytest.raises(TextError, match=f"Latin letters.*{script}"):
+        tok.encode(text)
+    assert tok.encode("Zoë and José met at café α.")  # accented Latin, and Greek letters (read by their names)
+    assert tok.encode("Say <|ph:kədˈɛnzə|> now.")  # IPA spans are symbols, not text
+
+
 def test_a_sentence_with_initials_has_one_full_stop_at_its_end():
     """espeak-ng keeps every full stop as a clause end; the built-in LM, trained on one sentence per utterance, stops
     speaking at the first one, so "U.S." inside a sentence used to end the speech there."""

@@ -17,6 +17,7 @@ loaded at run time, not linked). The library is not thread-safe: every call hold
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import re
 import threading
@@ -175,6 +176,8 @@ class PhonemeTokenizer:
         if lead and out:
             out.append(lead.group()[0])
             text = text.lstrip()[lead.end():]
+        if self.table.language.startswith("en"):
+            check_latin_letters(text, self.table.language)
         text = spell_inner_marks(spell_initials(text))
         symbols = phonemize(text, self.table.language) if text.strip() else []
         if symbols and out and out[-1] != " " and text[:1].isspace():
@@ -194,6 +197,23 @@ _TRAILING_INITIALS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.\s*)+$")
 # Clause punctuation inside a word ("example.com", "https://", "a?b=c"): read out, not a pause or an end.
 _INNER_MARK = re.compile(r"(?<=\w)([.?!:;])(?=[\w/])")
 _MARK_WORDS = {".": "dot", "?": "question mark", "!": "exclamation mark", ":": "colon", ";": "semicolon"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _latin_or_greek(letter: str) -> bool:
+    name = unicodedata.name(letter, "")
+    return "LATIN" in name or "GREEK" in name or name.startswith("MODIFIER")
+
+
+def check_latin_letters(text: str, language: str) -> None:
+    """Raise ``TextError`` naming the first letter of ``text`` that is not Latin (or Greek: espeak-ng names Greek
+    letters). espeak-ng's English voice reads other scripts as their script's name ("你好" -> "Chinese letter
+    Chinese letter", Arabic letter by letter), which an English model then says instead of the text."""
+    for i, c in enumerate(text):
+        if c.isalpha() and not _latin_or_greek(c):
+            raise TextError(f"this model reads {language} (Latin letters); {c!r} ({unicodedata.name(c, 'unnamed')}) at "
+                            f"character {i} of {text[:60]!r} is another script: use a model for its language "
+                            "(e.g. CosyVoice2-0.5B)")
 
 
 def spell_initials(text: str) -> str:
