@@ -207,6 +207,7 @@ def package_v2(work: Path, install: bool, status: str = STATUS, status_note: str
     meta = {"format": "cadenza.model", "version": 2, "name": "cadenza-tiny", "default_speaker": "joe",
             "voices": voices, "speaker_prompts": {k: v["text"] for k, v in prompts.items()},
             "text_frontend": "espeak-ng phonemes (CosyVoice-BlankEN/phonemes.json)",
+            "lm_prompt": False,  # the LM learnt from single utterances: a clone's voice comes from the audio
             "weights_dtype": "float16", "recipe": "recipes/tiny (python recipes/tiny/run.py --work WORK --design v2)",
             "status": status, "status_note": status_note}
     (fp32 / "cadenza.json").write_text(json.dumps(meta, indent=1) + "\n")

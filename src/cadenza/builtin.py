@@ -83,6 +83,9 @@ class ModelMetadata:
     weights_dtype: str | None = None
     recipe: str | None = None
     speed_method: str | None = None  # how this model's speed != 1 is best made (StreamSchedule.speed_method)
+    # Whether the LM continues a prompt (zero-shot: the transcript and speech tokens of the prompt audio before the
+    # text). false: its LM learnt without prompts (cadenza-tiny), and a clone takes the voice from the audio only.
+    lm_prompt: bool = True
 
 
 def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> ModelMetadata:
@@ -117,6 +120,9 @@ def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> Mo
     speed_method = doc.get("speed_method")
     if speed_method is not None and speed_method not in SPEED_METHODS:
         raise fail("speed_method", f"one of {SPEED_METHODS}", speed_method)
+    lm_prompt = doc.get("lm_prompt", True)
+    if not isinstance(lm_prompt, bool):
+        raise fail("lm_prompt", "true or false", lm_prompt)
     voices_raw = doc.get("voices", [])
     if not isinstance(voices_raw, list):
         raise fail("voices", "a list of objects", voices_raw)
@@ -144,7 +150,7 @@ def parse_model_metadata(doc: dict[str, Any], source: str = METADATA_NAME) -> Mo
         log.warning("%s: ignoring unknown keys %s", source, unknown)
     return ModelMetadata(
         format=fmt, version=version, status=status, weights_dtype=dtype, voices=tuple(voices), speaker_prompts=prompts,
-        speed_method=speed_method,
+        speed_method=speed_method, lm_prompt=lm_prompt,
         name=text(doc.get("name"), "name", blank=False),
         default_speaker=text(doc.get("default_speaker"), "default_speaker", blank=False),
         **{k: text(doc.get(k), k) for k in _TEXT_KEYS},

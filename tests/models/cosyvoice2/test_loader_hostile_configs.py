@@ -177,6 +177,7 @@ def test_unparseable_json_configs(cv2_dir, tmp_path, text, message):
     ({"speed_method": "fast"}, "speed_method must be one of ('auto', 'phase_vocoder', 'wsola', 'mel', 'flow'), got 'fast'"),
     ({"speaker_prompts": {"joe": 5}}, "speaker_prompts must be an object of speaker -> transcript strings"),
     ({"status_note": ["x"]}, "status_note must be a string"),
+    ({"lm_prompt": "no"}, "lm_prompt must be true or false, got 'no'"),
 ])
 def test_cadenza_json_is_typed(edit, message):
     doc = read_model_metadata(builtin_model_dir())
