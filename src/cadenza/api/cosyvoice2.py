@@ -403,7 +403,7 @@ class Cadenza:
         come (audio starts a few words in), or, for an LM that reads one sentence at a time (the tokenizer's
         ``one_sentence_per_segment``: cadenza-tiny), each sentence a request of its own once it is complete (audio
         starts after the first sentence). Across sentences the built-in LM bi-streamed lost a third of the words
-        (recognised 64 % of 12 three-sentence texts, against 96 % spoken a sentence at a time; docs/text.md)."""
+        (recognised 64 % of 12 three-sentence texts, against 95 % spoken a sentence at a time; docs/text.md)."""
         eng = self.engine
         if not self._one_sentence:
             request = eng.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
@@ -446,7 +446,8 @@ class Cadenza:
         return Capabilities(
             family=self.family, title="CosyVoice 2", sample_rate=self.sample_rate,
             modes=("zero_shot", "cross_lingual", "speaker", "instruct", "voice_conversion"), instructions="instruct",
-            speed=(0.5, 2.0), text_streaming="sentences" if self._one_sentence else "tokens", cloning_modes=(), default_voice=self.default_speaker is not None,
+            speed=(0.5, 2.0), text_streaming="sentences" if self._one_sentence else "tokens", cloning_modes=(),
+            default_voice=self.default_speaker is not None,
             output_frame_samples=self.engine.token2wav.hop)
 
     def prompt_library(self, store: VoiceStore, cache_size: int = 64) -> CosyVoice2Prompts:
