@@ -136,3 +136,21 @@ def test_websocket_speed(live):
     # refused at once, before audio.start (no text is sent into a session that will not speak)
     assert code == 1007 and len(messages) == 1 and messages[0]["type"] == "error", messages
     assert messages[0]["error"]["param"] == "speed" and "0.5 to 2" in messages[0]["error"]["message"]
+
+
+def test_every_sentence_is_spoken_over_http_and_the_websocket(live, builtin_tts):
+    """The built-in LM reads one sentence at a time (docs/text.md): the server speaks each sentence of TEXT as a
+    segment of its own (seed + k), and over the WebSocket each once it is complete (seed + 1000 k), so the answer
+    is as long as the three sentences spoken alone (it used to hold the first sentence or so)."""
+    sentences = builtin_tts.segments(TEXT)
+    assert len(sentences) == 3
+    r = live.client.post("/v1/audio/speech", json={"model": "cadenza-tiny", "input": TEXT, "seed": 5,
+                                                   "response_format": "pcm"})
+    assert r.status_code == 200
+    assert len(r.content) // 2 == sum(len(builtin_tts.synthesize(s, seed=5 + k).samples)
+                                      for k, s in enumerate(sentences))
+    pieces = ["Please open ", "the window. ", "The room is ", "warm today, and the air ", "feels heavy. We could ",
+              "go for a walk."]
+    _, audio, code = _ws_session(live, pieces, seed=3)
+    assert code == 1000 and len(audio) // 2 == sum(len(builtin_tts.synthesize(s, seed=3 + 1000 * k).samples)
+                                                   for k, s in enumerate(sentences))
