@@ -242,6 +242,18 @@ def test_every_sentence_of_a_text_is_spoken(tiny):
         assert recognized_words(tail, heard)[0] >= 2, (said, heard)
 
 
+def test_a_segment_ending_in_a_clause_mark_is_read_as_a_sentence(tiny):
+    """The LM ran on past a final ';', ',' or ':' (6 s repeating "second" for a 2 s sentence): a segment ends as a
+    sentence does, so it is the same speech as with a full stop."""
+    stop = tiny.synthesize("She finished first and he came second.", seed=0).samples
+    assert len(stop) / 24000 < 3.5
+    for mark in ";,:":
+        np.testing.assert_array_equal(tiny.synthesize(f"She finished first and he came second{mark}", seed=0).samples,
+                                      stop)
+    assert tiny.segments("She finished first and he came second; they both smiled.") == [
+        "She finished first and he came second;", "they both smiled."]
+
+
 def test_voice_conversion_into_the_default_voice_keeps_the_words(tiny):
     """`convert_voice` with no target voice converts into the default voice (the built-in model has no recording of
     joe to give as prompt_wav): the output has one hop of audio per source token, equals naming the saved speaker,

@@ -98,6 +98,17 @@ def test_an_english_phoneme_model_refuses_other_scripts_by_name(text, script):
     assert tok.encode("Say <|ph:kədˈɛnzə|> now.")  # IPA spans are symbols, not text
 
 
+def test_a_final_clause_mark_ends_a_segment_as_a_full_stop():
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    stop = tok.encode("He came second.")
+    for mark in ";,:":
+        ids = tok.encode(f"He came second{mark}")
+        assert SYMBOLS[ids[-1]] == mark and tok.ending_a_sentence(ids) == stop
+    assert tok.ending_a_sentence(stop) == stop and tok.ending_a_sentence([]) == []
+    inner = tok.encode("Yes, he came.")
+    assert tok.ending_a_sentence(inner) == inner  # only the last mark
+
+
 def test_a_sentence_with_initials_has_one_full_stop_at_its_end():
     """espeak-ng keeps every full stop as a clause end; the built-in LM, trained on one sentence per utterance, stops
     speaking at the first one, so "U.S." inside a sentence used to end the speech there."""

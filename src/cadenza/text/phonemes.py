@@ -187,6 +187,16 @@ class PhonemeTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self.index[s] for s in self.symbols(text)]
 
+    def ending_a_sentence(self, ids: list[int]) -> list[int]:
+        """``ids`` of a whole segment with a final clause mark (``,`` ``;`` ``:``: a sentence cut there to fit the
+        budget, or one the segmenter ends at ``;``) read as a full stop. An LM trained on one sentence per utterance
+        does not stop after one: "She finished first and he came second;" ran on for 6 s repeating its last words
+        (two seeds, ``,`` and ``:`` alike), and with ``.`` it is 2 s of the sentence."""
+        stop = self.index.get(".")
+        if ids and stop is not None and self.table.symbols[ids[-1]] in (",", ";", ":"):
+            return [*ids[:-1], stop]
+        return ids
+
     def stream_encoder(self) -> PhonemeStreamEncoder:
         return PhonemeStreamEncoder(self)
 

@@ -283,9 +283,13 @@ class CosyVoice2Frontend:
 
     # -- text ----------------------------------------------------------------------------------------------------
     def text_ids(self, text: str, what: str = "text") -> torch.Tensor:
+        """Ids ``[1, N]`` of ``text``; an LM that reads one sentence at a time gets its segment ending as a sentence
+        does (``PhonemeTokenizer.ending_a_sentence``)."""
         ids = self.tokenizer.encode(check_speakable(text, what))
         if not ids:
             raise TextError(f"{what} produced no tokens")
+        if what == "text" and self.one_sentence_per_segment:
+            ids = self.tokenizer.ending_a_sentence(ids)
         return torch.tensor([ids], dtype=torch.long)
 
     def instruct_ids(self, instruct: str) -> torch.Tensor:
