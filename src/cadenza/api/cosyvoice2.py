@@ -32,6 +32,7 @@ from cadenza.api.arguments import (
     short_repr,
 )
 from cadenza.api.audio import Audio, PromptAudio
+from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
@@ -288,7 +289,7 @@ class Cadenza:
         if (own := getattr(tokenizer, "segment_tokens", None)) is not None:  # finer than BPE (phonemes): its own
             budget = max(budget, own)
         pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)),
-                            one_sentence=self._one_sentence)
+                            one_sentence=self.engine.frontend.one_sentence_per_segment)
         pieces = [p for p in pieces if is_speakable(p)]
         if not pieces:
             raise TextError("text has nothing to speak after normalisation")
@@ -371,7 +372,7 @@ class Cadenza:
         check_seed(seed)
         speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
-        stream = self._text_stream(voice, mode, lm_text, lm_speech, seed, speed)
+        stream = cosyvoice2_text_stream(self.engine, self.segments, voice, mode, lm_text, lm_speech, seed, speed)
 
         def feed() -> None:  # the upstream iterator may block: read it off the consumer's thread
             try:
@@ -391,35 +392,6 @@ class Cadenza:
 
         threading.Thread(target=feed, name="cadenza-text-feed", daemon=True).start()
         return iter(stream)
-
-    @property
-    def _one_sentence(self) -> bool:
-        """Whether the LM reads one sentence at a time (the built-in model's phonemes)."""
-        return self.engine.frontend.one_sentence_per_segment
-
-    def _text_stream(self, voice: SpeakerPrompt, mode: str, lm_text, lm_speech, seed: int | None,
-                     speed: float) -> TokenTextStream | SentenceTextStream:
-        """Text that arrives in pieces, for one voice: one bi-streaming request whose LM reads the pieces as they
-        come (audio starts a few words in), or, for an LM that reads one sentence at a time (the tokenizer's
-        ``one_sentence_per_segment``: cadenza-tiny), each sentence a request of its own once it is complete (audio
-        starts after the first sentence). Across sentences the built-in LM bi-streamed lost a third of the words
-        (recognised 64 % of 12 three-sentence texts, against 95 % spoken a sentence at a time; docs/text.md)."""
-        eng = self.engine
-        if not self._one_sentence:
-            request = eng.build_bistream(voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                                         seed=seed, speed=speed)
-            return TokenTextStream(eng.stream_bistream(request), eng.frontend.text_stream_encoder())
-
-        def make(text: str, index: int) -> list[SynthesisRequest]:
-            if not is_speakable(text):
-                return []
-            first = None if seed is None else seed + 1000 * index  # sentence `index`, segment k: first + k
-            return [eng.build(text_ids=eng.frontend.text_ids(segment), voice=voice, mode=mode,
-                              lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                              seed=None if first is None else first + k, speed=speed)
-                    for k, segment in enumerate(self.segments(text))]
-
-        return SentenceTextStream(eng.scheduler.submit, make)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
                       *, speaker: str | None = None) -> Audio:
@@ -446,7 +418,8 @@ class Cadenza:
         return Capabilities(
             family=self.family, title="CosyVoice 2", sample_rate=self.sample_rate,
             modes=("zero_shot", "cross_lingual", "speaker", "instruct", "voice_conversion"), instructions="instruct",
-            speed=(0.5, 2.0), text_streaming="sentences" if self._one_sentence else "tokens", cloning_modes=(),
+            speed=(0.5, 2.0), cloning_modes=(),
+            text_streaming="sentences" if self.engine.frontend.one_sentence_per_segment else "tokens",
             default_voice=self.default_speaker is not None,
             output_frame_samples=self.engine.token2wav.hop)
 
@@ -500,11 +473,11 @@ class Cadenza:
     def open_text_stream(self, voice: Voice | None, *, instructions: str | None = None,
                          seed: int | None = None, speed: float = 1.0) -> TokenTextStream | SentenceTextStream:
         """Text fed piece by piece (``feed``/``end``), spoken as it goes: a bi-streaming request whose LM reads the
-        pieces as they come, or a sentence at a time for an LM that reads one at a time (``_text_stream``)."""
+        pieces as they come, or a sentence at a time for an LM that reads one at a time (``cosyvoice2_text_stream``)."""
         check_seed(seed)
         speed = check_speed(speed)
         prompt, mode, lm_text, lm_speech = self._conditioning(voice, instructions)
-        return self._text_stream(prompt, mode, lm_text, lm_speech, seed, speed)
+        return cosyvoice2_text_stream(self.engine, self.segments, prompt, mode, lm_text, lm_speech, seed, speed)
 
     @property
     def load(self) -> tuple[int, int]:
