@@ -242,14 +242,17 @@ def test_every_sentence_of_a_text_is_spoken(tiny):
         assert recognized_words(tail, heard)[0] >= 2, (said, heard)
 
 
-def test_a_segment_ending_in_a_clause_mark_is_read_as_a_sentence(tiny):
-    """The LM ran on past a final ';', ',' or ':' (6 s repeating "second" for a 2 s sentence): a segment ends as a
+def test_a_segment_ending_in_a_clause_mark_or_none_is_read_as_a_sentence(tiny):
+    """The LM ran on past a final ';', ',' or ':' (6 s repeating "second" for a 2 s sentence) and past a segment with
+    no final mark (a heading, a list item: a made-up word after "Chapter three: The Beginning"): a segment ends as a
     sentence does, so it is the same speech as with a full stop."""
     stop = tiny.synthesize("She finished first and he came second.", seed=0).samples
     assert len(stop) / 24000 < 3.5
-    for mark in ";,:":
+    for mark in (";", ",", ":", ""):
         np.testing.assert_array_equal(tiny.synthesize(f"She finished first and he came second{mark}", seed=0).samples,
                                       stop)
+    np.testing.assert_array_equal(tiny.synthesize("Chapter three: The Beginning", seed=0).samples,
+                                  tiny.synthesize("Chapter three: The Beginning.", seed=0).samples)
     assert tiny.segments("She finished first and he came second; they both smiled.") == [
         "She finished first and he came second;", "they both smiled."]
 

@@ -98,13 +98,18 @@ def test_an_english_phoneme_model_refuses_other_scripts_by_name(text, script):
     assert tok.encode("Say <|ph:kədˈɛnzə|> now.")  # IPA spans are symbols, not text
 
 
-def test_a_final_clause_mark_ends_a_segment_as_a_full_stop():
+def test_a_segment_ends_as_a_sentence():
+    """A final clause mark is read as a full stop, a segment without a final mark gets one, '.', '?', '!' stay."""
     tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
     stop = tok.encode("He came second.")
-    for mark in ";,:":
+    for mark in (";", ",", ":", ""):
         ids = tok.encode(f"He came second{mark}")
-        assert SYMBOLS[ids[-1]] == mark and tok.ending_a_sentence(ids) == stop
+        assert (SYMBOLS[ids[-1]] == mark if mark else SYMBOLS[ids[-1]] not in ".?!")
+        assert tok.ending_a_sentence(ids) == stop
     assert tok.ending_a_sentence(stop) == stop and tok.ending_a_sentence([]) == []
+    for ending in ("Did he come?", "He came!", "He came (at last)."):
+        assert tok.ending_a_sentence(tok.encode(ending)) == tok.encode(ending)
+    assert tok.ending_a_sentence(tok.encode("He came (at last)")) == tok.encode("He came (at last).")
     inner = tok.encode("Yes, he came.")
     assert tok.ending_a_sentence(inner) == inner  # only the last mark
 
