@@ -16,6 +16,7 @@ from cadenza.text.normalize import en_numbers as en_num
 from cadenza.text.normalize import zh_numbers as zh_num
 from cadenza.text.normalize.cleanup import clean
 from cadenza.text.normalize.detect import LANGUAGES, LATIN, ScriptIndex, is_han
+from cadenza.text.normalize.markdown import strip_markdown
 from cadenza.text.normalize.patterns import ENTITY_RE, KINDS, NUMBER_RE
 from cadenza.text.normalize.tags import split_protected
 
@@ -105,19 +106,36 @@ def _render_plain(seg: str, offset: int, lang: str | None, index: ScriptIndex | 
     return "".join(out)
 
 
+def _clean_plain(piece: str, line_start: bool) -> str:
+    """``clean`` and ``strip_markdown`` until neither changes anything (one's output can be the other's input: a
+    removed code fence leaves blank lines to collapse), so that normalising again changes nothing."""
+    for _ in range(8):
+        cleaned = clean(strip_markdown(clean(piece), line_start))
+        if cleaned == piece:
+            break
+        piece = cleaned
+    return piece
+
+
 def normalize(text: str, lang: str | None = None, *, keep_description: bool = True) -> str:
     """Spell out numbers, dates, times, money, units, abbreviations ... in English and/or Chinese.
 
     ``lang``: ``None`` decides per entity by the nearest Han / Latin letter (see :mod:`detect`); ``"en"`` or ``"zh"``
     reads every number in that language (Latin-script entities such as ``Dr.`` or ``Chapter IV`` stay English).
     Tags (``[laughter]``, ``<strong>``, ``<|endofprompt|>`` ...) and, with ``keep_description``, a leading VoxCPM 2
-    ``(voice description)`` pass through byte for byte. Never raises on any string; ``""`` gives ``""``.
+    ``(voice description)`` pass through byte for byte; Markdown markup goes, its words stay (:mod:`markdown`). Never
+    raises on any string; ``""`` gives ``""``.
     """
     if not isinstance(text, str):
         raise TextError(f"text must be a string, not {type(text).__name__}")
     if lang is not None and lang not in LANGUAGES:
         raise InputError(f"unsupported normalisation language {lang!r}; use one of {LANGUAGES} or None (auto)")
-    pieces = [(tag, piece if tag else clean(piece)) for tag, piece in split_protected(text, keep_description)]
+    pieces, line_start = [], True
+    for tag, piece in split_protected(text, keep_description):
+        if not tag:
+            piece = _clean_plain(piece, line_start)
+        pieces.append((tag, piece))
+        line_start = piece.endswith("\n") if piece else line_start
     if pieces and not pieces[0][0]:
         pieces[0] = (False, pieces[0][1].lstrip())
     if pieces and not pieces[-1][0]:

@@ -6,7 +6,8 @@ Protected:
 * any ``<|...|>`` control token;
 * any bracket tag made of letters, ``_`` and ``-`` (``[sigh]``, ``[quick_breath]``, ``[vocalized-noise]``) and any
   angle tag of the same shape (``<strong>``, ``</emphasis>``) — so tags of newer models pass too; such spans never hold
-  digits, so protecting an unknown one cannot leave a number unread;
+  digits, so protecting an unknown one cannot leave a number unread; a bracket tag right before ``(`` is a Markdown
+  link's text (``[docs](url)``), not a tag;
 * VoxCPM 2's voice-design description: a parenthesised text holding at least one letter at the very start of the
   text (``(A young woman, gentle voice)Hello``; docs/design.md, "VoxCPM 2 sequence layouts"). ``(1) ...`` is not
   a description.
@@ -24,7 +25,7 @@ _KNOWN = sorted((*COSYVOICE2_SPECIAL_TOKENS, ENDOFTEXT), key=len, reverse=True)
 TAG_RE = re.compile(
     "|".join(re.escape(t) for t in _KNOWN)
     + r"|<\|[^|\n]*\|>"  # any <|...|> control token
-    + r"|\[[A-Za-z][A-Za-z_-]*\]"  # [laughter]-style event tags
+    + r"|\[[A-Za-z][A-Za-z_-]*\](?!\()"  # [laughter]-style event tags (not a Markdown link's "[words](")
     + r"|</?[A-Za-z][A-Za-z_-]*>"  # <strong>-style markup
 )
 # Leading whitespace is not part of the span (it is stripped like any other); the description must hold a letter.
