@@ -14,6 +14,7 @@ from cadenza.text.phonemes import (
     PHONEMES_FILE,
     PhonemeTable,
     PhonemeTokenizer,
+    drop_emoji,
     phonemize,
     spell_initials,
     spell_inner_marks,
@@ -164,3 +165,15 @@ def test_frontend_reads_phonemes_when_the_folder_has_a_table(cv2_dir, tmp_path):
     with pytest.raises(TextError, match="reads phonemes"):
         frontend.instruct_ids("Speak slowly.")
     json.loads((model / QWEN_DIR / PHONEMES_FILE).read_text())  # plain JSON, readable by any tool
+
+
+@pytest.mark.parametrize(("text", "plain"), [("I love it 😀.", "I love it."), ("Great job 👍", "Great job"),
+                                             ("Done ✅ now", "Done now"), ("Heart ❤️ you", "Heart you"),
+                                             ("Flag 🇺🇸 here", "Flag here"), ("Family 👨\u200d👩\u200d👧 fun", "Family fun"),
+                                             ("👋 Hello there!", "Hello there!")])
+def test_emoji_are_not_read_by_name(text, plain):
+    """espeak-ng read "Done ✅" as "done white heavy check mark"; emoji are left out, other symbols stay."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    assert tok.encode(text) == tok.encode(plain)
+    assert drop_emoji("A © B → C") == "A © B → C"  # symbols that are not emoji are read as before
+

@@ -178,7 +178,7 @@ class PhonemeTokenizer:
             text = text.lstrip()[lead.end():]
         if self.table.language.startswith("en"):
             check_latin_letters(text, self.table.language)
-        text = spell_inner_marks(spell_initials(text))
+        text = spell_inner_marks(spell_initials(drop_emoji(text)))
         symbols = phonemize(text, self.table.language) if text.strip() else []
         if symbols and out and out[-1] != " " and text[:1].isspace():
             out.append(" ")
@@ -232,6 +232,17 @@ def check_latin_letters(text: str, language: str) -> None:
             raise TextError(f"this model reads {language} (Latin letters); {c!r} ({unicodedata.name(c, 'unnamed')}) at "
                             f"character {i} of {text[:60]!r} is another script: use a model for its language "
                             "(e.g. CosyVoice2-0.5B)")
+
+
+# Emoji and pictographs (with their joiners, variation selectors, keycaps, skin tones and flag tags): espeak-ng reads
+# each by its name ("Done ✅" -> "done white heavy check mark"), which no reader of the text would say.
+_EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0E\uFE0F\u200D\u20E3\U000E0020-\U000E007F]+ ?")
+
+
+def drop_emoji(text: str) -> str:
+    """``text`` without emoji and pictographs (and one space after each run), for espeak-ng: ``"Done ✅"`` ->
+    ``"Done "``, ``"I love it 😀."`` -> ``"I love it ."``. Other symbols (``©``, ``→``, ``✓``) are read as before."""
+    return _EMOJI.sub("", text)
 
 
 def spell_initials(text: str) -> str:
