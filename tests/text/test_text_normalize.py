@@ -29,6 +29,9 @@ EN = [
      "The city has one million two hundred thirty-four thousand five hundred sixty-seven residents."),
     ("The total is 1000000 units.", "The total is one million units."),
     ("Temperature fell to -5 degrees.", "Temperature fell to minus five degrees."),
+    ("I'm 6'2\" tall.", "I'm six foot two tall."),
+    ("She is 5' 11\" and he is 6'0\".", "She is five foot eleven and he is six foot."),
+    ("He's 6’2 now.", "He's six foot two now."),
     ("The value is -0.75 now.", "The value is minus zero point seven five now."),
     ("Pi is 3.14159.", "Pi is three point one four one five nine."),
     ("Add .5 to it.", "Add point five to it."),
@@ -134,6 +137,7 @@ EN = [
 
 ZH = [
     ("我有0个苹果。", "我有零个苹果。"),
+    ("他身高6'2\"。", "他身高六英尺二英寸。"),
     ("他今年7岁。", "他今年七岁。"),
     ("班里有13个学生。", "班里有十三个学生。"),
     ("一共21个人。", "一共二十一个人。"),

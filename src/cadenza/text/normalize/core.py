@@ -40,6 +40,7 @@ RENDERERS: dict[str, tuple[Renderer, Renderer | None]] = {
     "version": (en.version, zh.version),
     "percent": (en.percent, zh.percent),
     "decade": (en.decade, zh.decade),
+    "height": (en.height, zh.height),
     "measure": (en.measure, zh.measure),
     "ordinal": (en.ordinal, zh.ordinal),
     "dims": (en.dims, zh.dims),

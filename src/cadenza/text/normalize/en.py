@@ -245,6 +245,12 @@ def decade(m: re.Match) -> str:
     return num.plural(num.cardinal(int(m.group("dc_d"))))
 
 
+def height(m: re.Match) -> str:
+    """``6'2"`` -> six foot two, ``5'0"`` -> five foot (how heights are said)."""
+    feet, inches = int(m.group("ht_ft")), int(m.group("ht_in"))
+    return num.cardinal(feet) + " foot" + (" " + num.cardinal(inches) if inches else "")
+
+
 def measure(m: re.Match) -> str:
     one = _is_one(m.group("u_i"), m.group("u_f"))
     return _sign(m.group("u_sign")) + _n(m, "u") + " " + _unit_words(m.group("u_unit"), one)

@@ -73,6 +73,7 @@ BRANCHES: list[tuple[str, str]] = [
     ("percent", rf"{_sign('p_sign')}{_num('p')}\s?(?P<p_sym>[%％‰])"),
     ("decade", r"(?<![0-9])(?P<dc_y>1[0-9]{2}0|20[0-9]0)['’]?s(?![A-Za-z0-9])"
                r"|(?:['’]|(?<=the )|(?<=The )|(?<=mid-)|(?<=early )|(?<=late ))(?P<dc_d>[1-9]0)s(?![A-Za-z0-9])"),
+    ("height", r"(?<![0-9.,'’′])(?P<ht_ft>[1-9])\s?['’′]\s?(?P<ht_in>1[01]|[0-9])(?![0-9]|\.[0-9])(?:\"|”|″|'')?"),
     ("measure", rf"{_sign('u_sign')}{_num('u')}(?P<u_unit>{UNIT})"),
     ("ordinal", rf"(?<![0-9])(?P<o_i>{NUM_INT})(?P<o_suf>st|nd|rd|th|ST|ND|RD|TH)(?![A-Za-z0-9])"),
     ("dims", rf"(?P<x_a>{NUMF})\s?[xX×]\s?(?P<x_b>{NUMF})(?:\s?[xX×]\s?(?P<x_c>{NUMF}))?(?![0-9])"),

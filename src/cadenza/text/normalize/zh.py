@@ -161,6 +161,11 @@ def decade(m: re.Match) -> str:
     return num.cardinal(m.group("dc_d")) + "年代"
 
 
+def height(m: re.Match) -> str:
+    inches = int(m.group("ht_in"))
+    return num.cardinal(m.group("ht_ft")) + "英尺" + (num.cardinal(m.group("ht_in")) + "英寸" if inches else "")
+
+
 def measure(m: re.Match) -> str:
     unit = UNITS[m.group("u_unit").strip()]
     sign = m.group("u_sign")
