@@ -154,3 +154,20 @@ def test_every_sentence_is_spoken_over_http_and_the_websocket(live, builtin_tts)
     _, audio, code = _ws_session(live, pieces, seed=3)
     assert code == 1000 and len(audio) // 2 == sum(len(builtin_tts.synthesize(s, seed=3 + 1000 * k).samples)
                                                    for k, s in enumerate(sentences))
+
+
+def test_openai_voice_names_speak_with_the_default_voice(live):
+    """OpenAI's clients must name one of its voices ("alloy"): such a name stands for the model's default voice, over
+    HTTP and the WebSocket; any other unknown name is still a 400."""
+    def pcm(**voice) -> bytes:
+        r = live.client.post("/v1/audio/speech", json={"model": "tts-1", "input": SHORT, "seed": 3,
+                                                        "response_format": "pcm", **voice})
+        assert r.status_code == 200, r.text
+        return r.content
+
+    default = pcm()
+    assert pcm(voice="alloy") == default and pcm(voice="Nova") == default
+    r = live.client.post("/v1/audio/speech", json={"model": "tts-1", "input": SHORT, "voice": "alloyy"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "voice_not_found", r.text
+    messages, audio, code = _ws_session(live, [SHORT], seed=3, voice="shimmer")
+    assert code == 1000 and messages[0]["type"] == "audio.start" and len(audio) == len(default)

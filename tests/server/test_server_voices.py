@@ -89,6 +89,21 @@ def test_create_list_get_delete(live):
     assert not (live.directory / "cache" / bob["id"]).exists()  # its cached features went with it
 
 
+def test_an_openai_voice_name_needs_a_default_voice_or_a_saved_voice_of_that_name(live):
+    """The toy model has no default voice: "alloy" is refused saying how to make one; saved under that name, the
+    voice is used as any other (the name wins over the stand-in)."""
+    client = live.client
+    r = client.post("/v1/audio/speech", json={"model": "tts-1", "input": TEXT, "voice": "alloy"})
+    err = _error(r, 400, "voice")
+    assert "OpenAI" in err["message"] and "save a voice named 'alloy'" in err["message"]
+    made = _create(client, "alloy")
+    assert made.status_code == 201, made.text
+    try:
+        assert _pcm(client, "alloy") == _pcm(client, made.json()["id"])
+    finally:
+        client.delete(f"/v1/audio/voices/{made.json()['id']}")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "status", "param"),
     [({"consent": None}, 400, "consent"), ({"consent": "   "}, 400, "consent"),

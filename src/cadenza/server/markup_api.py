@@ -21,6 +21,7 @@ from cadenza.api import markup
 from cadenza.errors import InputError, TextError, UnknownSpeakerError
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, bound_text, require_json, voice_ref
+from cadenza.server.openai_voices import request_voice
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.lexicon import MAX_ENTRIES, Lexicon
 from cadenza.voices.lexicons import lexicons_of
@@ -73,6 +74,7 @@ def plan_document(state: ServerState, served: ServedModel, text: str, *, input_f
         raise APIError(400, f"{param} would make about {seconds:.0f} s of audio with its breaks; one request may make "
                        f"at most {state.config.max_audio_seconds:g} s", param=param,
                        code="audio_above_max_duration")
+    voice = request_voice(served, voice)
     prompt = None if voice is None else served.prompts.resolve(voice, reveal_names=False)
     instructions = instructions if instructions and instructions.strip() else None
     items, n_text = markup.plan_script(served.tts, script, prompt, instructions=instructions, seed=seed,

@@ -2,7 +2,7 @@
 
 Fields as OpenAI's: ``model`` (a served model's name; with one model any name selects it), ``input`` (<=
 ``max_input_chars``), ``voice`` (a saved voice's name or id, or ``{"id": ...}``; may be left out for models with a
-default voice), ``instructions`` (CosyVoice 2: a style instruction; VoxCPM 2: a voice description),
+default voice, which OpenAI's own voice names also select: ``openai_voices``), ``instructions`` (CosyVoice 2: a style instruction; VoxCPM 2: a voice description),
 ``response_format``, ``speed``, ``stream_format`` (``audio`` | ``sse``). Extensions (pass them with the OpenAI
 client's ``extra_body``): ``seed`` (same seed, same audio), ``stream`` (``false``: synthesise the whole utterance
 first, then send it with exact sizes and a ``Content-Length``) and ``lora`` (VoxCPM 2: a registered LoRA adapter for
@@ -41,6 +41,7 @@ from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceId, VoiceRef, bound_text, require_json, voice_ref
 from cadenza.server.markup_api import plan_markup
+from cadenza.server.openai_voices import request_voice
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.text.lexicon import MAX_ENTRIES
 
@@ -83,7 +84,8 @@ def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: in
         return planned
     segments = served.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
     seconds = bound_text(state, segments)
-    voice = None if body.voice is None else served.prompts.resolve(voice_ref(body.voice), reveal_names=False)
+    ref = request_voice(served, None if body.voice is None else voice_ref(body.voice))
+    voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
     instructions = body.instructions if body.instructions and body.instructions.strip() else None
     adapter = {} if lora is None else {"lora": lora}  # only models that take adapters get the argument
     plan = served.tts.plan(segments, voice, instructions=instructions, seed=seed, speed=body.speed, **adapter)

@@ -58,6 +58,7 @@ from cadenza.server.engine_stream import SEGMENTS_IN_FLIGHT, EngineStream, Slot
 from cadenza.server.errors import APIError
 from cadenza.server.fields import voice_ref
 from cadenza.server.markup_api import parse_lexicon, plan_document
+from cadenza.server.openai_voices import request_voice
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.server.ws_protocol import (
     CLOSE_BAD_DATA,
@@ -144,7 +145,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         ref = None if config.voice is None else voice_ref(config.voice)
         # Only that the voice exists: no slot, no feature work until there is text to speak.
         if ref is not None:
-            await anyio.to_thread.run_sync(served.prompts.lookup, ref, limiter=state.limiter)
+            ref = await anyio.to_thread.run_sync(request_voice, served, ref, limiter=state.limiter)
         elif not served.capabilities.default_voice:
             raise APIError(400, "this model has no default voice: name a saved voice in session.config",
                            param="voice", code="missing_field")
