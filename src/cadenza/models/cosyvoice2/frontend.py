@@ -27,6 +27,7 @@ from cadenza.errors import CheckpointError, MissingDependencyError, TextError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.loader import QWEN_DIR, CosyVoice2Files
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
+from cadenza.text.markdown_stream import MarkdownStream
 from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer
 from cadenza.text.qwen_tokenizer import ENDOFPROMPT, CosyVoice2Tokenizer
 
@@ -61,26 +62,33 @@ def check_speakable(text: str, what: str = "text") -> str:
 
 
 class _PieceEncoder:
-    """BPE over pieces: each piece encoded as it comes, except a piece of whitespace alone.
+    """BPE over pieces: each piece encoded as it comes, except a piece of whitespace alone, and without Markdown.
 
     An upstream LLM may send the space between two words as a piece of its own ("Hello", " ", "there"). Encoded
     alone it becomes a token the model never reads in a whole text, where the space starts the next word's token
-    (" there"); so it is held and goes out in front of the next piece (at the end of the text, nowhere)."""
+    (" there"); so it is held and goes out in front of the next piece (at the end of the text, nowhere). An LLM also
+    writes Markdown, which whole texts lose in ``normalize``: ``MarkdownStream`` drops it from the pieces (holding
+    back only the markers the next piece decides)."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.spacing = ""
+        self.markdown = MarkdownStream()
 
-    def feed(self, piece: str) -> list[int]:
+    def _encode(self, piece: str) -> list[int]:
         if not piece.strip():
             self.spacing += piece
             return []
         piece, self.spacing = self.spacing + piece, ""
         return self.tokenizer.encode(piece)
 
+    def feed(self, piece: str) -> list[int]:
+        return self._encode(self.markdown.feed(piece))
+
     def flush(self) -> list[int]:
+        ids = self._encode(self.markdown.flush())
         self.spacing = ""
-        return []
+        return ids
 
 
 class CosyVoice2Frontend:
