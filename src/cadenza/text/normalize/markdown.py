@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import re
 
+# An emphasised span is at most this long: the search for a closing marker stops there, so a line of openers that
+# never close costs linear time, not quadratic (20,000 characters of "**a " took 1.3 s unbounded).
+_SPAN = 400
 _FENCE = re.compile(r"^ ?(?:```|~~~)[^\n]*$", re.M)
 _RULE = re.compile(r"^ ?([-*_])(?: ?\1){2,} ?$", re.M)
 _HEADING = re.compile(r"^ ?#{1,6} +([^\n]*?)(?: +#+)? *$", re.M)
@@ -26,9 +29,11 @@ _BULLET = re.compile(r"^ ?[-*+•] +", re.M)
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\([^()\n]*\)")
 _LINK = re.compile(r"\[([^\[\]\n]+)\]\([^()\s]*(?: \"[^\"\n]*\")?\)")
 _CODE = re.compile(r"(`+)([^`\n]+?)\1")
-_STRONG = re.compile(r"(?<![\w*])\*\*(?=[^\s*])([^\n]*?[^\s*])\*\*(?![\w*])|(?<!\w)__(?=[^\s_])([^\n]*?[^\s_])__(?!\w)")
-_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]*?[^\s*])\*(?![\w*])|(?<!\w)_(?=[^\s_])([^_\n]*?[^\s_])_(?!\w)")
-_STRIKE = re.compile(r"~~(?=\S)([^\n]*?\S)~~")
+_STRONG = re.compile(rf"(?<![\w*])\*\*(?=[^\s*])([^\n]{{0,{_SPAN}}}?[^\s*])\*\*(?![\w*])"
+                     rf"|(?<!\w)__(?=[^\s_])([^\n]{{0,{_SPAN}}}?[^\s_])__(?!\w)")
+_EMPHASIS = re.compile(rf"(?<![\w*])\*(?=[^\s*])([^*\n]{{0,{_SPAN}}}?[^\s*])\*(?![\w*])"
+                       rf"|(?<!\w)_(?=[^\s_])([^_\n]{{0,{_SPAN}}}?[^\s_])_(?!\w)")
+_STRIKE = re.compile(rf"~~(?=\S)([^\n]{{0,{_SPAN}}}?\S)~~")
 _STRAY_STARS = re.compile(r"\*{2,}")
 
 
