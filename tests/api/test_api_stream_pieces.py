@@ -1,5 +1,6 @@
-"""A lexicon over the Python API's bi-streaming (``synthesize_stream`` over text pieces): the pieces are respelled as
-they come, so the audio is exactly that of the respelled pieces; SSML in pieces is refused."""
+"""What bi-streamed text pieces (``synthesize_stream`` over an iterator: an LLM's tokens) become before the LM reads
+them: respelled by a lexicon, without Markdown — the audio is exactly that of the pieces so changed; SSML in pieces
+is refused."""
 
 from __future__ import annotations
 
@@ -28,13 +29,27 @@ def _stream(tts, pieces: list[str], seed: int, **kwargs) -> np.ndarray:
                                                      seed=seed, **kwargs)))
 
 
-def test_a_lexicon_respells_bi_streamed_pieces(tts):
-    for seed in range(1, 12):  # the random-weight LM may emit a special token mid-text for a seed: take another
+def _plain(tts, pieces: list[str]) -> tuple[np.ndarray, int]:
+    """The audio of ``pieces`` and its seed: the random-weight LM may emit a special token mid-text for a seed (an
+    error), so the first seed that speaks them is taken."""
+    for seed in range(1, 12):
         try:
-            plain = _stream(tts, ["ka den za ", "speaks ", "sequel."], seed)
-            break
+            return _stream(tts, pieces, seed), seed
         except CadenzaError:
             continue
+    raise AssertionError("no seed speaks the pieces")
+
+
+def test_a_lexicon_respells_bi_streamed_pieces(tts):
+    plain, seed = _plain(tts, ["ka den za ", "speaks ", "sequel."])
     np.testing.assert_array_equal(_stream(tts, ["Cadenza ", "speaks ", "SQL."], seed, lexicon=LEXICON), plain)
     with pytest.raises(InputError, match="SSML is read as one whole document"):
         _stream(tts, ["<speak>Hi ", "there.</speak>"], 1, input_format="ssml")
+
+
+def test_markdown_in_bi_streamed_pieces_is_not_read(tts):
+    assert tts.capabilities.text_streaming == "tokens"
+    plain, seed = _plain(tts, ["Cadenza ", "speaks ", "fast."])
+    # The same pieces once the markup is gone (BPE reads each piece as it comes, so where pieces end matters).
+    np.testing.assert_array_equal(_stream(tts, ["**Cadenza** ", "speaks ", "`fast.`"], seed), plain)
+    np.testing.assert_array_equal(_stream(tts, ["# Cadenza ", "speaks ", "_fast_."], seed), plain)
