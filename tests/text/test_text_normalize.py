@@ -32,6 +32,8 @@ EN = [
     ("I'm 6'2\" tall.", "I'm six foot two tall."),
     ("She is 5' 11\" and he is 6'0\".", "She is five foot eleven and he is six foot."),
     ("He's 6’2 now.", "He's six foot two now."),
+    ("I write C# and F# on .NET daily.", "I write C sharp and F sharp on dot net daily."),
+    ("Use C#.", "Use C sharp."),
     ("The value is -0.75 now.", "The value is minus zero point seven five now."),
     ("Pi is 3.14159.", "Pi is three point one four one five nine."),
     ("Add .5 to it.", "Add point five to it."),

@@ -48,6 +48,7 @@ RENDERERS: dict[str, tuple[Renderer, Renderer | None]] = {
     "fraction": (en.fraction, zh.fraction),
     "vulgar": (en.vulgar, zh.vulgar),
     "ratio": (en.ratio, zh.ratio),
+    "tech": (en.tech, None),
     "hash": (en.hash_, zh.hash_),
     "number_no": (en.number_no, None),
     "roman_cue": (abbreviations.render_roman_cue, None),

@@ -245,6 +245,15 @@ def decade(m: re.Match) -> str:
     return num.plural(num.cardinal(int(m.group("dc_d"))))
 
 
+_TECH = {"C#": "C sharp", "F#": "F sharp", ".NET": "dot net"}
+
+
+def tech(m: re.Match) -> str:
+    """Names read otherwise than spelled: ``C#`` -> C sharp (espeak-ng: "C hash"), ``.NET`` -> dot net (its full
+    stop would end a clause)."""
+    return _TECH[m.group("tk")]
+
+
 def height(m: re.Match) -> str:
     """``6'2"`` -> six foot two, ``5'0"`` -> five foot (how heights are said)."""
     feet, inches = int(m.group("ht_ft")), int(m.group("ht_in"))
