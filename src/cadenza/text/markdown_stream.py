@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import re
 
+from cadenza.text.normalize.markdown import FENCE_START, LINE_MARK, RULE_LINE
+
 MAX_HELD = 256
 
-_LINE_MARKS = re.compile(r" ?(?:#{1,6} +|(?:> ?)+|[-*+•] +)")
-_RULE = re.compile(r" ?([-*_])(?: ?\1){2,} ?")
-_FENCE = re.compile(r" ?(?:```|~~~)")
+_LINE_MARK = re.compile(LINE_MARK)
+_RULE = re.compile(RULE_LINE)
+_FENCE = re.compile(FENCE_START)
 _UNDECIDED_LINE = re.compile(r" ?[-#>+*•~`_ ]*")  # a line start that may still become a heading, bullet, fence, rule
 _MARKERS = re.compile(r"[*_~`]+")
-
-
-def _is_word(c: str) -> bool:
-    return c.isalnum()
 
 
 class MarkdownStream:
@@ -78,12 +76,11 @@ class MarkdownStream:
             if i == 0 and not self._line_start:
                 continue
             complete = i < len(lines) - 1 or final
-            if _FENCE.match(line) and complete:
+            mark = _LINE_MARK.match(line)
+            if complete and (_FENCE.match(line) or _RULE.fullmatch(line)):
                 lines[i] = ""
-            elif _RULE.fullmatch(line) and complete:
-                lines[i] = ""
-            else:
-                lines[i] = _LINE_MARKS.sub("", line, count=1) if _LINE_MARKS.match(line) else line
+            elif mark:
+                lines[i] = line[mark.end():]
         if text:
             self._line_start = text.endswith("\n")
         return "\n".join(lines)
@@ -98,7 +95,7 @@ class MarkdownStream:
             run = m.group()
             before = context[a - 1] if a > 0 else ""
             after = context[b] if b < len(context) else ""
-            if run == "~" or (run in ("*", "_") and _is_word(before) == _is_word(after)):
+            if run == "~" or (run in ("*", "_") and before.isalnum() == after.isalnum()):
                 continue  # ~5, 2*3, snake_case, a * b: not emphasis
             out.append(text[pos:m.start()])
             pos = m.end()

@@ -241,7 +241,7 @@ _EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0E\uFE0
 
 def drop_emoji(text: str) -> str:
     """``text`` without emoji and pictographs (and one space after each run), for espeak-ng: ``"Done ✅"`` ->
-    ``"Done "``, ``"I love it 😀."`` -> ``"I love it ."``. Other symbols (``©``, ``→``, ``✓``) are read as before."""
+    ``"Done "``, ``"I love it 😀."`` -> ``"I love it ."``. Other symbols (``©``, ``→``) are read as before."""
     return _EMOJI.sub("", text)
 
 

@@ -21,8 +21,12 @@ import re
 # An emphasised span is at most this long: the search for a closing marker stops there, so a line of openers that
 # never close costs linear time, not quadratic (20,000 characters of "**a " took 1.3 s unbounded).
 _SPAN = 400
-_FENCE = re.compile(r"^ ?(?:```|~~~)[^\n]*$", re.M)
-_RULE = re.compile(r"^ ?([-*_])(?: ?\1){2,} ?$", re.M)
+# What a line starts with or is, shared with the streamed filter (markdown_stream.py), which reads a line at a time.
+FENCE_START = r" ?(?:```|~~~)"
+RULE_LINE = r" ?([-*_])(?: ?\1){2,} ?"
+LINE_MARK = r" ?(?:#{1,6} +|(?:> ?)+|[-*+•] +)"
+_FENCE = re.compile(rf"^{FENCE_START}[^\n]*$", re.M)
+_RULE = re.compile(rf"^{RULE_LINE}$", re.M)
 _HEADING = re.compile(r"^ ?#{1,6} +([^\n]*?)(?: +#+)? *$", re.M)
 _QUOTE = re.compile(r"^ ?(?:> ?)+", re.M)
 _BULLET = re.compile(r"^ ?[-*+•] +", re.M)
