@@ -84,11 +84,7 @@ class Cadenza:
             log.warning("%s: experimental weights: %s", meta.get("name", directory.name), meta.get("status_note", ""))
         default = meta.get("default_speaker")
         self.default_speaker = default if isinstance(default, str) and default in engine.speakers else None
-        # An LM that learnt without prompts (cadenza.json "lm_prompt": false, the built-in model) is given none: a
-        # clone's voice comes from the prompt audio (the flow's prompt and the speaker embedding), its transcript is
-        # kept with a saved voice but not read. The built-in LM given one read the transcript again instead of the
-        # text: 14 % of the words heard, against 75 % from the audio alone (docs/cadenza-tiny.md).
-        self.lm_prompt = meta.get("lm_prompt", True)
+        self.lm_prompt = meta.get("lm_prompt", True)  # cadenza.json; False: no LM prompt (_lm_conditioning)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
@@ -221,11 +217,18 @@ class Cadenza:
             else:
                 voice, mode, lm_speech = None, "default_voice", None
                 log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
+        return (voice, *self._lm_conditioning(mode, lm_text, lm_speech, instruct))
+
+    def _lm_conditioning(self, mode: str, lm_text, lm_speech, instruct: str | None):
+        """(mode, LM prompt text, LM prompt speech): an instruction replaces the transcript and its speech. An LM that
+        learnt without prompts (cadenza.json ``"lm_prompt": false``, the built-in model) gets neither: a clone's voice
+        comes from the prompt audio (flow prompt, speaker embedding), its transcript is kept but not read. The built-in
+        LM given one read the transcript again: 14 % of the words heard, 75 % without (docs/cadenza-tiny.md)."""
         if instruct is not None:
-            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instruct), None
+            mode, lm_text, lm_speech = "instruct2", self.engine.frontend.instruct_ids(instruct), None
         if not self.lm_prompt:
             lm_text = lm_speech = None
-        return voice, mode, lm_text, lm_speech
+        return mode, lm_text, lm_speech
 
     def _check_args(self, text, text_ids, prompt_text, seed, speed) -> None:
         """Type and character checks of the arguments every synthesis entry point shares (before any work)."""
@@ -446,10 +449,7 @@ class Cadenza:
         lm_speech = None if mode == "cross_lingual" else prompt.llm_prompt_speech
         if instructions is not None:
             check_text_arg(instructions, "instructions", max_chars=MAX_INSTRUCTIONS_CHARS)
-            mode, lm_text, lm_speech = "instruct2", eng.frontend.instruct_ids(instructions), None
-        if not self.lm_prompt:
-            lm_text = lm_speech = None
-        return prompt, mode, lm_text, lm_speech
+        return (prompt, *self._lm_conditioning(mode, lm_text, lm_speech, instructions))
 
     def plan(self, segments: Sequence[str], voice: Voice | None, *, instructions: str | None = None,
              seed: int | None = None, speed: float = 1.0) -> Plan:
