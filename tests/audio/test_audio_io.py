@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from cadenza.audio.io import load_audio, save_wav
+from cadenza.audio.io import load_audio, save_audio, save_wav
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.errors import AudioError, InputError
@@ -288,3 +288,49 @@ def test_save_wav_to_stream_and_rejects_nan():
         save_wav(io.BytesIO(), torch.tensor([0.0, math.nan]), 16000)
     with pytest.raises(AudioError, match="mono"):
         save_wav(io.BytesIO(), torch.zeros(2, 10), 16000)
+
+
+def _voiced(sr: int, seconds: float = 1.0) -> np.ndarray:
+    """A speech-like test signal: a 140 Hz tone with ten harmonics under a 4 Hz syllable envelope."""
+    t = np.arange(int(sr * seconds)) / sr
+    tone = sum(np.sin(2 * np.pi * 140.0 * k * t) / k for k in range(1, 11))
+    return (0.25 * tone * (0.55 + 0.45 * np.sin(2 * np.pi * 4.0 * t))).astype(np.float32)
+
+
+def _snr_db(reference: np.ndarray, decoded: np.ndarray, max_lag: int = 3) -> float:
+    """SNR of ``decoded`` against ``reference`` at the best alignment within ``max_lag`` samples (codec delay)."""
+    n = min(len(reference), len(decoded)) - 2 * max_lag
+    best = -np.inf
+    for lag in range(-max_lag, max_lag + 1):
+        x, y = reference[max_lag:max_lag + n], decoded[max_lag + lag:max_lag + lag + n]
+        best = max(best, 10 * np.log10(np.sum(x ** 2) / np.sum((x - y) ** 2)))
+    return best
+
+
+@pytest.mark.parametrize("suffix, sr, stored_sr", [
+    (".flac", 24000, 24000), (".FLAC", 48000, 48000),
+    (".ogg", 24000, 24000), (".opus", 24000, 24000), (".opus", 44100, 48000),  # Opus takes 8/12/16/24/48 kHz only
+    (".mp3", 24000, 24000), (".mp3", 16000, 16000)])
+def test_save_audio_writes_the_format_its_suffix_names(tmp_path, suffix, sr, stored_sr):
+    audio = _voiced(sr)
+    path = tmp_path / f"out{suffix}"
+    save_audio(path, audio, sr)
+    expected = {".flac": "FLAC", ".ogg": "OGG", ".opus": "OGG", ".mp3": "MP3"}[suffix.lower()]
+    assert sf.info(str(path)).format == expected
+    back, rate = sf.read(str(path), dtype="float32")
+    assert rate == stored_sr and len(back) == round(len(audio) * stored_sr / sr)  # codec delay trimmed, no padding
+    if suffix.lower() == ".flac":  # lossless: exactly the WAV file's samples
+        save_wav(tmp_path / "same.wav", audio, sr)
+        np.testing.assert_array_equal(back, sf.read(str(tmp_path / "same.wav"), dtype="float32")[0])
+    else:
+        reference = audio if stored_sr == sr else resample(torch.from_numpy(audio), sr, stored_sr).numpy()
+        assert _snr_db(reference, back) > 12.0
+
+
+def test_save_audio_refuses_other_formats_and_defaults_to_wav(tmp_path):
+    with pytest.raises(AudioError, match=r"cannot write \.m4a files; name the output \.wav, \.flac, \.ogg, \.opus, "
+                                         r"\.mp3"):
+        save_audio(tmp_path / "x.m4a", np.zeros(100, np.float32), 24000)
+    save_audio(tmp_path / "no_suffix", np.zeros(100, np.float32), 24000)
+    assert sf.info(str(tmp_path / "no_suffix")).format == "WAV"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no_suffix"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -63,3 +64,41 @@ def test_text_file_long_form(cv2_dir, tmp_path):
     assert sf.info(out).duration > 0
     proc = _cadenza("synth", "--model", str(model), "--text-file", str(tmp_path / "nope.txt"), "-o", str(out))
     assert proc.returncode == 2 and "cannot read text file" in proc.stderr
+
+
+def test_stdout_gets_a_streamed_wav_while_it_speaks(tmp_path):
+    """`--stream -o -` (the built-in model): a WAV header saying "until the end", then each chunk as it is made, so
+    a player reading the pipe starts before the synthesis ends; the samples are the streamed file's."""
+    text = "The first sentence is short. The second one takes a little longer to say. A third ends it."
+    argv = [sys.executable, "-m", "cadenza", "synth", "--text", text, "--seed", "4", "--stream", "-o", "-"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        header = proc.stdout.read(44)
+        first = proc.stdout.read(2 * 2400)  # 0.1 s of audio
+        running_at_first_audio = proc.poll() is None
+        rest = proc.stdout.read()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err
+    assert header[:4] == b"RIFF" and header[4:8] == b"\xff\xff\xff\xff" and header[40:44] == b"\xff\xff\xff\xff"
+    assert int.from_bytes(header[24:28], "little") == 24000 and len(first) == 4800
+    assert running_at_first_audio, "the first audio reached stdout only after the command had finished"
+    assert "wrote standard output" in err
+    piped = np.frombuffer(first + rest, dtype="<i2")
+    out = tmp_path / "stream.wav"
+    assert _cadenza("synth", "--text", text, "--seed", "4", "--stream", "-o", str(out)).returncode == 0
+    np.testing.assert_array_equal(piped, sf.read(out, dtype="int16")[0])
+    # Not streamed: one WAV with exact sizes.
+    proc = subprocess.run(argv[:-3] + ["-o", "-"], capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    audio, sr = sf.read(io.BytesIO(proc.stdout), dtype="int16")
+    assert sr == 24000 and int.from_bytes(proc.stdout[40:44], "little") == 2 * len(audio) > 0
+
+
+def test_output_format_follows_the_file_name(cli, tmp_path):
+    for name, fmt in (("a.flac", "FLAC"), ("b.ogg", "OGG"), ("c.opus", "OGG"), ("d.MP3", "MP3"), ("e.wav", "WAV")):
+        code, _, err = cli("synth", "--text", "Hello there.", "--seed", "1", "-o", tmp_path / name)
+        assert code == 0, err
+        info = sf.info(str(tmp_path / name))
+        assert info.format == fmt and info.samplerate == 24000 and info.duration > 0.3, (name, info)
+    flac, wav = sf.read(tmp_path / "a.flac", dtype="int16")[0], sf.read(tmp_path / "e.wav", dtype="int16")[0]
+    np.testing.assert_array_equal(flac, wav)  # lossless, and the same seed is the same speech
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.flac", "b.ogg", "c.opus", "d.MP3", "e.wav"]

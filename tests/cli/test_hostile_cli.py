@@ -102,8 +102,8 @@ def test_unusable_voice_store(cli, tmp_path):
 def test_synth_hostile_output_paths(cli, tmp_path):
     cases = {
         str(tmp_path / "missing" / "x.wav"): f"the folder '{tmp_path / 'missing'}' does not exist",
-        str(tmp_path): "is a folder: name the WAV file to write",
-        str(tmp_path / "x.mp3"): "cadenza writes WAV files; use a .wav name",
+        str(tmp_path): "is a folder: name the audio file to write",
+        str(tmp_path / "x.m4a"): "cannot write .m4a files; name the output .wav, .flac, .ogg, .opus, .mp3",
         "": "the output path is empty",
         str(tmp_path / ("x" * 5000 + ".wav")): "cannot use",
     }
@@ -193,22 +193,24 @@ def test_unexpected_failures_are_one_line_without_traceback(cli, monkeypatch, tm
                                          "please report it; -v prints the traceback)")
 
 
-def test_wav_output_is_atomic(tts, tmp_path, monkeypatch):
-    """A failure while the WAV is written leaves neither a half file nor a temporary file; an existing file is kept."""
-    target = tmp_path / "out.wav"
+@pytest.mark.parametrize("name", ["out.wav", "out.mp3"])
+def test_audio_output_is_atomic(tts, tmp_path, monkeypatch, name):
+    """A failure while the file is written leaves neither a half file nor a temporary file; an existing file is
+    kept."""
+    target = tmp_path / name
     target.write_bytes(b"previous")
 
-    def half_then_fail(path, samples, sample_rate):
+    def half_then_fail(path, samples, sample_rate, fmt):
         Path(path).write_bytes(b"RIFF\x00\x00")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cadenza.api.audio, "save_wav", half_then_fail)
+    monkeypatch.setattr(cadenza.api.audio, "save_audio", half_then_fail)
     with pytest.raises(InputError, match=re.escape(f"cannot write {target}: No space left on device")):
         cadenza.api.Audio(np.zeros(100, np.float32), SR).save(target)
-    assert target.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+    assert target.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == [name]
     monkeypatch.undo()
-    cadenza.api.Audio(np.zeros(100, np.float32), SR).save(target)
-    assert sf.info(target).frames == 100 and [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+    cadenza.api.Audio(np.zeros(2400, np.float32), SR).save(target)
+    assert sf.info(target).frames == 2400 and [p.name for p in tmp_path.iterdir()] == [name]
 
 
 def test_subprocess_errors_have_no_traceback(tmp_path):

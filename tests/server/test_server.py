@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from cadenza.audio.wav_stream import pcm16
 from cadenza.server import ServerConfig, create_app
-from cadenza.server.encoding import pcm16
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, PROMPT_SR, LiveServer, tone, wait_until, wav_bytes

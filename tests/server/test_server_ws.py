@@ -10,8 +10,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from cadenza import CadenzaError
+from cadenza.audio.wav_stream import pcm16
 from cadenza.server import ServerConfig, create_app
-from cadenza.server.encoding import pcm16
 from cadenza.voices import VoiceStore
 
 from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cadenza.audio.io import AudioSource, save_wav
+from cadenza.audio.io import AudioSource, output_format, save_audio
 from cadenza.errors import InputError
 
 # Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
@@ -30,18 +30,21 @@ class Audio:
         return len(self.samples) / self.sample_rate
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write a 16-bit WAV file, whole or not at all: a temporary file next to ``path`` renamed over it (a
-        failure leaves no half-written file). Raises ``InputError`` naming ``path`` when it cannot be written."""
+        """Write the audio in the format ``path``'s suffix names: ``.wav`` (16-bit PCM, also without a suffix),
+        ``.flac``, ``.ogg`` (Vorbis), ``.opus`` or ``.mp3``; whole or not at all: a temporary file next to ``path``
+        renamed over it (a failure leaves no half-written file). Raises ``InputError`` naming ``path`` when it cannot
+        be written, ``AudioError`` for another suffix."""
         import soundfile as sf
 
+        fmt = output_format(path)
         target = Path(path).expanduser()
         tmp = None
         try:
             if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: stream into it, never rename
-                save_wav(target, self.samples, self.sample_rate)
+                save_audio(target, self.samples, self.sample_rate, fmt)
                 return
             tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-            save_wav(tmp, self.samples, self.sample_rate)
+            save_audio(tmp, self.samples, self.sample_rate, fmt)
             os.replace(tmp, target)
             tmp = None
         except (OSError, ValueError, sf.LibsndfileError) as exc:

@@ -1,4 +1,4 @@
-"""Reading and writing audio: any format libsndfile decodes in, 16-bit PCM WAV out.
+"""Reading and writing audio: any format libsndfile decodes in; WAV, FLAC, Ogg Vorbis / Opus or MP3 out.
 
 ``load_audio`` is the single entry point for user audio (paths, raw bytes from an upload, open binary files). It
 down-mixes to mono by the channel mean (as the reference's ``load_wav`` does), scales integer formats to [-1, 1]
@@ -167,19 +167,57 @@ def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFA
     return resample(torch.from_numpy(mono), sample_rate, int(target_sr))
 
 
-def save_wav(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int) -> None:
-    """Write mono ``audio`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) as 16-bit PCM WAV.
+# Output file formats by suffix -> (libsndfile container, encoding, the sample rates the codec takes or None: any).
+# A rate the codec does not take is resampled to the next one up (the models' 16 / 24 / 44.1 / 48 kHz all fit).
+OUTPUT_FORMATS = {
+    ".wav": ("WAV", "PCM_16", None),
+    ".flac": ("FLAC", "PCM_16", None),
+    ".ogg": ("OGG", "VORBIS", None),
+    ".opus": ("OGG", "OPUS", (8000, 12000, 16000, 24000, 48000)),
+    ".mp3": ("MP3", "MPEG_LAYER_III", (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)),
+}
 
-    Values outside [-1, 1] are clipped (not wrapped). ``path`` may also be a binary file object.
+
+def output_format(path: str | os.PathLike) -> str:
+    """The ``OUTPUT_FORMATS`` key for ``path``'s suffix (no suffix: ``.wav``); ``AudioError`` naming the formats
+    for any other."""
+    suffix = Path(path).suffix.lower() or ".wav"
+    if suffix not in OUTPUT_FORMATS:
+        raise AudioError(f"cannot write {suffix} files; name the output {', '.join(OUTPUT_FORMATS)}")
+    return suffix
+
+
+def save_audio(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int,
+               fmt: str | None = None) -> None:
+    """Write mono ``audio`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) in the format ``fmt`` (an
+    ``OUTPUT_FORMATS`` key) or, by default, the one ``path``'s suffix names (WAV without one): 16-bit PCM WAV and
+    FLAC (lossless: the same samples), Ogg Vorbis, Ogg Opus, MP3 (libsndfile's encoders; no FFmpeg needed).
+
+    Values outside [-1, 1] are clipped (not wrapped). ``path`` may also be a binary file object (WAV unless ``fmt``).
     """
     data = audio.detach().cpu().float().numpy() if isinstance(audio, torch.Tensor) else np.asarray(audio, np.float32)
     if data.ndim == 2 and data.shape[0] == 1:
         data = data[0]
     if data.ndim != 1:
-        raise AudioError(f"save_wav expects mono audio [samples] or [1, samples], got shape {data.shape}")
+        raise AudioError(f"cannot save audio of shape {data.shape}: expected mono [samples] or [1, samples]")
     if not np.isfinite(data).all():
         raise AudioError("cannot save audio that contains NaN or infinite samples")
-    # Symmetric 32767 scaling so that +1 and -1 both map to full scale without overflow.
-    pcm = np.round(np.clip(data, -1.0, 1.0) * 32767.0).astype(np.int16)
+    if fmt is None:
+        fmt = output_format(path) if isinstance(path, (str, os.PathLike)) else ".wav"
+    container, encoding, rates = OUTPUT_FORMATS[fmt]
+    sample_rate = int(sample_rate)
+    data = np.clip(data, -1.0, 1.0)
+    if rates is not None and sample_rate not in rates:
+        new_rate = next((r for r in rates if r >= sample_rate), rates[-1])
+        data = np.clip(resample(torch.from_numpy(np.ascontiguousarray(data)), sample_rate, new_rate).numpy(), -1, 1)
+        sample_rate = new_rate
+    if encoding == "PCM_16":
+        # Symmetric 32767 scaling so that +1 and -1 both map to full scale without overflow.
+        data = np.round(data * 32767.0).astype(np.int16)
     target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
-    sf.write(target, pcm, int(sample_rate), subtype="PCM_16", format="WAV")
+    sf.write(target, data, sample_rate, subtype=encoding, format=container)
+
+
+def save_wav(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int) -> None:
+    """``save_audio`` as 16-bit PCM WAV whatever ``path`` is called."""
+    save_audio(path, audio, sample_rate, ".wav")

@@ -76,22 +76,33 @@ def device(value: str) -> str:
     return value
 
 
-def output_wav(value: str) -> str:
-    """argparse type: a WAV file to write: its folder must exist, it must not be a folder, and a suffix, if any,
-    is ``.wav`` (the file is always WAV: ``out.mp3`` would be a WAV file with a misleading name)."""
+STDOUT = "-"
+
+
+def output_audio(value: str) -> str:
+    """argparse type: the audio file to write, or ``-`` for standard output (WAV). Its folder must exist, it must
+    not be a folder, and its suffix names a format cadenza writes (``.wav``, ``.flac``, ``.ogg``, ``.opus``,
+    ``.mp3``; none: WAV), so ``out.m4a`` is refused instead of holding another format under a misleading name."""
+    from cadenza.audio.io import output_format
+    from cadenza.errors import AudioError
+
+    if value == STDOUT:
+        return value
     if not value.strip():
         raise argparse.ArgumentTypeError("the output path is empty")
     path = Path(value).expanduser()
     try:
         if path.is_dir():
-            raise argparse.ArgumentTypeError(f"{value!r} is a folder: name the WAV file to write")
+            raise argparse.ArgumentTypeError(f"{value!r} is a folder: name the audio file to write")
         parent = path.parent
         if not parent.is_dir():
             raise argparse.ArgumentTypeError(f"the folder {str(parent)[:200]!r} does not exist")
     except (OSError, ValueError) as exc:  # name too long, NUL byte, not encodable
         raise argparse.ArgumentTypeError(f"cannot use {value[:200]!r} as an output file: {exc}") from exc
-    if path.suffix and path.suffix.lower() != ".wav":
-        raise argparse.ArgumentTypeError(f"{value!r}: cadenza writes WAV files; use a .wav name")
+    try:
+        output_format(path)
+    except AudioError as exc:
+        raise argparse.ArgumentTypeError(f"{value[:200]!r}: {exc}") from exc
     return value
 
 

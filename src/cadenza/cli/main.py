@@ -14,11 +14,12 @@ import numpy as np
 
 from cadenza.cli.args import (
     MODEL_ENV,
+    STDOUT,
     add_precision_arguments,
     add_speed_method_argument,
     add_watermark_arguments,
     device,
-    output_wav,
+    output_audio,
     precision_arguments,
     report_errors,
     seed,
@@ -87,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_speed_method_argument(synth)
     add_precision_arguments(synth)
     add_watermark_arguments(synth)
-    synth.add_argument("-o", "--output", type=output_wav, required=True,
-                       help="output WAV path (written whole or not at all)")
+    synth.add_argument("-o", "--output", type=output_audio, required=True,
+                       help="output file: .wav, .flac, .ogg, .opus or .mp3 by its name (written whole or not at all), "
+                       "or - for WAV on standard output (with --stream, each chunk as it is made)")
 
     design = sub.add_parser("design", help="VoxCPM 2 voice design: --text '(a warm, low voice)Hello there.'")
     _model_arg(design)
@@ -96,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     design.add_argument("--seed", type=seed)
     design.add_argument("--stream", action="store_true")
     design.add_argument("--no-normalize", dest="normalize", action="store_false")
-    design.add_argument("-o", "--output", type=output_wav, required=True)
+    design.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(design)
     add_watermark_arguments(design)
 
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     clone.add_argument("--seed", type=seed)
     clone.add_argument("--stream", action="store_true")
     clone.add_argument("--no-normalize", dest="normalize", action="store_false")
-    clone.add_argument("-o", "--output", type=output_wav, required=True)
+    clone.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(clone)
     add_watermark_arguments(clone)
 
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--prompt-wav", help="a recording of the target voice")
     target.add_argument("--speaker", help="a saved speaker of the model (see `cadenza speakers`)")
     vc.add_argument("--seed", type=seed)
-    vc.add_argument("-o", "--output", type=output_wav, required=True)
+    vc.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(vc)
     add_watermark_arguments(vc)
 
@@ -168,11 +170,29 @@ def _load(args):
 
 
 def _save(audio, output: str) -> None:
-    """Write ``audio`` to ``output`` whole or not at all (``Audio.save`` writes a temporary file, then renames)."""
+    """Write ``audio`` to ``output`` whole or not at all (``Audio.save`` writes a temporary file, then renames), or
+    to standard output as WAV."""
+    if output == STDOUT:
+        from cadenza.audio.wav_stream import pcm16, wav_header
+
+        _write_stdout(wav_header(audio.sample_rate, len(audio.samples)) + pcm16(audio.samples))
+        return
     try:
         audio.save(output)
     except CadenzaError as exc:
         raise CadenzaError(f"-o/--output: {exc}") from exc
+
+
+def _write_stdout(data: bytes) -> None:
+    """Write ``data`` to standard output now (a player reading the pipe hears it). A reader that has gone
+    (``| head -c``, a closed player) ends the command with one line on stderr instead of a traceback."""
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise CadenzaError("-o -: standard output was closed before the audio ended") from None
 
 
 def _save_words(audio, path: str) -> None:
@@ -272,13 +292,24 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
         kwargs = dict(kwargs, timestamps=True)
     start = time.perf_counter()
     if stream:
+        from cadenza.audio.wav_stream import pcm16, wav_header
+
         chunks, first, words = [], None, []
-        for chunk in tts.synthesize_stream(text, **kwargs):
-            if timestamps is not None:  # a TimedChunk: the audio and the words it settled
-                words += chunk.words
-                chunk = chunk.audio
-            first = first if first is not None or not chunk.size else time.perf_counter() - start
-            chunks.append(chunk)
+        if output == STDOUT:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
+            _write_stdout(wav_header(tts.sample_rate))
+        stream_chunks = tts.synthesize_stream(text, **kwargs)
+        try:
+            for chunk in stream_chunks:
+                if timestamps is not None:  # a TimedChunk: the audio and the words it settled
+                    words += chunk.words
+                    chunk = chunk.audio
+                first = first if first is not None or not chunk.size else time.perf_counter() - start
+                chunks.append(chunk)
+                if output == STDOUT and chunk.size:
+                    _write_stdout(pcm16(chunk))
+        finally:
+            if hasattr(stream_chunks, "close"):  # a reader gone from stdout stops the synthesis too
+                stream_chunks.close()
         audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate, words)
         print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
     elif progress_bar:
@@ -291,11 +322,13 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
     else:
         audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
-    _save(audio, output)
+    if not (stream and output == STDOUT):  # a stream to stdout has gone out already
+        _save(audio, output)
     if timestamps is not None:
         _save_words(audio, timestamps)
     rtf = elapsed / audio.duration if audio.duration else float("nan")
-    print(f"wrote {output}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
+    where = "standard output" if output == STDOUT else output
+    print(f"wrote {where}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)
 
 

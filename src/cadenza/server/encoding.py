@@ -7,16 +7,17 @@ An encoder is used by one thread at a time; an abandoned one (client gone) is si
 freed with the object, never closed from another thread while a worker may still be encoding.
 
 PyAV writes into a sink without ``seek``, so FFmpeg's muxers never go back to patch headers: the output is
-playable while it is produced. Streamed WAV uses the usual streaming convention (RIFF and data sizes 0xFFFFFFFF,
-"until the end of the stream"); when the total length is known up front the sizes are exact.
+playable while it is produced. PCM and WAV bytes come from ``cadenza.audio.wav_stream`` (streamed WAV: sizes
+0xFFFFFFFF, "until the end of the stream"; exact when the total length is known up front).
 """
 
 from __future__ import annotations
 
-import struct
 from typing import Protocol
 
 import numpy as np
+
+from cadenza.audio.wav_stream import pcm16, wav_header
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
@@ -31,23 +32,6 @@ _AV_FORMATS = {
 }
 # Opus encodes only at these rates; others are resampled by PyAV to the next one up.
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-STREAMING_SIZE = 0xFFFFFFFF
-
-
-def pcm16(samples: np.ndarray) -> bytes:
-    """float32 [-1, 1] -> 16-bit little-endian PCM bytes (clipped; symmetric 32767 scaling, as ``save_wav``)."""
-    x = np.clip(np.nan_to_num(np.asarray(samples, dtype=np.float32)), -1.0, 1.0)
-    return (np.round(x * 32767.0).astype("<i2")).tobytes()
-
-
-def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
-    """44-byte PCM16 mono WAV header; ``num_samples=None`` writes the streaming sizes (0xFFFFFFFF)."""
-    data = STREAMING_SIZE if num_samples is None else 2 * num_samples
-    riff = STREAMING_SIZE if num_samples is None else 36 + data
-    return (b"RIFF" + struct.pack("<I", riff) + b"WAVE" + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate,
-            2 * sample_rate, 2, 16) + b"data" + struct.pack("<I", data))
-
-
 class Encoder(Protocol):
     def encode(self, samples: np.ndarray) -> bytes: ...
 

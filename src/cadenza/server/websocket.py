@@ -49,11 +49,11 @@ from cadenza.alignment.timer import WordTimer
 from cadenza.alignment.words import without_markup
 from cadenza.api import markup
 from cadenza.api.arguments import check_chars
+from cadenza.audio.wav_stream import pcm16
 from cadenza.engine.long_form import SegmentStream
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
-from cadenza.server.encoding import pcm16
 from cadenza.server.engine_stream import SEGMENTS_IN_FLIGHT, EngineStream, Slot
 from cadenza.server.errors import APIError
 from cadenza.server.fields import voice_ref
