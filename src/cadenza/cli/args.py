@@ -76,7 +76,7 @@ def device(value: str) -> str:
     return value
 
 
-STDOUT = "-"
+STDIO = "-"
 
 
 def output_audio(value: str) -> str:
@@ -86,7 +86,7 @@ def output_audio(value: str) -> str:
     from cadenza.audio.io import output_format
     from cadenza.errors import AudioError
 
-    if value == STDOUT:
+    if value == STDIO:
         return value
     if not value.strip():
         raise argparse.ArgumentTypeError("the output path is empty")

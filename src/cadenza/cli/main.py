@@ -14,7 +14,7 @@ import numpy as np
 
 from cadenza.cli.args import (
     MODEL_ENV,
-    STDOUT,
+    STDIO,
     add_precision_arguments,
     add_speed_method_argument,
     add_watermark_arguments,
@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arg(synth)
     text = synth.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="text to speak")
-    text.add_argument("--text-file", help="a UTF-8 text file of any length (split into segments, with a progress bar)")
+    text.add_argument("--text-file", help="a UTF-8 text file of any length (split into segments, with a progress bar); "
+                      "- reads standard input")
     text.add_argument("--text-ids", type=_ids, help="text token ids (for model folders without tokenizer files)")
     synth.add_argument("--prompt-wav", help="voice to clone (any rate; 0.5-30 s)")
     synth.add_argument("--reference-wav", help="VoxCPM 2: reference voice audio (no transcript needed)")
@@ -172,7 +173,7 @@ def _load(args):
 def _save(audio, output: str) -> None:
     """Write ``audio`` to ``output`` whole or not at all (``Audio.save`` writes a temporary file, then renames), or
     to standard output as WAV."""
-    if output == STDOUT:
+    if output == STDIO:
         from cadenza.audio.wav_stream import pcm16, wav_header
 
         _write_stdout(wav_header(audio.sample_rate, len(audio.samples)) + pcm16(audio.samples))
@@ -205,13 +206,24 @@ def _save_words(audio, path: str) -> None:
 
 
 def _read_text_file(path: str) -> str:
+    """The text of ``path`` (``-``: standard input), at most ``MAX_TEXT_FILE_CHARS`` characters of UTF-8."""
+    name = "standard input" if path == STDIO else path
+    too_long = CadenzaError(f"{name} is longer than {MAX_TEXT_FILE_CHARS} characters")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_TEXT_FILE_CHARS + 1)
+        if path == STDIO:
+            # Bytes, decoded here: the locale must not decide how the text is read. More than 4 bytes per allowed
+            # character are too many characters, whatever they are.
+            data = sys.stdin.buffer.read(4 * MAX_TEXT_FILE_CHARS + 1)
+            if len(data) > 4 * MAX_TEXT_FILE_CHARS:
+                raise too_long
+            text = data.decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(MAX_TEXT_FILE_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
-        raise CadenzaError(f"cannot read text file {path}: {exc}") from exc
+        raise CadenzaError(f"cannot read {'standard input' if path == STDIO else 'text file ' + path}: {exc}") from exc
     if len(text) > MAX_TEXT_FILE_CHARS:
-        raise CadenzaError(f"{path} is longer than {MAX_TEXT_FILE_CHARS} characters")
+        raise too_long
     return text
 
 
@@ -295,7 +307,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
         from cadenza.audio.wav_stream import pcm16, wav_header
 
         chunks, first, words = [], None, []
-        if output == STDOUT:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
+        if output == STDIO:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
             _write_stdout(wav_header(tts.sample_rate))
         stream_chunks = tts.synthesize_stream(text, **kwargs)
         try:
@@ -305,7 +317,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
                     chunk = chunk.audio
                 first = first if first is not None or not chunk.size else time.perf_counter() - start
                 chunks.append(chunk)
-                if output == STDOUT and chunk.size:
+                if output == STDIO and chunk.size:
                     _write_stdout(pcm16(chunk))
         finally:
             if hasattr(stream_chunks, "close"):  # a reader gone from stdout stops the synthesis too
@@ -322,12 +334,12 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
     else:
         audio = tts.synthesize(text, **kwargs)
     elapsed = time.perf_counter() - start
-    if not (stream and output == STDOUT):  # a stream to stdout has gone out already
+    if not (stream and output == STDIO):  # a stream to stdout has gone out already
         _save(audio, output)
     if timestamps is not None:
         _save_words(audio, timestamps)
     rtf = elapsed / audio.duration if audio.duration else float("nan")
-    where = "standard output" if output == STDOUT else output
+    where = "standard output" if output == STDIO else output
     print(f"wrote {where}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)
 

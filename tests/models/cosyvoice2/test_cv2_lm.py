@@ -338,3 +338,27 @@ def test_bistream_never_fails_on_a_special_id_drawn_in_the_wrong_phase(lm, cases
                                        cases["prompt_speech_token"], sampler=unlucky))
     assert tokens and all(0 <= t < lm.cfg.speech_token_size for t in tokens)
     assert draws.count(unused) >= 2  # it was drawn (in both phases) and replaced each time
+
+
+def test_unistream_draws_again_when_fill_or_unused_is_sampled(lm, cases):
+    """The whole text is given, so fill (bistream's "more text, please") or the unused id ends nothing: the reference
+    stops there, cutting the sentence short; we draw again without them (and only then: every other draw is the
+    reference's)."""
+    fill, unused, eos = lm.fill_id, lm.cfg.speech_token_size + 1, lm.eos_id
+    draws: list[int] = []
+
+    def unlucky(logp, history):  # fill at the 4th token, unused at the 7th, eos after 12, else the best speech token
+        token = int(torch.argmax(logp[: lm.cfg.speech_token_size]))
+        if len(history) == 3 and torch.isfinite(logp[fill]):
+            token = fill
+        elif len(history) == 6 and torch.isfinite(logp[unused]):
+            token = unused
+        elif len(history) >= 12 and torch.isfinite(logp[eos]):
+            token = eos
+        draws.append(token)
+        return token
+
+    tokens = list(lm.generate(cases["text"], sampler=unlucky, min_len=0, max_len=40))
+    assert len(tokens) == 12 and all(0 <= t < lm.cfg.speech_token_size for t in tokens)
+    assert draws.count(fill) == 1 and draws.count(unused) == 1 and draws[-1] == eos
+    assert len(draws) == 12 + 2 + 1  # one draw again for each of the two, then eos

@@ -27,8 +27,8 @@ class UnistreamDecoder:
     """Whole text known up front: ``[sos, prompt_text ++ text, task_id, prompt_speech]`` then speech
     (docs/design.md, "CosyVoice 2 LM sequence layouts").
 
-    eos is masked (-inf) for the first ``min_len`` steps; decoding stops at eos / unused / fill or after
-    ``max_len`` tokens.
+    eos is masked (-inf) for the first ``min_len`` steps; decoding stops at eos or after ``max_len`` tokens (a
+    sampled fill or unused id is drawn again without them: see ``accept``).
     """
 
     def __init__(self, lm, text: torch.Tensor, prompt_text: torch.Tensor | None, prompt_speech: torch.Tensor | None,
@@ -49,6 +49,16 @@ class UnistreamDecoder:
         if len(self.out) < self.min_len:
             logp[self.lm.eos_id] = NEG_INF
         token = int(self.sampler(logp, self.out))
+        if token != self.lm.eos_id and token in self.lm.stop_ids:
+            # fill asks for more text (bistream's turn marker) and the unused id means nothing; the whole text is
+            # here already. The reference stops on them, which cuts the sentence short: a model trained on
+            # bistream sequences too samples fill now and then (the built-in one said only "Hello." for "Hello,
+            # world!" with 6 of 12 seeds, stopping near the 15-token bistream turn). Not reproduced: draw again
+            # without them. Only a draw that would have ended the reference's decode changes, so every complete
+            # reference output is still matched token for token.
+            for stop in self.lm.stop_ids - {self.lm.eos_id}:
+                logp[stop] = NEG_INF
+            token = int(self.sampler(logp, self.out))
         if token in self.lm.stop_ids:
             self.finished = True
             return None
