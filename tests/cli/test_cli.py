@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 
@@ -102,3 +103,17 @@ def test_output_format_follows_the_file_name(cli, tmp_path):
     flac, wav = sf.read(tmp_path / "a.flac", dtype="int16")[0], sf.read(tmp_path / "e.wav", dtype="int16")[0]
     np.testing.assert_array_equal(flac, wav)  # lossless, and the same seed is the same speech
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.flac", "b.ogg", "c.opus", "d.MP3", "e.wav"]
+
+
+def test_text_from_standard_input(tmp_path):
+    """`--text-file -` reads the text from a pipe (it opened a file named '-'), as UTF-8 whatever the locale."""
+    text = "Hello from a pipe. Café au lait, s'il vous plaît."
+    piped, typed = tmp_path / "piped.wav", tmp_path / "typed.wav"
+    proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text-file", "-", "--seed", "2", "-o", str(piped)],
+                          input=text.encode(), capture_output=True, timeout=300, env={**os.environ, "LC_ALL": "C"})
+    assert proc.returncode == 0, proc.stderr
+    assert _cadenza("synth", "--text", text, "--seed", "2", "-o", str(typed)).returncode == 0
+    np.testing.assert_array_equal(sf.read(piped, dtype="int16")[0], sf.read(typed, dtype="int16")[0])
+    proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text-file", "-", "-o", str(piped)],
+                          input=b"caf\xe9", capture_output=True, text=False, timeout=300)
+    assert proc.returncode == 2 and b"error: cannot read standard input: 'utf-8' codec can't decode" in proc.stderr
