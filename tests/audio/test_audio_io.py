@@ -334,3 +334,13 @@ def test_save_audio_refuses_other_formats_and_defaults_to_wav(tmp_path):
     save_audio(tmp_path / "no_suffix", np.zeros(100, np.float32), 24000)
     assert sf.info(str(tmp_path / "no_suffix")).format == "WAV"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no_suffix"]
+
+
+def test_no_audio_is_a_readable_wav_or_ogg_file_and_an_error_for_the_others(tmp_path):
+    for suffix in (".wav", ".ogg"):
+        save_audio(tmp_path / f"empty{suffix}", np.zeros(0, np.float32), 24000)
+        assert sf.info(str(tmp_path / f"empty{suffix}")).frames == 0
+    for suffix in (".flac", ".opus", ".mp3"):  # libsndfile would write files it cannot open again
+        with pytest.raises(AudioError, match=rf"no audio to write \(0 samples\): a \{suffix} file cannot hold none"):
+            save_audio(tmp_path / f"empty{suffix}", np.zeros(0, np.float32), 24000)
+        assert not (tmp_path / f"empty{suffix}").exists()

@@ -205,6 +205,8 @@ def save_audio(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndar
     if fmt is None:
         fmt = output_format(path) if isinstance(path, (str, os.PathLike)) else ".wav"
     container, encoding, rates = OUTPUT_FORMATS[fmt]
+    if data.size == 0 and fmt in (".flac", ".opus", ".mp3"):  # libsndfile writes them, but cannot read them back
+        raise AudioError(f"no audio to write (0 samples): a {fmt} file cannot hold none; use .wav")
     sample_rate = int(sample_rate)
     data = np.clip(data, -1.0, 1.0)
     if rates is not None and sample_rate not in rates:

@@ -53,7 +53,7 @@ class UnistreamDecoder:
             # fill asks for more text (bistream's turn marker) and the unused id means nothing; the whole text is
             # here already. The reference stops on them, which cuts the sentence short: a model trained on
             # bistream sequences too samples fill now and then (the built-in one said only "Hello." for "Hello,
-            # world!" with 6 of 12 seeds, stopping near the 15-token bistream turn). Not reproduced: draw again
+            # world!" with half the seeds, stopping near the 15-token bistream turn). Not reproduced: draw again
             # without them. Only a draw that would have ended the reference's decode changes, so every complete
             # reference output is still matched token for token.
             for stop in self.lm.stop_ids - {self.lm.eos_id}:
