@@ -232,3 +232,25 @@ def test_families_are_registered_and_load_names_arguments_a_family_does_not_take
     (tmp_path / "model.onnx").write_bytes(b"x")
     with pytest.raises(CheckpointError):
         cadenza.load(tmp_path)
+
+
+def test_audio_saves_to_a_file_object_in_any_format_and_shows_a_player_in_a_notebook(tmp_path):
+    import base64
+    import re
+
+    samples = (0.3 * np.sin(2 * np.pi * 180.0 * np.arange(12000) / 24000)).astype(np.float32)
+    audio = cadenza.api.Audio(samples, 24000)
+    for fmt, container in ((None, "WAV"), ("mp3", "MP3"), (".FLAC", "FLAC"), ("opus", "OGG"), ("ogg", "OGG")):
+        buffer = io.BytesIO()
+        audio.save(buffer, format=fmt)
+        buffer.seek(0)
+        info = sf.info(buffer)
+        assert (info.format, info.samplerate, info.frames) == (container, 24000, 12000), fmt
+    audio.save(tmp_path / "named.wav", format="flac")  # the format named wins over the suffix
+    assert sf.info(str(tmp_path / "named.wav")).format == "FLAC"
+    with pytest.raises(AudioError, match=r"cannot write \.m4a files"):
+        audio.save(io.BytesIO(), format="m4a")
+    html = audio._repr_html_()
+    data = re.search(r'src="data:audio/wav;base64,([A-Za-z0-9+/=]+)"', html).group(1)
+    played, rate = sf.read(io.BytesIO(base64.b64decode(data)), dtype="float32")
+    assert rate == 24000 and np.abs(played - samples).max() <= 1 / 32767 and "0.50 s at 24000 Hz" in html

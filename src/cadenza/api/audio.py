@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -29,14 +32,27 @@ class Audio:
     def duration(self) -> float:
         return len(self.samples) / self.sample_rate
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the audio in the format ``path``'s suffix names: ``.wav`` (16-bit PCM, also without a suffix),
-        ``.flac``, ``.ogg`` (Vorbis), ``.opus`` or ``.mp3``; whole or not at all: a temporary file next to ``path``
-        renamed over it (a failure leaves no half-written file). Raises ``InputError`` naming ``path`` when it cannot
-        be written, ``AudioError`` for another suffix."""
+    def _repr_html_(self) -> str:
+        """A player when a notebook (Jupyter, VS Code) shows the object: the audio as an embedded 16-bit WAV."""
+        buffer = io.BytesIO()
+        self.save(buffer)
+        data = base64.b64encode(buffer.getvalue()).decode("ascii")
+        return (f'<audio controls preload="auto" src="data:audio/wav;base64,{data}"></audio>'
+                f"<div><small>{self.duration:.2f} s at {self.sample_rate} Hz</small></div>")
+
+    def save(self, path: str | os.PathLike | BinaryIO, format: str | None = None) -> None:
+        """Write the audio in the format ``path``'s suffix names (or ``format``: ``"wav"``, ``"flac"``, ``"ogg"``
+        (Vorbis), ``"opus"``, ``"mp3"``): ``.wav`` is 16-bit PCM, also without a suffix. A path is written whole or
+        not at all (a temporary file next to it, renamed over it: a failure leaves no half-written file); a binary
+        file object (``io.BytesIO()``, an HTTP body) gets the bytes, WAV unless ``format`` says otherwise. Raises
+        ``InputError`` naming ``path`` when it cannot be written, ``AudioError`` for a format not written."""
+        fmt = output_format(f"audio.{str(format).lstrip('.')}") if format is not None else None
+        if not isinstance(path, (str, os.PathLike)):
+            save_audio(path, self.samples, self.sample_rate, fmt or ".wav")
+            return
         import soundfile as sf
 
-        fmt = output_format(path)
+        fmt = fmt or output_format(path)
         target = Path(path).expanduser()
         tmp = None
         try:
