@@ -197,3 +197,16 @@ def unicodedata_ps(c: str) -> bool:
     import unicodedata
 
     return unicodedata.category(c)[0] in "PSZ" or c.isspace()
+
+
+def test_pieces_that_cost_more_joined_are_cut_evenly_not_into_a_scrap():
+    """A tokenizer whose joins cost tokens (phonemes: a word space is an id once a word follows another) makes the
+    packer's sum of pieces too small; a segment found too long when counted whole is cut where its two sides are
+    even, not filled to the budget with a one-word scrap after it."""
+    def count(s: str) -> int:  # one token per word and one per space between words, as phoneme ids are
+        return max(0, 2 * len(s.split()) - 1)
+
+    text = " ".join(f"w{k}" for k in range(12)) + "."
+    parts = split_text(text, 10, count_tokens=count)
+    assert " ".join(parts) == text and all(count(p) <= 10 for p in parts)
+    assert sorted(len(p.split()) for p in parts) == [3, 3, 3, 3], parts  # not [5, 1, 5, 1]

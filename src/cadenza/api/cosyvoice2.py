@@ -282,16 +282,16 @@ class Cadenza:
     def segments(self, text: str, normalize: bool = True, max_tokens: int | None = None) -> list[str]:
         """Text -> normalised segments of at most ``max_tokens`` (default ``SEGMENT_TOKENS``, sized for BPE) tokens,
         cut at sentence, then clause ends. A tokenizer with a ``segment_tokens`` of its own (phonemes: ~3 per BPE
-        token) is given at least that many; one sentence per segment where it says its LM reads one at a time
-        (``one_sentence_per_segment``: cadenza-tiny's phonemes)."""
+        token) counts in other units and has an LM that reads that many well: its own budget is used instead;
+        one sentence per segment where it says its LM reads one at a time (``one_sentence_per_segment``:
+        cadenza-tiny's phonemes)."""
         text = check_speakable(check_text_arg(text, "text"))
         if normalize:
             text = normalize_text(text)
         tokenizer = self.engine.frontend.tokenizer
-        budget = max_tokens or SEGMENT_TOKENS
-        if (own := getattr(tokenizer, "segment_tokens", None)) is not None:  # finer than BPE (phonemes): its own
-            budget = max(budget, own)
-        pieces = split_text(text, budget, count_tokens=lambda s: len(tokenizer.encode(s)),
+        budget = getattr(tokenizer, "segment_tokens", None) or max_tokens or SEGMENT_TOKENS
+        count = getattr(tokenizer, "count_piece", None) or (lambda s: len(tokenizer.encode(s)))
+        pieces = split_text(text, budget, count_tokens=count,
                             one_sentence=self.engine.frontend.one_sentence_per_segment)
         pieces = [p for p in pieces if is_speakable(p)]
         if not pieces:

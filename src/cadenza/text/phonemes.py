@@ -140,9 +140,11 @@ class PhonemeTokenizer:
     Symbols espeak produces that the table lacks are dropped (a model cannot say what it never saw).
     """
 
-    # Long text is cut into segments of at most this many ids (the engine's default, 80, is sized for BPE: 80
-    # phonemes are only ~4 s of speech). 240 phonemes are ~13 s at English's ~19 symbols per second.
-    segment_tokens = 240
+    # Segments hold at most this many ids, whatever budget a caller sized for BPE asks for: our recipe's LM learnt
+    # sentences of 5-20 words (<= ~110 ids) and skips words in longer ones (2026-12-07, the built-in model: 30
+    # sentences of 11-43 words, 3 seeds, kept 86.7 % of their phones with segments of up to 240 ids, 97.6 % with 120,
+    # 99.1 % with 100). Longer sentences are cut at clause marks, else between words (docs/text.md).
+    segment_tokens = 100
     # A phoneme LM of our recipe learnt from one sentence per utterance: it ends its speech at the first sentence end
     # its minimum length allows, so two sentences in one segment lose the second. Each sentence is a segment of its own.
     one_sentence_per_segment = True
@@ -186,6 +188,12 @@ class PhonemeTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return [self.index[s] for s in self.symbols(text)]
+
+    def count_piece(self, text: str) -> int:
+        """The ids ``text`` adds to a segment it joins (the segmenter's count): a piece that starts with a space
+        is read after a word, so the word space is an id too (``encode`` of the piece alone drops it; counted
+        without it, the pieces of a long sentence summed to 98 ids where the sentence has 114)."""
+        return len(self.encode(text)) + (1 if text[:1].isspace() and text.strip() else 0)
 
     def ending_a_sentence(self, ids: list[int]) -> list[int]:
         """``ids`` of a whole segment ending as a sentence does: a final clause mark (``,`` ``;`` ``:``: a sentence

@@ -198,15 +198,18 @@ class _Splitter:
         return groups
 
     def _fit(self, units: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The span of ``units`` if it fits for real, else greedy groups that do."""
+        """The span of ``units`` if it fits for real, else the span cut where its two sides are most even (a cheaper
+        cut level preferred), each side fitted again: a segment filled to the budget and a scrap after it ("... a
+        thermos of sweet" / "tea.") is a sentence read as two, one of them a single word."""
         if len(units) == 1 or self._tokens(units[0][0], units[-1][1]) <= self.max:
             return [(units[0][0], units[-1][1])]
-        groups, start = [], 0
-        for k in range(1, len(units) + 1):
-            if k == len(units) or self._tokens(units[start][0], units[k][1]) > self.max:
-                groups.append((units[start][0], units[k - 1][1]))
-                start = k
-        return groups
+        best, cut = float("inf"), 1
+        for k in range(1, len(units)):
+            sides = max(self._tokens(units[0][0], units[k - 1][1]), self._tokens(units[k][0], units[-1][1]))
+            cost = sides / self.max + _PENALTY[self.level.get(units[k][0], ANY_CHAR)]
+            if cost < best:
+                best, cut = cost, k
+        return self._fit(units[:cut]) + self._fit(units[cut:])
 
 
 def split_text(
