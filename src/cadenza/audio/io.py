@@ -19,6 +19,7 @@ import soundfile as sf
 import torch
 
 from cadenza.audio.resample import resample
+from cadenza.audio.wav_stream import int16_samples
 from cadenza.errors import AudioError
 
 DEFAULT_MAX_BYTES = 50 * 2**20  # 50 MiB: ~4.5 min of 16-bit 48 kHz stereo; far beyond any sensible prompt
@@ -214,8 +215,7 @@ def save_audio(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndar
         data = np.clip(resample(torch.from_numpy(np.ascontiguousarray(data)), sample_rate, new_rate).numpy(), -1, 1)
         sample_rate = new_rate
     if encoding == "PCM_16":
-        # Symmetric 32767 scaling so that +1 and -1 both map to full scale without overflow.
-        data = np.round(data * 32767.0).astype(np.int16)
+        data = int16_samples(data)
     target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
     sf.write(target, data, sample_rate, subtype=encoding, format=container)
 

@@ -14,10 +14,15 @@ import numpy as np
 STREAMING_SIZE = 0xFFFFFFFF
 
 
+def int16_samples(samples: np.ndarray) -> np.ndarray:
+    """float [-1, 1] -> int16, clipped (never wrapped), with symmetric 32767 scaling so that +1 and -1 both map to
+    full scale: the one conversion every 16-bit output of the package uses (files, streams, hashes)."""
+    return np.round(np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
 def pcm16(samples: np.ndarray) -> bytes:
-    """float32 [-1, 1] -> 16-bit little-endian PCM bytes (clipped; symmetric 32767 scaling, as ``save_audio``)."""
-    x = np.clip(np.nan_to_num(np.asarray(samples, dtype=np.float32)), -1.0, 1.0)
-    return (np.round(x * 32767.0).astype("<i2")).tobytes()
+    """float32 [-1, 1] -> 16-bit little-endian PCM bytes (``int16_samples``; NaN as silence)."""
+    return int16_samples(np.nan_to_num(np.asarray(samples, dtype=np.float32))).astype("<i2").tobytes()
 
 
 def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:

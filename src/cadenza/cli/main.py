@@ -209,6 +209,7 @@ def _read_text_file(path: str) -> str:
     """The text of ``path`` (``-``: standard input), at most ``MAX_TEXT_FILE_CHARS`` characters of UTF-8."""
     name = "standard input" if path == STDIO else path
     too_long = CadenzaError(f"{name} is longer than {MAX_TEXT_FILE_CHARS} characters")
+    where = name if path == STDIO else f"text file {path}"
     try:
         if path == STDIO:
             # Bytes, decoded here: the locale must not decide how the text is read. More than 4 bytes per allowed
@@ -221,7 +222,7 @@ def _read_text_file(path: str) -> str:
             with open(path, encoding="utf-8") as f:
                 text = f.read(MAX_TEXT_FILE_CHARS + 1)
     except (OSError, UnicodeDecodeError) as exc:
-        raise CadenzaError(f"cannot read {'standard input' if path == STDIO else 'text file ' + path}: {exc}") from exc
+        raise CadenzaError(f"cannot read {where}: {exc}") from exc
     if len(text) > MAX_TEXT_FILE_CHARS:
         raise too_long
     return text

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from cadenza.audio.resample import resample
+from cadenza.audio.wav_stream import int16_samples
 
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # libopus encodes only at these rates
 _CODECS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus")}
@@ -35,7 +36,7 @@ def codec_roundtrip(audio: np.ndarray, sample_rate: int, codec: str, bit_rate: i
     with av.open(sink, mode="w", format=muxer) as container:
         stream = container.add_stream(name, rate=rate, layout="mono")
         stream.bit_rate = bit_rate
-        pcm = np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+        pcm = int16_samples(audio)
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate, frame.pts = rate, 0
         for packet in stream.encode(frame):

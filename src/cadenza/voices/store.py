@@ -25,6 +25,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from cadenza.audio.wav_stream import int16_samples
 from cadenza.errors import InputError, UnknownSpeakerError
 from cadenza.voices.audit import AuditEvent
 from cadenza.voices.backend import NameTakenError, NewVoice, VoiceBackend, VoiceStoreUnavailableError
@@ -132,7 +133,7 @@ class VoiceStore:
             raise InputError(f"bad model family name {str(family)[:40]!r}")
         wav, sr = decode_prompt(audio, self.max_audio_bytes, max_seconds=self.max_seconds)
         blob = wav_bytes(wav, sr) if keep_audio else b""
-        digest = audio_hash(np.round(np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).astype(np.int16))
+        digest = audio_hash(int16_samples(wav.numpy()))
         now = time.time()
         voice_id = ID_PREFIX + secrets.token_urlsafe(ID_TOKEN_BYTES)
         expires = now + audio_ttl_s if keep_audio and audio_ttl_s is not None else None

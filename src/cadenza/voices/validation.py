@@ -14,7 +14,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
+from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio, save_wav
 from cadenza.audio.prompt import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, mono_samples, validate_prompt_audio
 from cadenza.errors import AudioError, InputError, UnknownSpeakerError
 
@@ -137,8 +137,7 @@ def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
 
 
 def wav_bytes(wav: torch.Tensor, sr: int) -> bytes:
-    """Mono float ``[N]`` -> 16-bit PCM WAV file bytes (symmetric 32767 scaling, clipped)."""
-    pcm = np.round(np.clip(wav.numpy(), -1.0, 1.0) * 32767.0).astype(np.int16)
+    """Mono float ``[N]`` -> 16-bit PCM WAV file bytes (``save_wav``)."""
     buf = io.BytesIO()
-    sf.write(buf, pcm, sr, subtype="PCM_16", format="WAV")
+    save_wav(buf, wav, sr)
     return buf.getvalue()
