@@ -110,6 +110,7 @@ EN = [
     ("Bring fruit, e.g. apples.", "Bring fruit, for example apples."),
     ("One thing, i.e. this.", "One thing, that is this."),
     ("Cats vs. dogs.", "Cats versus dogs."),
+    ("Cats Vs. Dogs: Approx. 5 kg. Etc. Etc.", "Cats Versus Dogs: Approximately five kilograms. Et cetera. Et cetera."),
     ("Read Chapter IV now.", "Read Chapter four now."),
     ("Henry VIII had six wives.", "Henry the eighth had six wives."),
     ("World War II ended in 1945.", "World War two ended in nineteen forty-five."),

@@ -58,6 +58,46 @@ def test_table_round_trip_and_validation(tmp_path):
         PhonemeTable.read(tmp_path / "bad.json")
 
 
+
+def test_the_tables_own_lexicon_is_read_written_and_applied(tmp_path):
+    """A model's pronunciations for words espeak-ng says wrong (cadenza-tiny: "Cadenza", which espeak-ng stresses on
+    its first syllable): applied to every text its tokenizer reads, streamed or not, whole words in any case; a
+    request's or a saved voice's lexicon, applied to the text before, wins."""
+    from cadenza.text.lexicon import Lexicon
+
+    lexicon = Lexicon.from_json([{"word": "Cadenza", "phonemes": "kədˈɛnzɑː"}])
+    table = PhonemeTable(symbols=SYMBOLS, lexicon=lexicon)
+    table.write(tmp_path / PHONEMES_FILE)
+    assert PhonemeTable.read(tmp_path / PHONEMES_FILE) == table
+    tok = PhonemeTokenizer.from_dir(tmp_path)
+    plain = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    assert "".join(plain.symbols("This is Cadenza.")) != "ðɪs ɪz kədˈɛnzɑː."  # espeak-ng's own reading differs
+    assert "".join(tok.symbols("This is Cadenza.")) == "ðɪs ɪz kədˈɛnzɑː."
+    assert "".join(tok.symbols("CADENZA and cadenza")) == "kədˈɛnzɑː ænd kədˈɛnzɑː"
+    assert tok.symbols("Cadenzas") == plain.symbols("Cadenzas")  # whole words only
+    stream = tok.stream_encoder()
+    streamed = [i for p in ["This is Cad", "enza, and", " more."] for i in stream.feed(p)] + stream.flush()
+    space = tok.index[" "]
+    assert [i for i in streamed if i != space] == [i for i in tok.encode("This is Cadenza, and more.") if i != space]
+    request = Lexicon.from_json([{"word": "cadenza", "phonemes": "kˈædənz"}])
+    assert "".join(tok.symbols(request.apply("This is Cadenza.", SYMBOLS))) == "ðɪs ɪz kˈædənz."
+    # Entries the model cannot say, or that are not entries, fail the load by name.
+    with pytest.raises(CheckpointError, match="lexicon entry 'Cadenza'.*'ʔ'|'ʔ'.*Cadenza"):
+        PhonemeTable(symbols=tuple(s for s in SYMBOLS if s != "ʔ"),
+                     lexicon=Lexicon.from_json([{"word": "Cadenza", "phonemes": "kəʔ"}]))
+    for bad in ([{"word": "Cadenza"}], {"words": []}, "Cadenza"):
+        (tmp_path / "bad.json").write_text(json.dumps({"symbols": list(SYMBOLS), "lexicon": bad}))
+        with pytest.raises(CheckpointError, match="cannot read the phoneme table.*lexicon"):
+            PhonemeTable.read(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("<|ph:kədˈɛnzɑː|>'s engine", "kədˈɛnzɑːz ˈɛndʒɪn"), ("<|ph:kədˈɛnzɑː|>\u2019s.", "kədˈɛnzɑːz."),
+    ("<|ph:kˈɜːt|>'s car", "kˈɜːts kˈɑːɹ"), ("<|ph:ˈɛndʒɪnˌɛks|>'s logs", "ˈɛndʒɪnˌɛksɪz lˈɔɡz")])
+def test_a_possessive_after_phonemes_is_said_as_english_says_it(text, said):
+    """espeak-ng reads an "'s" left alone after a phoneme span as the letter S ("Cadenza-ess")."""
+    assert "".join(PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS)).symbols(text)) == said
+
 def test_tokenizer_encodes_known_symbols_and_streams_whole_words():
     tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
     text = "Please call me tomorrow, at half past seven."

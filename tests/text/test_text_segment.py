@@ -87,6 +87,17 @@ def test_abbreviation_and_decimal_are_not_sentence_ends():
     assert split_text(text, 16) == ["Dr. Smith met Mr. Jones at 3.5 km.", "They talked."]
 
 
+
+@pytest.mark.parametrize(("text", "sentences"), [
+    ("The U.S. Army arrived. Then it left.", ["The U.S. Army arrived.", "Then it left."]),
+    ("He works for the U.N. Security Council in N.Y. City.", ["He works for the U.N. Security Council in N.Y. City."]),
+    ("We moved to the U.S. Then we left.", ["We moved to the U.S.", "Then we left."]),
+    ("She lives in the U.K. It rains there.", ["She lives in the U.K.", "It rains there."])])
+def test_an_initialism_before_a_name_is_not_a_sentence_end(text, sentences):
+    """"The U.S. Army" was cut into "The U.S." / "Army arrived": a capitalised word after an initialism continues
+    the sentence unless it is a word that starts sentences."""
+    assert split_text(text, 240, one_sentence=True) == sentences
+
 def test_one_sentence_per_segment_cuts_every_sentence_end_and_keeps_what_is_not_one():
     text = ("Hello there. How are you today? I am fine, thank you!\nA heading\nDr. Smith paid $3.50 at 9 a.m. for "
             "the U.S.A. border map; e.g. this one. See www.example.com now.")

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    synth = sub.add_parser("synth", help="speak text to a WAV file")
+    synth = sub.add_parser("synth", help="speak text to an audio file (WAV, FLAC, Ogg, Opus, MP3; - for stdout)")
     _model_arg(synth)
     text = synth.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="text to speak")

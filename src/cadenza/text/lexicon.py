@@ -168,6 +168,12 @@ class Lexicon:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lexicon) and self.entries == other.entries
+
+    def __hash__(self) -> int:
+        return hash(self.entries)
+
     def __bool__(self) -> bool:
         return bool(self.entries)
 

@@ -25,8 +25,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadenza.errors import CheckpointError, MissingDependencyError, TextError
-from cadenza.text.lexicon import PHONEME_SPAN
+from cadenza.errors import CheckpointError, InputError, MissingDependencyError, TextError
+from cadenza.text.lexicon import PHONEME_SPAN, Lexicon, check_phonemes
 
 PHONEMES_FILE = "phonemes.json"
 # Clause punctuation kept as symbols (espeak-ng's own clause terminators): a pause the model can learn.
@@ -107,31 +107,42 @@ def phonemize(text: str, language: str = "en-us") -> list[str]:
 
 @dataclass(frozen=True)
 class PhonemeTable:
-    """``phonemes.json``: the espeak-ng language and the symbol list (a symbol's index is its text token id)."""
+    """``phonemes.json``: the espeak-ng language, the symbol list (a symbol's index is its text token id) and the
+    model's own pronunciations (``"lexicon"``: entries as a request's lexicon takes them, docs/text.md) for words
+    espeak-ng says wrong; a request's or a saved voice's lexicon is applied first and wins."""
 
     symbols: tuple[str, ...]
     language: str = "en-us"
     backend: str = "espeak-ng"
+    lexicon: Lexicon | None = None
 
     def __post_init__(self) -> None:
         if self.backend != "espeak-ng":
             raise CheckpointError(f"{PHONEMES_FILE}: unknown phoneme backend {self.backend!r} (only 'espeak-ng')")
         if not self.symbols or len(set(self.symbols)) != len(self.symbols):
             raise CheckpointError(f"{PHONEMES_FILE}: 'symbols' must be a non-empty list without repeats")
+        for entry in self.lexicon.entries if self.lexicon else ():
+            if entry.phonemes is not None:
+                try:
+                    check_phonemes(entry.phonemes, self.symbols, f"{PHONEMES_FILE} lexicon entry {entry.word!r}")
+                except InputError as exc:
+                    raise CheckpointError(str(exc)) from None
 
     @classmethod
     def read(cls, path: str | Path) -> PhonemeTable:
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
+            lexicon = Lexicon.from_json(raw["lexicon"], f"{PHONEMES_FILE} lexicon") if "lexicon" in raw else None
             return cls(symbols=tuple(raw["symbols"]), language=str(raw.get("language", "en-us")),
-                       backend=str(raw.get("backend", "espeak-ng")))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+                       backend=str(raw.get("backend", "espeak-ng")), lexicon=lexicon)
+        except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
             raise CheckpointError(f"cannot read the phoneme table {path}: {exc}") from exc
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"backend": self.backend, "language": self.language,
-                                          "symbols": list(self.symbols)}, ensure_ascii=False, indent=0) + "\n",
-                              encoding="utf-8")
+        raw: dict = {"backend": self.backend, "language": self.language, "symbols": list(self.symbols)}
+        if self.lexicon:
+            raw["lexicon"] = self.lexicon.to_json()["entries"]
+        Path(path).write_text(json.dumps(raw, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 
 
 class PhonemeTokenizer:
@@ -159,15 +170,22 @@ class PhonemeTokenizer:
 
     def symbols(self, text: str) -> list[str]:
         """Symbols of ``text`` the table has; inline phoneme spans ``<|ph:IPA|>`` (SSML ``<phoneme>``, lexicon
-        entries: ``cadenza.text.lexicon``) are taken symbol for symbol instead of being read by espeak-ng."""
+        entries: ``cadenza.text.lexicon``, the table's own lexicon) are taken symbol for symbol instead of being
+        read by espeak-ng, and a possessive right after one is said as English says it (``Cadenza's``: /z/)."""
+        if self.table.lexicon:
+            text = self.table.lexicon.apply(text, self.table.symbols, description=False)
         out: list[str] = []
         pos = 0
         for m in PHONEME_SPAN.finditer(text):
             self._read(out, text[pos:m.start()])
             if out and out[-1] != " " and text[pos:m.start()][-1:].isspace():
                 out.append(" ")
-            out.extend(unicodedata.normalize("NFD", m.group(1)))
+            ipa = unicodedata.normalize("NFD", m.group(1))
+            out.extend(ipa)
             pos = m.end()
+            if possessive := _POSSESSIVE.match(text, pos):  # espeak-ng reads a lone "'s" as the letter ("ɛs")
+                out.extend(_possessive_ending(ipa))
+                pos = possessive.end()
         self._read(out, text[pos:])
         return [s for s in out if s in self.index]
 
@@ -215,6 +233,18 @@ class PhonemeTokenizer:
 
     def stream_encoder(self) -> PhonemeStreamEncoder:
         return PhonemeStreamEncoder(self)
+
+
+_POSSESSIVE = re.compile(r"['\u2019]s(?!\w)")
+_SIBILANTS = ("s", "z", "ʃ", "ʒ")
+_VOICELESS = ("p", "t", "k", "f", "θ")
+
+
+def _possessive_ending(ipa: str) -> str:
+    """The ``'s`` after a word ending in ``ipa``: /ɪz/ after a sibilant, /s/ after another voiceless consonant,
+    else /z/ (``Cadenza's``, ``NGINX's``, ``Kurt's``)."""
+    last = ipa.rstrip("ːˈˌ ")[-1:]
+    return "ɪz" if last in _SIBILANTS else "s" if last in _VOICELESS else "z"
 
 
 _DOTTED_LETTERS = re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}")  # "U.S.A.", "e.g."

@@ -5,7 +5,8 @@ clause marks (``，、,:：``), then spaces, then between CJK characters, and on
 characters. A cut is never placed inside a protected tag (``[laughter]``, ``<|endofprompt|>``, a VoxCPM 2 leading
 ``(description)``, a short ``<strong>…</strong>`` pair), a number (``3.14``, ``1,000``, ``$5``, ``3:45``, ``50%``), an
 abbreviation with the word it introduces (``Dr. Smith``, ``e.g. this``), initials (``J. K.``), an initialism before a
-lower-case word (``the U.S.A. border``) or a URL / e-mail.
+lower-case word (``the U.S.A. border``) or a capitalised one that seldom starts a sentence (``the U.S. Army``), or a
+URL / e-mail.
 
 The pieces are then packed into segments by dynamic programming: every segment within ``max_tokens``, few segments,
 even sizes, and cheap cuts preferred (cost = squared unused fraction of the budget per segment + a penalty per cut
@@ -43,6 +44,12 @@ _FINALS = r"etc|Jr|Sr|Inc|Ltd|Corp|Co|Ave|Blvd|Rd|Dept|St|U\.S|U\.K|a\.m|p\.m"
 _TITLE_ABBR = re.compile(rf"(?<![A-Za-z.])(?:{_TITLES})\.\s*(?=\w)")
 _FINAL_ABBR = re.compile(rf"(?<![A-Za-z.])(?:{_FINALS})\.(?!\s*\Z|\s*\n|\s+[A-Z{HAN}])\s*(?=\w)")
 _INITIALISM = re.compile(r"(?<![\w.])(?:[A-Za-z]\.){2,}\s+(?=[a-z])")  # "the U.S.A. border": no sentence ends there
+# Words that start sentences far more often than they follow a capitalised initialism: "...to the U.S. Then we left."
+# ends a sentence, "The U.S. Army arrived." does not (it was cut into "The U.S." / "Army arrived ...").
+_STARTERS = ("The|A|An|It|Its|I|We|He|She|They|You|This|That|These|Those|There|Then|But|And|So|Or|Yet|In|On|At|"
+             "After|Before|When|While|If|As|My|Our|His|Her|Their|Your|What|Why|How|Who|Where|Yes|No|Now|Today|"
+             "However|Also|Later|Meanwhile|Since|Because|Although|Still|Soon|Here|One|Some|Many|Most|All|Every")
+_INITIALISM_NAME = re.compile(rf"(?<![\w.])(?:[A-Z]\.){{2,}}\s+(?=[A-Z])(?!(?:{_STARTERS})\b)")
 _PAIRS = re.compile(r"<strong>.*?</strong>|<laughter>.*?</laughter>", re.DOTALL)
 _ESTIMATE = re.compile(rf"{TAG_RE.pattern}|(?P<word>[A-Za-z\u00c0-\u024f]+)|\S")
 
@@ -92,7 +99,8 @@ class _Splitter:
             if self.count(m.group()) <= self.max:
                 yield m.span()
         soft = [m.span() for rx in (_NUMBER, _URL) for m in rx.finditer(text)]
-        soft += [(m.start(), m.end() + 1) for rx in (_TITLE_ABBR, _FINAL_ABBR, _INITIALISM) for m in rx.finditer(text)]
+        soft += [(m.start(), m.end() + 1) for rx in (_TITLE_ABBR, _FINAL_ABBR, _INITIALISM, _INITIALISM_NAME)
+                 for m in rx.finditer(text)]
         chains: list[list[int]] = []
         for a, b in sorted(soft):
             if chains and a < chains[-1][1]:

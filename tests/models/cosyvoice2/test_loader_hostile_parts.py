@@ -120,6 +120,8 @@ def test_broken_tokenizer_files_fail_the_load(toy_src, tmp_path, write, needles)
     ({"symbols": ["a", 1]}, ("phonemes.json", "non-empty string", "1")),
     ({"symbols": [f"s{i}" for i in range(400)]}, ("phonemes.json", "400 ids", "only 300")),
     ({"symbols": ["a", "b"], "language": "xx-nowhere"}, ("phonemes.json", "fails on 'Hello, world.'")),
+    ({"symbols": ["a", "b"], "lexicon": [{"word": "ab"}]}, ("phonemes.json", "lexicon entry 0", "exactly one")),
+    ({"symbols": ["a", "b"], "lexicon": [{"word": "ab", "phonemes": "abc"}]}, ("phonemes.json", "'ab'", "'c'")),
 ])
 def test_broken_phoneme_tables_fail_the_load(cv2_dir, tmp_path, table, needles):
     pytest.importorskip("espeakng_loader")

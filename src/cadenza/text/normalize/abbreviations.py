@@ -39,11 +39,11 @@ _TITLES = {
     "Gen": "General", "Capt": "Captain", "Lt": "Lieutenant", "Sgt": "Sergeant", "Col": "Colonel", "Gov": "Governor",
     "Sen": "Senator", "Rev": "Reverend", "Hon": "Honorable", "Fig": "Figure", "Vol": "Volume",
     "approx": "approximately", "vs": "versus", "e.g.": "for example", "i.e.": "that is", "E.g.": "For example",
-    "I.e.": "That is",
+    "I.e.": "That is", "Approx": "Approximately", "Vs": "Versus",  # capitalised where a sentence or a title starts
 }
 # May end a sentence: the period is kept when a new sentence (or the text's end) follows.
 _FINAL = {
-    "etc": "et cetera", "Jr": "Junior", "Sr": "Senior", "Inc": "Incorporated", "Ltd": "Limited",
+    "etc": "et cetera", "Etc": "Et cetera", "Jr": "Junior", "Sr": "Senior", "Inc": "Incorporated", "Ltd": "Limited",
     "Corp": "Corporation", "Co": "Company", "Ave": "Avenue", "Blvd": "Boulevard", "Rd": "Road", "Dept": "Department",
     "St": "Street",
 }
