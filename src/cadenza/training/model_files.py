@@ -62,7 +62,8 @@ def cosyvoice2_yaml(cfg: CosyVoice2Config) -> dict[str, Any]:
                                "training_cfg_rate": cfm.training_cfg_rate, "inference_cfg_rate": cfm.inference_cfg_rate,
                                # a Cadenza key: written only when set, so release-shaped configs stay as they were
                                **({"inference_temperature": cfm.inference_temperature}
-                                  if cfm.inference_temperature != 1.0 else {})},
+                                  if cfm.inference_temperature != 1.0 else {}),
+                               **({"n_timesteps": cfm.n_timesteps} if cfm.n_timesteps != 10 else {})},
                 "estimator": {"in_channels": est.in_channels, "out_channels": est.out_channels,
                               "channels": list(est.channels), "attention_head_dim": est.attention_head_dim,
                               "n_blocks": est.n_blocks, "num_mid_blocks": est.num_mid_blocks, "num_heads": est.num_heads,

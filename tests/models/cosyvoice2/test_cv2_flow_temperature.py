@@ -1,5 +1,6 @@
-"""The flow's inference temperature (``cfm_params.inference_temperature``, a Cadenza key): read and validated from
-the yaml, written back only when set, and applied on every path that draws the fixed noise."""
+"""The flow's inference temperature and Euler steps (``cfm_params.inference_temperature`` / ``n_timesteps``, Cadenza
+keys): read and validated from the yaml, written back only when set, and applied on every path that draws the fixed
+noise / integrates the flow."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ BUILTIN = builtin_model_dir()
 
 def _config_with(tmp_path, line: str | None) -> CosyVoice2Config:
     lines = (BUILTIN / "cosyvoice2.yaml").read_text().splitlines(keepends=True)
-    text = "".join(x for x in lines if "inference_temperature" not in x)  # the release's layout: no such key
+    text = "".join(x for x in lines if "inference_temperature" not in x and "n_timesteps" not in x)  # as released
     if line is not None:
         anchor = "      inference_cfg_rate:"
         assert anchor in text
@@ -47,6 +48,38 @@ def test_read_validated_and_written_back_only_when_set(tmp_path):
     write_model_config(tmp_path / "plain", _config_with(tmp_path, None))
     assert "inference_temperature" not in (tmp_path / "plain" / "cosyvoice2.yaml").read_text()
 
+
+
+def test_euler_steps_are_read_validated_written_back_and_used_whole_and_streamed(tmp_path):
+    assert _config_with(tmp_path, None).flow.cfm.n_timesteps == 10  # the release's code: 10
+    cfg = _config_with(tmp_path, "n_timesteps: 7")
+    assert cfg.flow.cfm.n_timesteps == 7
+    for bad in ("0", "-3", "7.5", "many"):
+        with pytest.raises(CheckpointError, match="n_timesteps"):
+            _config_with(tmp_path, f"n_timesteps: {bad}")
+    write_model_config(tmp_path / "out", cfg)
+    assert "n_timesteps: 7" in (tmp_path / "out" / "cosyvoice2.yaml").read_text()
+    write_model_config(tmp_path / "plain", _config_with(tmp_path, None))
+    assert "n_timesteps" not in (tmp_path / "plain" / "cosyvoice2.yaml").read_text()
+    # Fewer steps change the mel, and the streamed (cached) flow keeps one cache per step: a stream still equals
+    # recomputing the prefix.
+    model = small_model()
+    few_cfg = dataclasses.replace(model.config.flow, cfm=dataclasses.replace(model.config.flow.cfm, n_timesteps=4))
+    few = TokenToMelFlow(few_cfg).eval()
+    few.load_state_dict(model.flow.state_dict())
+    v = voice(model, 6, seed=3)
+    tokens = torch.randint(0, few_cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(4))
+    args = (v.flow_prompt_speech, v.prompt_mel, v.embedding)
+    la, ratio = few_cfg.pre_lookahead_len, few_cfg.token_mel_ratio
+    with one_torch_thread(), torch.inference_mode():
+        whole = few.inference(tokens, *args, streaming=True, finalize=True)
+        assert (whole - model.flow.inference(tokens, *args, streaming=True, finalize=True)).abs().mean() > 1e-3
+        with IncrementalFlow(few, *args) as session:
+            first = session.push(tokens[:, :20], tokens[:, 20:20 + la], final=False)
+            rest = session.push(tokens[:, 20:], None, final=True)
+        assert torch.allclose(first, few.inference(tokens[:, :20 + la], *args, streaming=True, finalize=False),
+                              atol=1e-4)
+        assert torch.allclose(rest, whole[:, :, ratio * 20:], atol=1e-4)
 
 def test_scales_the_noise_of_whole_and_streamed_inference_alike():
     model = small_model()
