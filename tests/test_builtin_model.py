@@ -125,6 +125,12 @@ def test_streaming(tiny):
     _assert_audio(samples, tiny.sample_rate, *_length_range(tiny, SENTENCE))
     if len(samples) / tiny.sample_rate > 1.5:  # 25-token hops: more than one chunk once past ~1 s of speech
         assert len(chunks) >= 2
+    # The default voice's prompt is a whole number of the flow's 25-token chunks, so the first chunk holds 25 new
+    # tokens (1.0 s, less the 4 tokens' mel HiFT reads again with the next one), not up to 49: with its 87-token
+    # prompt it held 38 (1.36 s of audio) and came 0.14 s later on an AVX2 CPU.
+    prompt = tiny.engine.speakers.get(tiny.default_speaker).flow_prompt_speech
+    assert prompt.shape[1] % 25 == 0
+    assert len(chunks[0]) == (25 - 4) * 2 * 480, len(chunks[0]) / 960
 
 
 def test_zero_shot_clone_from_recording(tiny):

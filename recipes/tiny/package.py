@@ -137,15 +137,26 @@ def _oracle_voice(tts, corpus: Path, item: dict, arrays: dict[str, dict]):
 
     The LM gets no prompt (no transcript, no prompt tokens): the model was trained on that one voice, so the LM
     needs no example of it, and its input is then exactly what training showed it (one sentence from position 0).
-    Only the flow is prompted (mel, tokens, x-vector), as in cross-lingual mode."""
+    Only the flow is prompted (mel, tokens, x-vector), as in cross-lingual mode.
+
+    The prompt is lengthened at its start to a whole number of the flow's 25-token chunks with its own leading
+    silence (token and mel frames repeated): a stream's first chunk ends on a chunk boundary of prompt + new tokens,
+    so with joe's 87 prompt tokens it held 38 new ones, with 100 it holds 25 (first chunk 0.47 -> 0.37 s on an AVX2
+    Zen 3, one thread; words and naturalness within noise; cutting the prompt instead cost naturalness:
+    docs/cadenza-tiny.md, "Streaming")."""
     from dataclasses import replace
+
+    from cadenza.engine.stream_schedule import StreamSchedule
 
     voice = tts.voice_from_audio(str(corpus / item["audio"]), item["text"])
     tokens = torch.tensor([arrays[item["id"]]["speech_tokens"]], dtype=torch.long)
     n = min(voice.prompt_mel.shape[1] // 2, tokens.shape[1])
+    tokens, mel = tokens[:, :n], voice.prompt_mel[:, : 2 * n]
+    pad = -n % StreamSchedule().token_hop_len
+    tokens = torch.cat([tokens[:, :1].repeat(1, pad), tokens], 1)  # the leading silence label ("^")
+    mel = torch.cat([mel[:, :2].repeat(1, pad, 1), mel], 1)  # its first token's two mel frames
     empty = torch.zeros(1, 0, dtype=torch.long)
-    return replace(voice, prompt_text=empty, llm_prompt_speech=empty, flow_prompt_speech=tokens[:, :n],
-                   prompt_mel=voice.prompt_mel[:, : 2 * n])
+    return replace(voice, prompt_text=empty, llm_prompt_speech=empty, flow_prompt_speech=tokens, prompt_mel=mel)
 
 
 # The flow's classifier-free guidance at inference (the release: 0.7). cadenza-tiny's small flow speaks more clearly
