@@ -2,8 +2,11 @@
 
 Segments share one ``SpeakerPrompt`` (same prompt tokens, mel and x-vector), so voice and pace stay consistent.
 Up to ``window`` segments are in the scheduler at once: their LM steps are batched together, and when streaming the
-next segment is already being generated while the current one plays, so there is no gap at the joins. The Python API
-and the server both speak long text through ``SegmentStream``.
+next segment is already being generated while the current one plays, so there is no gap at the joins. Streamed, a
+segment beyond the one playing is submitted only once that one has sent its first chunk: submitted together, the
+second sentence's first chunk competed with the first's for the LM and the vocoder workers (cadenza-tiny, a
+two-sentence reply on a 2-core AVX2 CPU: first chunk 0.77 s against 0.48 s for its first sentence alone, one
+thread; docs/performance.md). The Python API and the server both speak long text through ``SegmentStream``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.stream_handle import StreamHandle
 
 Submit = Callable[[SynthesisRequest, bool], StreamHandle]  # (request, stream) -> handle, e.g. Scheduler.submit
+# A segment that can make at most this many speech tokens (2 s at 25 Hz: "Yes.", "Hi!") holds no later one back: its
+# audio may end before the next segment's first chunk could come (the benchmark's short openers stalled 0.04-0.19 s).
+SHORT_SEGMENT_TOKENS = 50
 
 
 class SegmentStream:
@@ -28,15 +34,21 @@ class SegmentStream:
     ``RequestCancelledError``; after ``cancel`` iteration ends). ``on_segment(done)`` is called after each segment.
 
     ``open_ended``: more segments may come (``add``, from any thread) until ``end()``; the reader waits for them.
+    ``stagger`` (streamed only): submit a segment beyond the playing one once that one has sent a chunk (the default;
+    False fills the window at once, as non-streamed synthesis does).
     Text that arrives sentence by sentence is spoken this way. ``fail(exc)`` ends the stream with ``exc``.
     """
 
     def __init__(self, submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2, stream: bool = True,
-                 on_segment: Callable[[int], None] | None = None, open_ended: bool = False) -> None:
+                 on_segment: Callable[[int], None] | None = None, open_ended: bool = False,
+                 stagger: bool = True) -> None:
         self._submit, self._window, self._stream, self._on_segment = submit, max(1, window), stream, on_segment
+        self._stagger = stream and stagger  # streamed: a segment beyond the playing one waits for its first chunk
         self._pending = collections.deque(requests)
         self._running: collections.deque[StreamHandle] = collections.deque()
+        self._head_short: collections.deque[bool] = collections.deque()  # per running segment: at most 2 s of speech
         self._current: Iterator[np.ndarray] | None = None
+        self._head_sent = False  # the segment playing (streamed) has sent a chunk: the next may start
         self._cond = threading.Condition()
         self._ended = not open_ended
         self._error: BaseException | None = None
@@ -71,8 +83,7 @@ class SegmentStream:
                 while True:
                     if self.cancelled:
                         raise StopIteration
-                    while self._pending and len(self._running) < self._window:
-                        self._running.append(self._submit(self._pending.popleft(), self._stream))
+                    self._fill()
                     if self._running:
                         break
                     if self._error is not None:
@@ -84,16 +95,33 @@ class SegmentStream:
                     self._current = iter(self._running[0])
                 current = self._current
             try:
-                return next(current)
+                chunk = next(current)
             except StopIteration:
                 with self._cond:
                     if self._running:
                         self._running.popleft()
-                    self._current = None
+                        self._head_short.popleft()
+                    self._current, self._head_sent = None, False
                     self.done += 1
                     done = self.done
                 if self._on_segment is not None:
                     self._on_segment(done)
+                continue
+            if not self._head_sent:
+                with self._cond:  # the next segment starts now, not when the reader asks for more
+                    self._head_sent = True
+                    if not self.cancelled:
+                        self._fill()
+            return chunk
+
+    def _fill(self) -> None:
+        """Submit pending segments up to the window (streamed: beyond the playing one only once it has sent audio);
+        the caller holds ``_cond``."""
+        while (self._pending and len(self._running) < self._window
+               and (not self._stagger or not self._running or self._head_sent or self._head_short[0])):
+            request = self._pending.popleft()
+            self._running.append(self._submit(request, self._stream))
+            self._head_short.append(0 < getattr(request, "max_tokens", 0) <= SHORT_SEGMENT_TOKENS)
 
     def cancel(self) -> None:
         """Free every segment (thread-safe, idempotent)."""
@@ -117,9 +145,9 @@ def synthesize_segments(submit: Submit, requests: Sequence[SynthesisRequest], wi
 
 
 def stream_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2,
-                    on_segment: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
+                    on_segment: Callable[[int], None] | None = None, stagger: bool = True) -> Iterator[np.ndarray]:
     """Audio chunks of every segment in order, as soon as each is ready; closing the iterator frees the rest."""
-    segments = SegmentStream(submit, requests, window, stream=True, on_segment=on_segment)
+    segments = SegmentStream(submit, requests, window, stream=True, on_segment=on_segment, stagger=stagger)
     try:
         yield from segments
     finally:
