@@ -63,44 +63,33 @@ def test_euler_steps_are_read_validated_written_back_and_used_whole_and_streamed
     assert "n_timesteps" not in (tmp_path / "plain" / "cosyvoice2.yaml").read_text()
     # Fewer steps change the mel, and the streamed (cached) flow keeps one cache per step: a stream still equals
     # recomputing the prefix.
-    model = small_model()
-    few_cfg = dataclasses.replace(model.config.flow, cfm=dataclasses.replace(model.config.flow.cfm, n_timesteps=4))
-    few = TokenToMelFlow(few_cfg).eval()
-    few.load_state_dict(model.flow.state_dict())
+    _changed_and_streamed_as_whole(small_model(), n_timesteps=4)
+
+
+def _changed_and_streamed_as_whole(model, **cfm_changes) -> TokenToMelFlow:
+    """``model``'s flow with ``cfm_changes``: its output differs from the flow's own, and the streamed path (cached,
+    chunk by chunk) gives what recomputing the prefix gives (as tests/models/cosyvoice2/test_cv2_flow_incremental.py
+    checks with the release's settings)."""
+    cfg = dataclasses.replace(model.config.flow, cfm=dataclasses.replace(model.config.flow.cfm, **cfm_changes))
+    flow = TokenToMelFlow(cfg).eval()
+    flow.load_state_dict(model.flow.state_dict())
     v = voice(model, 6, seed=3)
-    tokens = torch.randint(0, few_cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(4))
+    tokens = torch.randint(0, cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(4))
     args = (v.flow_prompt_speech, v.prompt_mel, v.embedding)
-    la, ratio = few_cfg.pre_lookahead_len, few_cfg.token_mel_ratio
+    la, ratio = cfg.pre_lookahead_len, cfg.token_mel_ratio
     with one_torch_thread(), torch.inference_mode():
-        whole = few.inference(tokens, *args, streaming=True, finalize=True)
+        whole = flow.inference(tokens, *args, streaming=True, finalize=True)
         assert (whole - model.flow.inference(tokens, *args, streaming=True, finalize=True)).abs().mean() > 1e-3
-        with IncrementalFlow(few, *args) as session:
+        with IncrementalFlow(flow, *args) as session:
             first = session.push(tokens[:, :20], tokens[:, 20:20 + la], final=False)
             rest = session.push(tokens[:, 20:], None, final=True)
-        assert torch.allclose(first, few.inference(tokens[:, :20 + la], *args, streaming=True, finalize=False),
+        assert torch.allclose(first, flow.inference(tokens[:, :20 + la], *args, streaming=True, finalize=False),
                               atol=1e-4)
         assert torch.allclose(rest, whole[:, :, ratio * 20:], atol=1e-4)
+    return flow
+
 
 def test_scales_the_noise_of_whole_and_streamed_inference_alike():
     model = small_model()
-    cold_cfg = dataclasses.replace(model.config.flow,
-                                   cfm=dataclasses.replace(model.config.flow.cfm, inference_temperature=0.5))
-    cold = TokenToMelFlow(cold_cfg).eval()
-    cold.load_state_dict(model.flow.state_dict())
+    cold = _changed_and_streamed_as_whole(model, inference_temperature=0.5)
     assert torch.equal(cold.decoder.rand_noise, 0.5 * model.flow.decoder.rand_noise)
-    v = voice(model, 6, seed=3)
-    tokens = torch.randint(0, cold_cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(4))
-    args = (v.flow_prompt_speech, v.prompt_mel, v.embedding)
-    la, ratio = cold_cfg.pre_lookahead_len, cold_cfg.token_mel_ratio
-    with one_torch_thread(), torch.inference_mode():
-        whole = cold.inference(tokens, *args, streaming=True, finalize=True)
-        warm = model.flow.inference(tokens, *args, streaming=True, finalize=True)
-        assert (whole - warm).abs().mean() > 1e-3  # the temperature changes the output
-        # The streamed path (cached, chunk by chunk) reads the same scaled noise: each push gives what recomputing
-        # the prefix gives (as tests/models/cosyvoice2/test_cv2_flow_incremental.py checks at temperature 1).
-        with IncrementalFlow(cold, *args) as session:
-            first = session.push(tokens[:, :20], tokens[:, 20:20 + la], final=False)
-            rest = session.push(tokens[:, 20:], None, final=True)
-        ref_first = cold.inference(tokens[:, :20 + la], *args, streaming=True, finalize=False)
-        assert torch.allclose(first, ref_first, atol=1e-4)
-        assert torch.allclose(rest, whole[:, :, ratio * 20:], atol=1e-4)
