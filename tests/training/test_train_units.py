@@ -207,7 +207,9 @@ def test_config_round_trips_through_cosyvoice2_yaml(cv2_dir, tiny):
         check_writable(cfg)
         assert CosyVoice2Config.from_dict(cosyvoice2_yaml(cfg), cfg.lm.qwen) == cfg
     assert resolve_model({"dir": str(cv2_dir)}).config == fixture
-    odd = dataclasses.replace(tiny, flow=dataclasses.replace(tiny.flow, cfm=dataclasses.replace(tiny.flow.cfm, n_timesteps=5)))
+    steps = dataclasses.replace(tiny, flow=dataclasses.replace(tiny.flow, cfm=dataclasses.replace(tiny.flow.cfm, n_timesteps=5)))
+    check_writable(steps)  # a Cadenza key of cfm_params since 2026-12-07
+    odd = dataclasses.replace(tiny, flow=dataclasses.replace(tiny.flow, cfm=dataclasses.replace(tiny.flow.cfm, noise_seed=5)))
     with pytest.raises(InputError, match="cosyvoice2.yaml"):
         check_writable(odd)
 

@@ -102,7 +102,7 @@ def check_writable(cfg: CosyVoice2Config) -> None:
     back = CosyVoice2Config.from_dict(cosyvoice2_yaml(cfg), cfg.lm.qwen)
     if back != cfg:
         raise InputError("this model config cannot be written to cosyvoice2.yaml (the release format fixes "
-                         "num_up_blocks, the CFM step count / noise and the LM length ratios): keep their defaults")
+                         "num_up_blocks, the CFM noise and the LM length ratios): keep their defaults")
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:
