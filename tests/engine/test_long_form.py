@@ -167,3 +167,25 @@ def test_a_short_segment_holds_no_later_one_back():
     assert [int(c[0]) for c in chunks] == [0, 0, 1, 1, 2, 2, 3, 3]
     made_first = {seg: n for seg, k, n in log if k == 0}
     assert made_first == {0: 2, 1: 2, 2: 3, 3: 4}  # only the short one let the next start before its audio
+
+
+def test_a_refused_next_segment_loses_no_audio_and_fails_the_next_call():
+    """The next segment is submitted as the playing one sends its first chunk; if the engine refuses it then, that
+    chunk still reaches the reader and the refusal comes with the next call, the segment still pending."""
+    from cadenza.engine.long_form import SegmentStream
+    from cadenza.errors import EngineBusyError
+
+    submitted, log, refuse = [], [], [True]
+
+    def submit(request, stream_flag):
+        if request == 1 and refuse[0]:
+            raise EngineBusyError("busy")
+        submitted.append(request)
+        return _FakeHandle(request, 2, log, submitted)
+
+    segments = SegmentStream(submit, [0, 1], window=2, stream=True)
+    assert next(segments)[0] == 0 and submitted == [0]
+    with pytest.raises(EngineBusyError):
+        next(segments)
+    refuse[0] = False
+    assert [int(c[0]) for c in segments] == [0, 1, 1]  # nothing lost: segment 0's rest, then segment 1

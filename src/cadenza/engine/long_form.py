@@ -111,7 +111,10 @@ class SegmentStream:
                 with self._cond:  # the next segment starts now, not when the reader asks for more
                     self._head_sent = True
                     if not self.cancelled:
-                        self._fill()
+                        try:
+                            self._fill()
+                        except Exception:  # noqa: BLE001 - e.g. the engine is busy: raised again by the next call,
+                            pass  # after this chunk has reached the reader
             return chunk
 
     def _fill(self) -> None:
@@ -119,8 +122,9 @@ class SegmentStream:
         the caller holds ``_cond``."""
         while (self._pending and len(self._running) < self._window
                and (not self._stagger or not self._running or self._head_sent or self._head_short[0])):
-            request = self._pending.popleft()
-            self._running.append(self._submit(request, self._stream))
+            request = self._pending[0]
+            self._running.append(self._submit(request, self._stream))  # a refused one stays pending
+            self._pending.popleft()
             self._head_short.append(0 < getattr(request, "max_tokens", 0) <= SHORT_SEGMENT_TOKENS)
 
     def cancel(self) -> None:
