@@ -220,7 +220,7 @@ def test_default_voice_is_understood_by_an_offline_asr(tiny):
 def test_the_model_says_its_own_name(tiny):
     """espeak-ng stresses "Cadenza" on its first syllable, and the default voice said it as "Caddins" / "Cadence"
     (Whisper heard it 0 times in 36: three sentences, 12 seeds); the built-in folder's own lexicon
-    (``phonemes.json``, docs/text.md) says kədˈɛnzɑː: heard 22 of 36, and in README's first sentence 11 of 12."""
+    (``phonemes.json``, docs/text.md) says kədˈɛnzɑː: heard 20 of 36, and in README's first sentence 10 of 12."""
     pytest.importorskip("faster_whisper", reason="needs the eval extra (pip install -e '.[eval]')")
     from cadenza.evaluation.asr import transcribe
 
