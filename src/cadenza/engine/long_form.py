@@ -45,8 +45,8 @@ class SegmentStream:
         self._submit, self._window, self._stream, self._on_segment = submit, max(1, window), stream, on_segment
         self._stagger = stream and stagger  # streamed: a segment beyond the playing one waits for its first chunk
         self._pending = collections.deque(requests)
-        self._running: collections.deque[StreamHandle] = collections.deque()
-        self._head_short: collections.deque[bool] = collections.deque()  # per running segment: at most 2 s of speech
+        # Segments in flight: (handle, short), short = it can make at most 2 s of speech (``SHORT_SEGMENT_TOKENS``).
+        self._running: collections.deque[tuple[StreamHandle, bool]] = collections.deque()
         self._current: Iterator[np.ndarray] | None = None
         self._head_sent = False  # the segment playing (streamed) has sent a chunk: the next may start
         self._cond = threading.Condition()
@@ -92,7 +92,7 @@ class SegmentStream:
                         raise StopIteration
                     self._cond.wait()
                 if self._current is None:
-                    self._current = iter(self._running[0])
+                    self._current = iter(self._running[0][0])
                 current = self._current
             try:
                 chunk = next(current)
@@ -100,7 +100,6 @@ class SegmentStream:
                 with self._cond:
                     if self._running:
                         self._running.popleft()
-                        self._head_short.popleft()
                     self._current, self._head_sent = None, False
                     self.done += 1
                     done = self.done
@@ -121,18 +120,18 @@ class SegmentStream:
         """Submit pending segments up to the window (streamed: beyond the playing one only once it has sent audio);
         the caller holds ``_cond``."""
         while (self._pending and len(self._running) < self._window
-               and (not self._stagger or not self._running or self._head_sent or self._head_short[0])):
+               and (not self._stagger or not self._running or self._head_sent or self._running[0][1])):
             request = self._pending[0]
-            self._running.append(self._submit(request, self._stream))  # a refused one stays pending
+            handle = self._submit(request, self._stream)  # a refused one stays pending
             self._pending.popleft()
-            self._head_short.append(0 < getattr(request, "max_tokens", 0) <= SHORT_SEGMENT_TOKENS)
+            self._running.append((handle, 0 < getattr(request, "max_tokens", 0) <= SHORT_SEGMENT_TOKENS))
 
     def cancel(self) -> None:
         """Free every segment (thread-safe, idempotent)."""
         with self._cond:
             self.cancelled = True
             self._pending.clear()
-            running = list(self._running)
+            running = [handle for handle, _ in self._running]
             self._cond.notify_all()
         for handle in running:
             handle.cancel()
