@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,8 @@ class Cadenza:
                         dtype: str | torch.dtype | Precision = torch.float32,
                         voices_dir: str | os.PathLike | None = None,
                         scheduler: SchedulerConfig | None = None, watermark: bool | bytes | Watermark = True,
-                        revision: str | None = None, speed_method: str | None = None) -> Cadenza:
+                        revision: str | None = None, speed_method: str | None = None,
+                        stream_schedule: StreamSchedule | None = None) -> Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
         hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
@@ -100,7 +102,9 @@ class Cadenza:
         up, WSOLA to slow down), ``"mel"`` (the flow's mel stretched before HiFT, as the release's
         non-streaming speed does) or ``"flow"`` (the flow renders 1/speed as many frames: for a flow trained on
         speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"auto"`` (docs/controls.md,
-        "Speed").
+        "Speed"). ``stream_schedule``: how streams are cut into chunks (default ``StreamSchedule()``;
+        ``StreamSchedule.reference()`` streams as the reference does, bit for bit; docs/design.md, "CosyVoice 2
+        streaming schedule"); ``speed_method``, when given, replaces its speed method.
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
         (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
@@ -116,7 +120,12 @@ class Cadenza:
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
-        schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "auto")
+        if stream_schedule is not None and not isinstance(stream_schedule, StreamSchedule):
+            raise InputError(f"stream_schedule must be a StreamSchedule, not {type(stream_schedule).__name__}")
+        if stream_schedule is None:
+            schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "auto")
+        else:
+            schedule = replace(stream_schedule, speed_method=speed_method or stream_schedule.speed_method)
         model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``
         frontend = CosyVoice2Frontend(files, model.config)
         frontend.load_all()

@@ -1,13 +1,14 @@
 """How a CosyVoice 2 request is cut into chunks: the stream schedule, the per-request token chunker, cross-fades.
 
 The reference schedule (docs/design.md, "CosyVoice 2 streaming schedule"): hops of ``25 + prompt_pad`` tokens, then
-doubling up to 100; 3 look-ahead tokens. The hop lives in the per-request ``TokenChunker`` (the reference keeps it on
-the shared model, so one request changes the next one's schedule). ``engine/token2wav.py`` runs the chunks.
+doubling up to 100; 3 look-ahead tokens. Ours by default: a first hop of 25 whatever the prompt's length, the
+second one back on the flow's attention-chunk grid. The hop lives in the per-request ``TokenChunker`` (the reference
+keeps it on the shared model, so one request changes the next one's schedule). ``engine/token2wav.py`` runs the
+chunks.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +23,13 @@ class StreamSchedule:
     token_hop_len: int = 25  # must equal the flow's training chunk
     token_max_hop_len: int = 100
     stream_scale_factor: int = 2
+    # The first hop. True (the reference): ``token_hop_len + pad`` tokens, so that prompt + first hop ends on a
+    # boundary of the flow's attention chunks (25 to 49 tokens, by the prompt's length). False: ``token_hop_len``
+    # tokens whatever the prompt; the frames of the last, partial attention chunk are then computed from the tokens
+    # so far (as an utterance's last frames are, and as the flow was trained with), and the second hop ends back on
+    # the grid. Saves up to 24 tokens of LM and flow before the first audio of a voice whose prompt is not a
+    # multiple of 25 tokens (docs/performance.md, "The first chunk of any voice").
+    first_hop_on_grid: bool = False
     mel_cache_len: int = 8  # mel frames of left context HiFT re-reads per chunk
     crossfade: str = "hann"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to 1
     incremental: bool = True  # cached flow (each chunk computed once) instead of re-running the prefix
@@ -56,7 +64,8 @@ class StreamSchedule:
     @classmethod
     def reference(cls) -> StreamSchedule:
         """Bit-for-bit the reference's streaming (parity mode)."""
-        return cls(crossfade="hamming", incremental=False, final_full_attention=True, speed_method="mel")
+        return cls(crossfade="hamming", incremental=False, final_full_attention=True, speed_method="mel",
+                   first_hop_on_grid=True)
 
 
 def crossfade_windows(n: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -81,9 +90,13 @@ class TokenChunker:
 
     def __post_init__(self) -> None:
         chunk = self.schedule.token_hop_len
-        pad = math.ceil(self.prompt_tokens / chunk) * chunk - self.prompt_tokens
         self.base_hop = chunk
-        self.hop = chunk + pad  # the first chunk ends on a chunk boundary of prompt + generated tokens
+        # On the grid, the first chunk ends on a chunk boundary of prompt + generated tokens.
+        self.hop = chunk + self._to_boundary() if self.schedule.first_hop_on_grid else chunk
+
+    def _to_boundary(self) -> int:
+        """Tokens from where the next hop starts (prompt + offset) to the next attention-chunk boundary (0 on one)."""
+        return -(self.prompt_tokens + self.offset) % self.schedule.token_hop_len
 
     def ready(self, n_tokens: int) -> bool:
         return n_tokens >= self.offset + self.hop + self.lookahead
@@ -91,4 +104,7 @@ class TokenChunker:
     def advance(self) -> None:
         self.offset += self.hop
         self.base_hop = min(self.schedule.token_max_hop_len, self.base_hop * self.schedule.stream_scale_factor)
-        self.hop = self.base_hop
+        # After a first hop off the grid, the next chunk ends back on it (and every later one: hops are multiples
+        # of the chunk), so only the first chunk ever has frames of a partial attention chunk.
+        to_boundary = self._to_boundary()
+        self.hop = self.base_hop - self.schedule.token_hop_len + to_boundary if to_boundary else self.base_hop

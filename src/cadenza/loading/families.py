@@ -56,7 +56,8 @@ class Family:
 FAMILIES: list[Family] = [
     Family("cosyvoice2", "CosyVoice 2", "cadenza.models.cosyvoice2.loader:is_cosyvoice2_dir",
            "cadenza.api.cosyvoice2:Cadenza.from_pretrained",
-           frozenset({"dtype", "voices_dir", "scheduler", "watermark", "speed_method"}),
+           frozenset({"dtype", "voices_dir", "scheduler", "watermark", "speed_method",
+                      "stream_schedule"}),
            "cadenza.models.cosyvoice2.loader:RELEASE_FILES", chooses_precision=True, int8=True),
     Family("voxcpm2", "VoxCPM 2", "cadenza.models.voxcpm2.loader:is_voxcpm2_dir",
            "cadenza.api.voxcpm2:VoxCPM2.from_pretrained",

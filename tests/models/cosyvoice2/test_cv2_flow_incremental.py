@@ -54,9 +54,10 @@ def case(cv2_npz):
 
 
 def reference_hops(flow: TokenToMelFlow, prompt_tokens: int, n_tokens: int) -> list[int]:
-    """Non-final chunk sizes of the engine's schedule (25 + prompt pad, 50, 100, ...)."""
+    """Non-final chunk sizes of the reference's schedule (25 + prompt pad, 50, 100, ...)."""
     lookahead = flow.cfg.pre_lookahead_len
-    chunker = TokenChunker(StreamSchedule(token_hop_len=flow.cfg.encoder.static_chunk_size), prompt_tokens, lookahead)
+    schedule = StreamSchedule(token_hop_len=flow.cfg.encoder.static_chunk_size, first_hop_on_grid=True)
+    chunker = TokenChunker(schedule, prompt_tokens, lookahead)
     hops = []
     while chunker.ready(n_tokens):
         hops.append(chunker.hop)

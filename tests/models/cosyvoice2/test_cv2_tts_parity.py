@@ -64,7 +64,7 @@ def test_nonstream_and_speed_match_the_reference(model, inputs, cv2_npz, cv2_man
 def test_chunk_schedule_follows_the_reference_plan(cv2_npz, cv2_manifest):
     plan = cv2_manifest["info"]["flow_stream_plan"]
     n_prompt = cv2_npz("flow_cases")["prompt_token"].shape[1]
-    chunker = TokenChunker(StreamSchedule(), prompt_tokens=n_prompt, lookahead=3)
+    chunker = TokenChunker(StreamSchedule.reference(), prompt_tokens=n_prompt, lookahead=3)
     for step in plan[:-1]:
         assert chunker.offset == step["token_offset"]
         assert chunker.ready(step["tokens_in"]) and not chunker.ready(step["tokens_in"] - 1)

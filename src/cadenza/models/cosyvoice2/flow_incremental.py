@@ -15,8 +15,8 @@ frames:
   every transformer block's keys/values.
 
 A push that ends inside a chunk commits only the complete chunks before it; the tokens of the partial chunk are
-kept and recomputed with the next push. With the engine's schedule (first hop ends on a chunk boundary, hops are
-multiples of the chunk) nothing is ever recomputed.
+kept and recomputed with the next push. With the engine's schedule only the first chunk's partial chunk is (its first
+hop is one chunk for any prompt, every later chunk ends on a chunk boundary); with the reference's hops nothing is.
 
 Frames are returned only once their tokens' look-ahead is complete, as the reference's ``finalize=False`` call
 returns no frames for its last ``pre_lookahead_len`` tokens: a non-final push whose look-ahead is short (the tokens
