@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.errors import InputError
+from cadenza.layers.embedding import Embedding
 from cadenza.layers.stream_cache import StreamCache
 from cadenza.models.cosyvoice2.cfm import ConditionalFlowMatching
 from cadenza.models.cosyvoice2.config import FlowConfig
@@ -30,7 +31,7 @@ class TokenToMelFlow(nn.Module):
     def __init__(self, cfg: FlowConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.input_embedding = nn.Embedding(cfg.vocab_size, cfg.input_size)
+        self.input_embedding = Embedding(cfg.vocab_size, cfg.input_size)
         self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, cfg.output_size)
         self.encoder = UpsampleConformerEncoder(cfg.encoder)
         self.encoder_proj = nn.Linear(cfg.encoder.output_size, cfg.output_size)

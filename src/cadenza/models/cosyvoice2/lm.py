@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
+from cadenza.layers.embedding import Embedding
 from cadenza.layers.kv_cache import KVCache
 from cadenza.models.cosyvoice2.config import LMConfig
 from cadenza.models.cosyvoice2.lm_decoding import BistreamDecoder, Sampler, UnistreamDecoder
@@ -45,10 +46,10 @@ class TextSpeechLM(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.llm_embedding = nn.Embedding(2, cfg.llm_input_size)
+        self.llm_embedding = Embedding(2, cfg.llm_input_size)
         self.llm = Qwen2Encoder(cfg.qwen)
         self.llm_decoder = nn.Linear(cfg.llm_output_size, cfg.num_speech_ids)
-        self.speech_embedding = nn.Embedding(cfg.num_speech_ids, cfg.llm_input_size)
+        self.speech_embedding = Embedding(cfg.num_speech_ids, cfg.llm_input_size)
 
     # ---- ids and small helpers -------------------------------------------------------------------------------
     @property

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from cadenza.layers.attention import GQASelfAttention
+from cadenza.layers.embedding import Embedding
 from cadenza.layers.kv_cache import KVCache
 from cadenza.layers.kv_pool import PooledStep
 from cadenza.layers.rms_norm import RMSNorm
@@ -63,7 +64,7 @@ class Qwen2Model(nn.Module):
         self.cfg = cfg
         # Only used by callers to embed text ids; forward() takes embeddings because CosyVoice 2 mixes text,
         # speech and special embeddings in one sequence.
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Qwen2DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cadenza.layers.embedding import Embedding
 from cadenza.layers.snake import Snake
 from cadenza.models.voxcpm2.audio_vae_conv import CausalConv1d, CausalConvTranspose1d, ConvStreamState
 
@@ -119,16 +120,16 @@ class SampleRateFiLM(nn.Module):
         self.cond_type = cond_type
         out_in = channels
         if cond_type in ("scale_bias", "scale_bias_init"):
-            self.scale_embed = nn.Embedding(buckets, channels)
-            self.bias_embed = nn.Embedding(buckets, channels)
+            self.scale_embed = Embedding(buckets, channels)
+            self.bias_embed = Embedding(buckets, channels)
             nn.init.ones_(self.scale_embed.weight)
             nn.init.zeros_(self.bias_embed.weight)
         elif cond_type == "add":
-            self.cond_embed = nn.Embedding(buckets, channels)
+            self.cond_embed = Embedding(buckets, channels)
         elif cond_type == "concat":
             if not out_layer:  # the reference asserts this: the concatenation must be projected back
                 raise ValueError("cond_type 'concat' needs cond_out_layer")
-            self.cond_embed = nn.Embedding(buckets, cond_dim)
+            self.cond_embed = Embedding(buckets, cond_dim)
             out_in = channels + cond_dim
         else:
             raise ValueError(f"unknown cond_type {cond_type!r}")

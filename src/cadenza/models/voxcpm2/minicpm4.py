@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from cadenza.layers.attention import causal_mask_with_past
+from cadenza.layers.embedding import Embedding
 from cadenza.layers.kv_cache import KVCache
 from cadenza.layers.longrope import LongRoPE, apply_rotary_fp32
 from cadenza.layers.rms_norm import RMSNorm
@@ -156,7 +157,7 @@ class MiniCPMModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.activation_checkpointing = False
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.vocab_size > 0 else None
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size) if cfg.vocab_size > 0 else None
         self.layers = nn.ModuleList(MiniCPMDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rope = None
