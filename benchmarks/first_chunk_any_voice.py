@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 import torch
+from playback import play
 
 import cadenza
 from cadenza.engine.stream_schedule import StreamSchedule
@@ -36,18 +36,7 @@ TEXTS = (
 
 def stream_once(tts, text: str, voice: np.ndarray, seed: int) -> tuple[float, float]:
     """(first chunk s, stall s) of one streamed text in the voice cloned from ``voice`` (24 kHz samples)."""
-    start = time.perf_counter()
-    first = played = None
-    stall = 0.0
-    for chunk in tts.synthesize_stream(text, prompt_wav=(voice, tts.sample_rate), seed=seed):
-        now = time.perf_counter() - start
-        if first is None:
-            first = played = now
-        else:
-            stall += max(0.0, now - played)
-            played = max(played, now)
-        played += len(chunk) / tts.sample_rate
-    return first, stall
+    return play(tts.synthesize_stream(text, prompt_wav=(voice, tts.sample_rate), seed=seed), tts.sample_rate)
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from playback import play
 
 import cadenza
 from cadenza.engine.long_form import stream_segments
@@ -31,18 +31,7 @@ TEXTS = (
 def stream_once(tts, text: str, seed: int, stagger: bool) -> tuple[float, float]:
     """(first chunk s, stall s) of one streamed text."""
     requests = tts.requests(text, seed=seed)
-    start = time.perf_counter()
-    first = played = None
-    stall = 0.0
-    for chunk in stream_segments(tts.engine.scheduler.submit, requests, stagger=stagger):
-        now = time.perf_counter() - start
-        if first is None:
-            first = played = now
-        else:
-            stall += max(0.0, now - played)
-            played = max(played, now)
-        played += len(chunk) / tts.sample_rate
-    return first, stall
+    return play(stream_segments(tts.engine.scheduler.submit, requests, stagger=stagger), tts.sample_rate)
 
 
 def main() -> None:
