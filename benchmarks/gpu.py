@@ -28,6 +28,7 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.precision import Precision
 from cadenza.engine.scheduler import SchedulerConfig
+from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.speakers import SpeakerStore
 
@@ -182,6 +183,8 @@ def main() -> None:
     parser.add_argument("--lm-step", choices=tuple(LM_STEPS), default="auto",
                         help="the LM's batched decode step: auto (KV pool + CUDA graphs on CUDA, per-request caches "
                              "elsewhere), per-row, pool (eager), graphs")
+    parser.add_argument("--first-hop", type=int, default=None,
+                        help="speech tokens in a stream's first chunk (StreamSchedule.first_hop_len; default 25)")
     parser.add_argument("--timeline", default="", help="stream counts whose per-stage split is printed (e.g. 1,8)")
     parser.add_argument("--stages", default="1,8,32,64",
                         help="LM decode batch sizes timed stage by stage before the levels ('' = skip the stages)")
@@ -197,6 +200,7 @@ def main() -> None:
     config = midsize_config() if args.size == "mid" else CosyVoice2Config()
     model = random_model(config).to(device)
     engine = CosyVoice2Engine(model, None, SpeakerStore(None), precision=precision,
+                              schedule=StreamSchedule(first_hop_len=args.first_hop),
                               scheduler_config=SchedulerConfig(max_active=max(levels + stages + timelines),
                                                                max_queued=4 * max(levels), **LM_STEPS[args.lm_step]))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

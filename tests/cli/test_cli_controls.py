@@ -50,3 +50,21 @@ def test_speed_method_choices_are_the_engines_and_serve_takes_them():
     assert SPEED_METHODS == ENGINE_METHODS
     assert build_parser().parse_args(["serve", "--speed-method", "wsola"]).speed_method == "wsola"
     assert build_parser().parse_args(["serve"]).speed_method is None  # the model's own (cadenza.json, else auto)
+
+
+def test_first_hop_reaches_the_cosyvoice2_stream_schedule(tmp_path):
+    from cadenza.builtin import builtin_model_dir
+    from cadenza.cli.args import first_hop_argument
+    from cadenza.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "--first-hop", "20"])
+    schedule = first_hop_argument(args, builtin_model_dir())["stream_schedule"]
+    assert schedule.first_hop_len == 20 and not schedule.first_hop_on_grid
+    assert first_hop_argument(build_parser().parse_args(["serve"]), builtin_model_dir()) == {}
+    out = tmp_path / "out.wav"
+    proc = _cadenza("synth", "--text", TEXT, "--first-hop", "10", "--stream", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    audio, sr = sf.read(out, dtype="float32")
+    assert audio.size / sr > 1.0 and abs(audio).max() > 0.05
+    proc = _cadenza("synth", "--text", TEXT, "--first-hop", "0", "-o", str(out))
+    assert proc.returncode != 0 and "--first-hop: must be from 1 to 100 tokens, got 0" in proc.stderr

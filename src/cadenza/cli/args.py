@@ -164,6 +164,42 @@ def speed_method_argument(args: argparse.Namespace) -> dict:
     return {} if method is None else {"speed_method": method}
 
 
+MAX_FIRST_HOP = 100  # StreamSchedule().token_max_hop_len (not imported: argparse must not wait for torch)
+
+
+def _first_hop(text: str) -> int:
+    try:
+        tokens = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of tokens: {text[:40]!r}") from None
+    if not 1 <= tokens <= MAX_FIRST_HOP:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_FIRST_HOP} tokens, got {tokens}")
+    return tokens
+
+
+def add_first_hop_argument(parser: argparse.ArgumentParser) -> None:
+    """``--first-hop``: the speech tokens of a CosyVoice 2 stream's first chunk (docs/performance.md, "The first chunk
+    of any voice")."""
+    parser.add_argument("--first-hop", type=_first_hop, default=None, metavar="TOKENS",
+                        help="CosyVoice 2 streaming: speech tokens (40 ms each) in a stream's first chunk, 1-100 "
+                             "(default 25). Fewer start the audio sooner, but the second chunk must be made while "
+                             "the first plays: for hardware that speaks many times faster than real time")
+
+
+def first_hop_argument(args: argparse.Namespace, folder) -> dict:
+    """The ``stream_schedule=`` keyword ``cadenza.api.load`` gets for ``--first-hop`` on a CosyVoice 2 ``folder``
+    (none when the flag is not given or the model is of another family, which streams otherwise)."""
+    tokens = getattr(args, "first_hop", None)
+    if tokens is None:
+        return {}
+    from cadenza.api.loading import model_family
+    from cadenza.engine.stream_schedule import StreamSchedule
+
+    if model_family(folder) != "cosyvoice2":
+        return {}
+    return {"stream_schedule": StreamSchedule(first_hop_len=tokens)}
+
+
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     """``--dtype``, ``--lm-int8`` and ``--flow-int8`` (docs/performance.md, "CPU fast path")."""
     parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,

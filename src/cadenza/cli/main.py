@@ -15,10 +15,12 @@ import numpy as np
 from cadenza.cli.args import (
     MODEL_ENV,
     STDIO,
+    add_first_hop_argument,
     add_precision_arguments,
     add_speed_method_argument,
     add_watermark_arguments,
     device,
+    first_hop_argument,
     output_audio,
     precision_arguments,
     report_errors,
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--lora", help="VoxCPM 2: a LoRA folder (lora_weights.safetensors + lora_config.json, e.g. "
                        "the --out of `cadenza train voxcpm2`) applied to --model")
     add_speed_method_argument(synth)
+    add_first_hop_argument(synth)
     add_precision_arguments(synth)
     add_watermark_arguments(synth)
     synth.add_argument("-o", "--output", type=output_audio, required=True,
@@ -166,8 +169,10 @@ def _load(args):
     # None: the built-in cadenza-tiny. A store sqlite cannot open is the VoiceStore's InputError, naming the file.
     lora = {"lora": args.lora} if getattr(args, "lora", None) else {}  # --lora exists on `synth` only
     mark = watermark_argument(args)  # the flags exist on the commands that speak
-    speed_method = speed_method_argument(args)  # --speed-method exists on `synth` only
-    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark, **speed_method)
+    speed_method = speed_method_argument(args)  # --speed-method and --first-hop exist on `synth` only
+    first_hop = first_hop_argument(args, model)
+    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark, **speed_method,
+                **first_hop)
 
 
 def _save(audio, output: str) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from cadenza.cli.args import (
     MODEL_ENV,
+    add_first_hop_argument,
     add_precision_arguments,
     add_speed_method_argument,
     add_watermark_arguments,
     device,
+    first_hop_argument,
     nonnegative_int,
     port,
     positive_float,
@@ -58,6 +60,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    "model is served. Repeatable")
     p.add_argument("--device", type=device, default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     add_speed_method_argument(p)
+    add_first_hop_argument(p)
     add_precision_arguments(p)
     add_watermark_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
@@ -158,7 +161,7 @@ def run_serve(args: argparse.Namespace) -> None:
             folder = resolve_model_path(path)  # None: the built-in one; a hub name (owner/name[@rev]): downloaded
             precision = precision_arguments(folder, args.dtype, args.lm_int8, args.device, args.flow_int8)
             tts = load(folder, device=args.device, scheduler=scheduler, **precision, **mark,
-                       **speed_method_argument(args))
+                       **speed_method_argument(args), **first_hop_argument(args, folder))
             name = name or model_name_of(tts.directory)
             if name in models:
                 tts.close()

@@ -30,6 +30,10 @@ class StreamSchedule:
     # the grid. Saves up to 24 tokens of LM and flow before the first audio of a voice whose prompt is not a
     # multiple of 25 tokens (docs/performance.md, "The first chunk of any voice").
     first_hop_on_grid: bool = False
+    # Off the grid, the first hop's length in tokens (None: ``token_hop_len``). Shorter means earlier first audio but
+    # a first chunk of less audio (hop x 40 ms less the 160 ms HiFT holds back) that the second must follow in time:
+    # for hardware that makes a chunk far faster than real time (docs/performance.md, "The first chunk of any voice").
+    first_hop_len: int | None = None
     mel_cache_len: int = 8  # mel frames of left context HiFT re-reads per chunk
     crossfade: str = "hann"  # "hamming": reference windows (sum to ~1.08 over the overlap); "hann": sums to 1
     incremental: bool = True  # cached flow (each chunk computed once) instead of re-running the prefix
@@ -56,6 +60,10 @@ class StreamSchedule:
             raise ValueError(f"speed_method must be one of {', '.join(SPEED_METHODS)}, not {self.speed_method!r}")
         if self.token_hop_len <= 0 or self.token_max_hop_len < self.token_hop_len or self.stream_scale_factor < 1:
             raise ValueError("bad hop lengths")
+        if self.first_hop_len is not None and (self.first_hop_on_grid
+                                                or not 1 <= self.first_hop_len <= self.token_max_hop_len):
+            raise ValueError(f"first_hop_len must be from 1 to token_max_hop_len ({self.token_max_hop_len}) tokens, "
+                             f"and only with first_hop_on_grid False; got {self.first_hop_len}")
         if self.primed_prompt_cache_mb < 0:
             raise ValueError(f"primed_prompt_cache_mb must be >= 0, not {self.primed_prompt_cache_mb}")
         if self.flow_cache_limit_mb is not None and self.flow_cache_limit_mb < 0:
@@ -90,9 +98,11 @@ class TokenChunker:
 
     def __post_init__(self) -> None:
         chunk = self.schedule.token_hop_len
-        self.base_hop = chunk
-        # On the grid, the first chunk ends on a chunk boundary of prompt + generated tokens.
-        self.hop = chunk + self._to_boundary() if self.schedule.first_hop_on_grid else chunk
+        if self.schedule.first_hop_on_grid:  # the first chunk ends on a chunk boundary of prompt + generated tokens
+            self.base_hop = chunk
+            self.hop = chunk + self._to_boundary()
+        else:
+            self.base_hop = self.hop = self.schedule.first_hop_len or chunk
 
     def _to_boundary(self) -> int:
         """Tokens from where the next hop starts (prompt + offset) to the next attention-chunk boundary (0 on one)."""
@@ -104,7 +114,12 @@ class TokenChunker:
     def advance(self) -> None:
         self.offset += self.hop
         self.base_hop = min(self.schedule.token_max_hop_len, self.base_hop * self.schedule.stream_scale_factor)
-        # After a first hop off the grid, the next chunk ends back on it (and every later one: hops are multiples
-        # of the chunk), so only the first chunk ever has frames of a partial attention chunk.
-        to_boundary = self._to_boundary()
-        self.hop = self.base_hop - self.schedule.token_hop_len + to_boundary if to_boundary else self.base_hop
+        # Every later chunk ends on the grid, so only the first chunk ever has frames of a partial attention chunk:
+        # at the last boundary within ``base_hop`` tokens, or a later one if that chunk would hold less than half of
+        # ``base_hop`` (a chunk too short to play while the next one is made). With the reference's hops (multiples
+        # of the chunk from a boundary) that is ``base_hop`` itself.
+        chunk, start = self.schedule.token_hop_len, self.prompt_tokens + self.offset
+        end = (start + self.base_hop) // chunk * chunk
+        while end - start < max(1, self.base_hop // 2):
+            end += chunk
+        self.hop = end - start

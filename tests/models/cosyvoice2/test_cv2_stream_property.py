@@ -426,6 +426,27 @@ def test_engine_streams_equal_the_recomputing_engine(engine_model, n_tokens):
         assert Token2Wav(model).full(torch.tensor([ids]), prompt).size == full_len
 
 
+def test_a_short_first_hop_streams_the_recomputing_engine(engine_model):
+    """``first_hop_len`` shorter than the flow's chunk, off the grid: the first chunk's frames come from a partial
+    attention chunk, recomputed with the second push; chunk for chunk the recomputing engine's mel and audio, and
+    every sample of the non-streaming path."""
+    model, cfg = engine_model, engine_model.config
+    chunk, n_tokens = cfg.flow.encoder.static_chunk_size, 40
+    prompt = voice(model, chunk + 2, seed=9)
+    ids = torch.randint(0, cfg.flow.vocab_size, (n_tokens,), generator=torch.Generator().manual_seed(7)).tolist()
+    bursts, ahead = [1] * n_tokens, [k % 3 == 0 for k in range(n_tokens)]
+    base = dict(token_hop_len=chunk, token_max_hop_len=4 * chunk, first_hop_len=max(1, chunk // 2))
+    reference = engine_stream(model, prompt, ids, StreamSchedule(incremental=False, **base), bursts, ahead)
+    assert reference[0][0].size(2) == cfg.flow.token_mel_ratio * base["first_hop_len"]
+    mels, audio = engine_stream(model, prompt, ids, StreamSchedule(**base), bursts, ahead)
+    assert [m.size(2) for m in mels] == [m.size(2) for m in reference[0]]
+    assert sum(a.size for a in audio) == Token2Wav(model).hop * n_tokens
+    for k, (got, ref) in enumerate(zip(mels, reference[0])):
+        assert_close(got, ref, TOL, f"mel of chunk {k}")
+    for k, (got, ref) in enumerate(zip(audio, reference[1])):
+        assert_close(got, ref, TOL_AUDIO, f"audio of chunk {k}")
+
+
 @pytest.mark.parametrize("speed", [0.5, 2.0])
 def test_engine_streams_at_a_flow_speaking_rate(engine_model, speed):
     """``speed_method="flow"``: the incremental engine streams the recomputing engine's chunks (flow ahead asked for
