@@ -61,6 +61,15 @@ def test_first_hop_reaches_the_cosyvoice2_stream_schedule(tmp_path):
     schedule = first_hop_argument(args, builtin_model_dir())["stream_schedule"]
     assert schedule.first_hop_len == 20 and not schedule.first_hop_on_grid
     assert first_hop_argument(build_parser().parse_args(["serve"]), builtin_model_dir()) == {}
+    # A folder that names its speed method keeps it with --first-hop.
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for item in builtin_model_dir().iterdir():
+        if item.name != "cadenza.json":
+            (folder / item.name).symlink_to(item)
+    meta = json.loads((builtin_model_dir() / "cadenza.json").read_text())
+    (folder / "cadenza.json").write_text(json.dumps({**meta, "speed_method": "wsola"}))
+    assert first_hop_argument(args, folder)["stream_schedule"].speed_method == "wsola"
     out = tmp_path / "out.wav"
     proc = _cadenza("synth", "--text", TEXT, "--first-hop", "10", "--stream", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
