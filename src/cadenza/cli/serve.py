@@ -103,6 +103,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                    help="a web origin (https://app.example.com) whose pages may call the server (repeatable; "
                         "'*' for any). Default: only the server's own pages")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="listen at once instead of first speaking a short phrase with each model (the first request "
+                        "then waits for the engine's first calls)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run_serve)
     return p
@@ -121,6 +124,7 @@ def run_serve(args: argparse.Namespace) -> None:
     from cadenza.api import load
     from cadenza.builtin import resolve_model_path
     from cadenza.server.config import model_name_of
+    from cadenza.server.warm_up import warm_up
     from cadenza.voices import VoiceStore
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -169,7 +173,8 @@ def run_serve(args: argparse.Namespace) -> None:
             models[name] = tts
         register_loras(models, args.lora, config.max_loras)
         for name, tts in models.items():
-            print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz)",
+            warm = f", warmed up in {seconds:.1f} s" if args.warmup and (seconds := warm_up(name, tts)) else ""
+            print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz{warm})",
                   file=sys.stderr)
         print(f"on http://{args.host}:{args.port} (voices in {voices.location})", file=sys.stderr)
         server = uvicorn.Server(uvicorn_config(create_app(models, voices, config), config, host=args.host,

@@ -1,0 +1,34 @@
+"""Warming the models up before the server answers its first request.
+
+A model's first request in a process pays for first calls: the engine's worker threads start, oneDNN sets up its
+kernels, a voice's flow prompt is primed, on a GPU the LM's CUDA graphs are captured. Without a warm-up the first
+user of a fresh server waits for all of it (the built-in model on a 2-core CPU: its first chunk ~0.4 s later than
+the next requests'; docs/server.md). ``cadenza serve`` speaks one short phrase with each model's default voice
+before it listens (``--no-warmup`` skips it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from cadenza.errors import CadenzaError
+
+log = logging.getLogger(__name__)
+
+WARM_UP_TEXT = "Warm up, please."
+
+
+def warm_up(name: str, model) -> float | None:
+    """Stream ``WARM_UP_TEXT`` once with ``model``'s default voice (the audio is dropped). Returns the seconds it
+    took, or None for a model that cannot speak it as it is (a released CosyVoice 2 folder without a default
+    speaker needs a voice in every request; one without a text tokenizer takes token ids only): it stays cold, and
+    the log says why."""
+    start = time.perf_counter()
+    try:
+        for _ in model.synthesize_stream(WARM_UP_TEXT, seed=0):
+            pass
+    except CadenzaError as exc:  # what the model cannot do is the request's problem later, not the server's start
+        log.info("%s: not warmed up: %s", name, exc)
+        return None
+    return time.perf_counter() - start
