@@ -34,6 +34,10 @@ def test_reference_first_hop_holds_the_pad(prompt_tokens):
     assert hops(StreamSchedule.reference(), prompt_tokens) == [25 + pad, 50, 100, 100, 100, 100, 100, 100]
 
 
+def test_the_reference_hops_are_kept_whatever_the_cap():
+    assert hops(StreamSchedule(token_max_hop_len=60, first_hop_on_grid=True), 87, 4) == [38, 50, 60, 60]
+
+
 def test_a_hop_cap_of_one_chunk_still_returns_to_the_grid():
     got = hops(StreamSchedule(token_max_hop_len=25), 87, 4)
     assert got == [25, 13, 25, 25]

@@ -114,10 +114,12 @@ class TokenChunker:
     def advance(self) -> None:
         self.offset += self.hop
         self.base_hop = min(self.schedule.token_max_hop_len, self.base_hop * self.schedule.stream_scale_factor)
+        if self.schedule.first_hop_on_grid:  # the reference's hops, whatever they are
+            self.hop = self.base_hop
+            return
         # Every later chunk ends on the grid, so only the first chunk ever has frames of a partial attention chunk:
         # at the last boundary within ``base_hop`` tokens, or a later one if that chunk would hold less than half of
-        # ``base_hop`` (a chunk too short to play while the next one is made). With the reference's hops (multiples
-        # of the chunk from a boundary) that is ``base_hop`` itself.
+        # ``base_hop`` (a chunk too short to play while the next one is made).
         chunk, start = self.schedule.token_hop_len, self.prompt_tokens + self.offset
         end = (start + self.base_hop) // chunk * chunk
         while end - start < max(1, self.base_hop // 2):
