@@ -7,9 +7,10 @@ from cadenza.api.arguments import check_chars, check_device, check_seed, check_t
 from cadenza.api.audio import Audio, PromptAudio
 from cadenza.api.cosyvoice2 import Cadenza
 from cadenza.api.loading import load, model_family
+from cadenza.api.warm_up import warm_up
 
 __all__ = ["Audio", "Cadenza", "PromptAudio", "VoxCPM2", "check_chars", "check_device", "check_seed",
-           "check_text_arg", "load", "model_family"]
+           "check_text_arg", "load", "model_family", "warm_up"]
 
 
 def __getattr__(name: str):

@@ -121,10 +121,9 @@ def run_serve(args: argparse.Namespace) -> None:
     except ImportError as exc:
         raise MissingDependencyError(f"the server needs the 'server' extra ({exc.name} is missing): "
                                      "pip install 'cadenza[server]'") from exc
-    from cadenza.api import load
+    from cadenza.api import load, warm_up
     from cadenza.builtin import resolve_model_path
     from cadenza.server.config import model_name_of
-    from cadenza.server.warm_up import warm_up
     from cadenza.voices import VoiceStore
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None

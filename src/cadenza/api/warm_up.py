@@ -1,10 +1,10 @@
-"""Warming the models up before the server answers its first request.
+"""Warming a model up before its first real request (``cadenza serve`` does it for every model it serves).
 
 A model's first request in a process pays for first calls: the engine's worker threads start, oneDNN sets up its
 kernels, a voice's flow prompt is primed, on a GPU the LM's CUDA graphs are captured. Without a warm-up the first
 user of a fresh server waits for all of it (the built-in model on a 2-core CPU: its first chunk ~0.4 s later than
-the next requests'; docs/server.md). ``cadenza serve`` speaks one short phrase with each model's default voice
-before it listens (``--no-warmup`` skips it).
+the next requests'; docs/server.md). A long-running program (a server, a voice agent) calls ``warm_up`` once after
+loading; ``cadenza serve`` does so with each model before it listens (``--no-warmup`` skips it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from cadenza.api.cosyvoice2 import Cadenza
-from cadenza.server.warm_up import warm_up
+from cadenza.api.warm_up import warm_up
 
 
 def test_a_model_with_a_default_voice_is_warmed_up(builtin_tts):
@@ -15,6 +15,6 @@ def test_a_model_with_a_default_voice_is_warmed_up(builtin_tts):
 
 def test_a_model_that_cannot_speak_the_phrase_stays_cold_and_says_why(cv2_dir, caplog):
     """The fixture's release-format folder has no text tokenizer (token ids only) and no default voice."""
-    with Cadenza.from_pretrained(cv2_dir) as model, caplog.at_level(logging.INFO, logger="cadenza.server.warm_up"):
+    with Cadenza.from_pretrained(cv2_dir) as model, caplog.at_level(logging.INFO, logger="cadenza.api.warm_up"):
         assert warm_up("release", model) is None
     assert "release: not warmed up: " in caplog.text and "text tokenizer" in caplog.text
