@@ -19,16 +19,17 @@ log = logging.getLogger(__name__)
 WARM_UP_TEXT = "Warm up, please."
 
 
-def warm_up(name: str, model) -> float | None:
+def warm_up(model, name: str | None = None) -> float | None:
     """Stream ``WARM_UP_TEXT`` once with ``model``'s default voice (the audio is dropped). Returns the seconds it
     took, or None for a model that cannot speak it as it is (a released CosyVoice 2 folder without a default
     speaker needs a voice in every request; one without a text tokenizer takes token ids only): it stays cold, and
-    the log says why."""
+    the log says why. ``name``: how the log calls the model (default: its folder's name)."""
+    name = name or model.directory.name
     start = time.perf_counter()
     try:
         for _ in model.synthesize_stream(WARM_UP_TEXT, seed=0):
             pass
-    except CadenzaError as exc:  # what the model cannot do is the request's problem later, not the server's start
+    except CadenzaError as exc:  # what the model cannot do is a request's problem later, not the start's
         log.info("%s: not warmed up: %s", name, exc)
         return None
     return time.perf_counter() - start

@@ -172,7 +172,7 @@ def run_serve(args: argparse.Namespace) -> None:
             models[name] = tts
         register_loras(models, args.lora, config.max_loras)
         for name, tts in models.items():
-            warm = f", warmed up in {seconds:.1f} s" if args.warmup and (seconds := warm_up(name, tts)) else ""
+            warm = f", warmed up in {seconds:.1f} s" if args.warmup and (seconds := warm_up(tts, name)) else ""
             print(f"serving {tts.directory} as {name!r} ({tts.capabilities.title}, {tts.sample_rate} Hz{warm})",
                   file=sys.stderr)
         print(f"on http://{args.host}:{args.port} (voices in {voices.location})", file=sys.stderr)
