@@ -53,6 +53,7 @@ def test_speed_method_choices_are_the_engines_and_serve_takes_them():
 
 
 def test_first_hop_reaches_the_cosyvoice2_stream_schedule(tmp_path):
+    import cadenza
     from cadenza.builtin import builtin_model_dir
     from cadenza.cli.args import first_hop_argument
     from cadenza.cli.main import build_parser
@@ -69,7 +70,8 @@ def test_first_hop_reaches_the_cosyvoice2_stream_schedule(tmp_path):
             (folder / item.name).symlink_to(item)
     meta = json.loads((builtin_model_dir() / "cadenza.json").read_text())
     (folder / "cadenza.json").write_text(json.dumps({**meta, "speed_method": "wsola"}))
-    assert first_hop_argument(args, folder)["stream_schedule"].speed_method == "wsola"
+    with cadenza.load(folder, **first_hop_argument(args, folder)) as tts:
+        assert tts.engine.schedule.speed_method == "wsola"
     out = tmp_path / "out.wav"
     proc = _cadenza("synth", "--text", TEXT, "--first-hop", "10", "--stream", "-o", str(out))
     assert proc.returncode == 0, proc.stderr

@@ -104,7 +104,7 @@ class Cadenza:
         speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"auto"`` (docs/controls.md,
         "Speed"). ``stream_schedule``: how streams are cut into chunks (default ``StreamSchedule()``;
         ``StreamSchedule.reference()`` streams as the reference does, bit for bit; docs/design.md, "CosyVoice 2
-        streaming schedule"); ``speed_method``, when given, replaces its speed method.
+        streaming schedule"); its speed method gives way to ``speed_method`` and then to the folder's own.
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
         (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
@@ -120,12 +120,11 @@ class Cadenza:
         directory = resolve_model_path(path, revision)
         files = inspect_directory(directory)  # raises with the list of what is missing
         meta = read_model_metadata(directory)  # small and cheap: a bad cadenza.json fails before the weights load
-        if stream_schedule is not None and not isinstance(stream_schedule, StreamSchedule):
+        stream_schedule = StreamSchedule() if stream_schedule is None else stream_schedule
+        if not isinstance(stream_schedule, StreamSchedule):
             raise InputError(f"stream_schedule must be a StreamSchedule, not {type(stream_schedule).__name__}")
-        if stream_schedule is None:
-            schedule = StreamSchedule(speed_method=speed_method or meta.get("speed_method") or "auto")
-        else:
-            schedule = replace(stream_schedule, speed_method=speed_method or stream_schedule.speed_method)
+        method = speed_method or meta.get("speed_method") or stream_schedule.speed_method
+        schedule = replace(stream_schedule, speed_method=method)
         model = load_cosyvoice2_weights(files, device=device)  # float32; the engine converts it to ``precision``
         frontend = CosyVoice2Frontend(files, model.config)
         frontend.load_all()

@@ -193,14 +193,11 @@ def first_hop_argument(args: argparse.Namespace, folder) -> dict:
     if tokens is None:
         return {}
     from cadenza.api.loading import model_family
-    from cadenza.builtin import read_model_metadata
     from cadenza.engine.stream_schedule import StreamSchedule
 
     if model_family(folder) != "cosyvoice2":
         return {}
-    # The folder's own speed method stays (an explicit --speed-method replaces it at load, as without --first-hop).
-    method = read_model_metadata(Path(folder)).get("speed_method") or "auto"
-    return {"stream_schedule": StreamSchedule(first_hop_len=tokens, speed_method=method)}
+    return {"stream_schedule": StreamSchedule(first_hop_len=tokens)}  # the folder's speed method stays (load)
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
