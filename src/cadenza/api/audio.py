@@ -13,11 +13,31 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from cadenza.audio.io import AudioSource, output_format, save_audio
-from cadenza.errors import InputError
+from cadenza.api.arguments import pcm_to_float, short_repr
+from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, AudioSource, load_audio, output_format, save_audio
+from cadenza.audio.prompt import mono_samples
+from cadenza.errors import AudioError, InputError
 
 # Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
 PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
+
+
+def read_prompt_audio(audio: PromptAudio, sample_rate: int) -> tuple[torch.Tensor, int]:
+    """``(mono samples [N] float32, their rate)``: a decoded pair as given (its rate checked), a file or bytes
+    decoded and resampled to ``sample_rate``. Raises ``AudioError`` naming what is wrong."""
+    if isinstance(audio, tuple) and not (audio and isinstance(audio[0], (str, bytes))):
+        if len(audio) != 2:
+            raise AudioError(f"prompt audio as a tuple is (samples, sample_rate), got {len(audio)} items")
+        samples, sr = audio
+        if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) \
+                or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
+            raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
+                             f"got {short_repr(sr)}")
+        return mono_samples(torch.from_numpy(pcm_to_float(samples))), int(sr)
+    try:
+        return load_audio(audio, sample_rate), sample_rate
+    except OSError as exc:  # a path the OS refuses outright (name too long, ...)
+        raise AudioError(f"cannot read audio file {str(audio)[:200]!r}: {exc.strerror or exc}") from exc
 
 
 @dataclass

@@ -28,16 +28,13 @@ from cadenza.api.arguments import (
     check_speaker,
     check_speed,
     check_text_arg,
-    pcm_to_float,
     reference_as_prompt,
-    short_repr,
 )
-from cadenza.api.audio import Audio, PromptAudio
+from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
-from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio
-from cadenza.audio.prompt import mono_samples, validate_prompt_audio
+from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
@@ -47,7 +44,7 @@ from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.engine.stream_schedule import SPEED_METHODS, StreamSchedule
 from cadenza.engine.text_stream import SentenceTextStream, TokenTextStream
-from cadenza.errors import AudioError, CheckpointError, InputError, TextError, UnknownSpeakerError
+from cadenza.errors import CheckpointError, InputError, TextError, UnknownSpeakerError
 from cadenza.loading.hub import folder_name
 from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend, check_speakable, is_speakable
 from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
@@ -151,19 +148,7 @@ class Cadenza:
 
     # -- voices --------------------------------------------------------------------------------------------------
     def _load_prompt(self, audio: PromptAudio) -> tuple[torch.Tensor, int]:
-        if isinstance(audio, tuple) and not (audio and isinstance(audio[0], (str, bytes))):
-            if len(audio) != 2:
-                raise AudioError(f"prompt audio as a tuple is (samples, sample_rate), got {len(audio)} items")
-            samples, sr = audio
-            if isinstance(sr, bool) or not isinstance(sr, (int, np.integer)) \
-                    or not MIN_SAMPLE_RATE <= sr <= MAX_SAMPLE_RATE:
-                raise AudioError(f"sample rate must be an integer from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, "
-                                 f"got {short_repr(sr)}")
-            return mono_samples(torch.from_numpy(pcm_to_float(samples))), int(sr)
-        try:
-            return load_audio(audio, self.sample_rate), self.sample_rate
-        except OSError as exc:  # a path the OS refuses outright (name too long, ...)
-            raise AudioError(f"cannot read audio file {str(audio)[:200]!r}: {exc.strerror or exc}") from exc
+        return read_prompt_audio(audio, self.sample_rate)
 
     def voice_from_audio(self, prompt_wav: PromptAudio, prompt_text: str | None = None) -> SpeakerPrompt:
         wav, sr = self._load_prompt(prompt_wav)
