@@ -151,10 +151,11 @@ def test_page_asks_for_the_key_then_loads_cleanly(browser, live):
     assert browser.find_element(By.ID, "api-key").get_attribute("value") == KEY
     assert not browser.find_element(By.ID, "error").is_displayed()
     assert stats["models"] == 1
-    # The model's capabilities decide the fields: CosyVoice 2 has speed 0.5-2.0 and style instructions.
+    # The model's capabilities decide the fields: the built-in CosyVoice 2 has speed 0.5-2.0 and, reading phonemes,
+    # no style instructions (app.js shows the field for `instruct` and `voice_design` models only).
     assert browser.find_element(By.ID, "speed-field").is_displayed()
     assert browser.find_element(By.ID, "speed").get_attribute("min") == "0.5"
-    assert browser.find_element(By.ID, "instructions-label").text == "Style instruction"
+    assert not browser.find_element(By.ID, "instructions-field").is_displayed()
     assert not browser.find_element(By.ID, "cloning-field").is_displayed()
 
 

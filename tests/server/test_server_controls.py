@@ -171,3 +171,23 @@ def test_openai_voice_names_speak_with_the_default_voice(live):
     assert r.status_code == 400 and r.json()["error"]["code"] == "voice_not_found", r.text
     messages, audio, code = _ws_session(live, [SHORT], seed=3, voice="shimmer")
     assert code == 1000 and messages[0]["type"] == "audio.start" and len(audio) == len(default)
+
+
+def test_a_model_without_instructions_says_so_and_refuses_them(live):
+    """cadenza-tiny reads phonemes and was never trained with style instructions: /v1/models says so (the playground
+    then hides the field), and a request with them is a 400 naming ``instructions`` over HTTP and the WebSocket, as
+    the first thing checked; blank instructions are ignored as elsewhere."""
+    caps = live.client.get("/v1/models").json()["data"][0]["capabilities"]
+    assert caps["instructions"] == "none" and "instruct" not in caps["modes"] and "zero_shot" in caps["modes"]
+    r = live.client.post("/v1/audio/speech", json={"model": "gpt-4o-mini-tts", "input": SHORT, "voice": "coral",
+                                                   "instructions": "Speak cheerfully."})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "instructions" and error["code"] == "unsupported_value"
+    assert "not trained with instructions" in error["message"]
+    r = live.client.post("/v1/audio/speech", json={"model": "tts-1", "input": SHORT, "seed": 3,
+                                                   "response_format": "pcm", "instructions": "  "})
+    assert r.status_code == 200 and len(r.content) > 0
+    messages, audio, code = _ws_session(live, [SHORT], seed=3, instructions="Speak cheerfully.")
+    assert code == 1007 and audio == b"" and messages[0]["type"] == "error", messages
+    assert messages[0]["error"]["param"] == "instructions", messages

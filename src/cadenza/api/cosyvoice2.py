@@ -411,10 +411,12 @@ class Cadenza:
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property
     def capabilities(self) -> Capabilities:
+        frontend = self.engine.frontend
+        instruct = frontend is None or not frontend.reads_phonemes  # a phoneme reader was not trained with them
         return Capabilities(
             family=self.family, title="CosyVoice 2", sample_rate=self.sample_rate,
-            modes=("zero_shot", "cross_lingual", "speaker", "instruct", "voice_conversion"), instructions="instruct",
-            speed=(0.5, 2.0), cloning_modes=(),
+            modes=("zero_shot", "cross_lingual", "speaker", *(("instruct",) if instruct else ()), "voice_conversion"),
+            instructions="instruct" if instruct else "none", speed=(0.5, 2.0), cloning_modes=(),
             text_streaming="sentences" if self.engine.frontend.one_sentence_per_segment else "tokens",
             default_voice=self.default_speaker is not None,
             output_frame_samples=self.engine.token2wav.hop)

@@ -35,8 +35,8 @@ class Capabilities:
 
     ``instructions``: what the OpenAI ``instructions`` field does: ``"instruct"`` (CosyVoice 2's natural-language
     style instruction, with a voice) or ``"voice_design"`` (VoxCPM 2: describes the voice itself; with a reference
-    voice it steers it). ``speed``: the speaking rates the model makes (streamed too; docs/controls.md), ``None`` = 1.0
-    only. ``word_timestamps``: word timings can be asked for (``timestamps``; the packaged aligner, any model).
+    voice it steers it), or ``"none"`` (not trained with any, as cadenza-tiny: the server refuses the field).
+    ``speed``: the speaking rates the model makes (streamed too; docs/controls.md), ``None`` = 1.0 only. ``word_timestamps``: word timings can be asked for (``timestamps``; the packaged aligner, any model).
     ``text_streaming``: how text that arrives piece by piece is read: ``"tokens"`` (the LM interleaves text and
     speech as tokens arrive) or ``"sentences"`` (each sentence is spoken once it is complete). ``default_voice``:
     the model speaks without a voice being named. ``output_frame_samples``: output samples per generated step (a

@@ -106,6 +106,7 @@ def _check(body: SpeechRequest, state: ServerState, served: ServedModel) -> None
     if body.timestamps and body.stream_format != "sse":
         raise APIError(400, "word timestamps are sent as speech.word events: set stream_format to sse (or use the "
                        "WebSocket)", param="timestamps", code="unsupported_value")
+    served.check_instructions(body.instructions)
     caps = served.capabilities
     if caps.speed is None:
         if body.speed != 1.0:

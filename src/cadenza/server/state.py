@@ -41,6 +41,12 @@ class ServedModel:
     def capabilities(self):
         return self.tts.capabilities
 
+    def check_instructions(self, instructions: str | None) -> None:
+        """Refuse ``instructions`` (400, naming the field) when the model takes none: before any work is queued."""
+        if instructions and instructions.strip() and self.capabilities.instructions == "none":
+            raise APIError(400, f"model {self.name!r} was not trained with instructions: leave instructions out",
+                           param="instructions", code="unsupported_value")
+
     @property
     def takes_loras(self) -> bool:
         """Whether requests may pick a per-request LoRA adapter of this model (VoxCPM 2)."""

@@ -159,6 +159,10 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
     except APIError as exc:
         raise SessionClosed(CLOSE_BAD_DATA, exc) from exc
     # Refused before audio.start: a session that is told it started is one the client may stream text into.
+    try:
+        served.check_instructions(instructions)
+    except APIError as exc:
+        raise SessionClosed(CLOSE_BAD_DATA, exc) from exc
     rates = served.capabilities.speed
     if config.speed != 1.0 and (rates is None or not rates[0] <= config.speed <= rates[1]):
         raise bad_message(f"speed {config.speed:g} is outside what this model supports "
