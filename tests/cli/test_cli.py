@@ -48,7 +48,9 @@ def test_errors_are_one_clear_line(cv2_dir, tmp_path):
     for flag, value, message in (("--max-queued", "-1", "expected an integer >= 0, got -1"),
                                  ("--max-active", "0", "expected a positive integer, got 0"),
                                  ("--vocoder-workers", "two", "expected a positive integer, got 'two'"),
-                                 ("--first-audio-pause", "never", "invalid choice: 'never'")):
+                                 ("--first-audio-pause", "never", "invalid choice: 'never'"),
+                                 ("--flow-cache-budget-mb", "-5", "expected 'auto', 'none' or MiB >= 0, got '-5'"),
+                                 ("--flow-cache-budget-mb", "half", "expected 'auto', 'none' or MiB >= 0, got 'half'")):
         proc = _cadenza("serve", flag, value)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 

@@ -79,3 +79,12 @@ def test_first_hop_reaches_the_cosyvoice2_stream_schedule(tmp_path):
     assert audio.size / sr > 1.0 and abs(audio).max() > 0.05
     proc = _cadenza("synth", "--text", TEXT, "--first-hop", "0", "-o", str(out))
     assert proc.returncode != 0 and "--first-hop: must be from 1 to 100 tokens, got 0" in proc.stderr
+
+
+def test_flow_cache_budget_argument():
+    from cadenza.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["serve"]).flow_cache_budget_mb == "auto"
+    assert parse(["serve", "--flow-cache-budget-mb", "NONE"]).flow_cache_budget_mb is None
+    assert parse(["serve", "--flow-cache-budget-mb", "2048"]).flow_cache_budget_mb == 2048.0

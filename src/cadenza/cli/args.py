@@ -62,6 +62,20 @@ def positive_float(value: str) -> float:
     return x
 
 
+def flow_cache_budget_arg(value: str) -> float | str | None:
+    """argparse type of ``--flow-cache-budget-mb``: ``auto``, ``none`` or MiB >= 0 (``SchedulerConfig``)."""
+    word = value.strip().lower()
+    if word in ("auto", "none"):
+        return None if word == "none" else "auto"
+    try:
+        x = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or MiB >= 0, got {value[:80]!r}") from exc
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or MiB >= 0, got {value[:80]!r}")
+    return x
+
+
 def device(value: str) -> str:
     """argparse type: a torch device string this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
     if value == "cpu":

@@ -16,6 +16,7 @@ from cadenza.cli.args import (
     add_watermark_arguments,
     device,
     first_hop_argument,
+    flow_cache_budget_arg,
     nonnegative_int,
     port,
     positive_float,
@@ -82,6 +83,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--first-audio-pause", choices=FIRST_AUDIO_PAUSES, default=SchedulerConfig.first_audio_pause,
                    help="when the LM pauses other requests while a first chunk is made: always (fastest first audio) "
                         "or contended (only when cores are short: fewer playback stalls; default %(default)s)")
+    p.add_argument("--flow-cache-budget-mb", type=flow_cache_budget_arg, default=SchedulerConfig.flow_cache_budget_mb,
+                   help="MiB the streamed flow's caches of all requests may hold together (CosyVoice 2); past it the "
+                        "largest are freed and those streams recompute (same audio, slower): a number, 'auto' (half "
+                        "the memory free at start) or 'none' (default %(default)s)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
@@ -153,7 +158,8 @@ def run_serve(args: argparse.Namespace) -> None:
 
         torch.set_num_threads(args.threads)
     scheduler = SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
-                                vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause)
+                                vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause,
+                                flow_cache_budget_mb=args.flow_cache_budget_mb)
     specs = model_specs(args.model or ([os.environ[MODEL_ENV]] if os.environ.get(MODEL_ENV) else [None]))
     models: dict = {}
     mark = watermark_argument(args)  # before any model loads: a bad key file fails fast

@@ -18,6 +18,7 @@ class PipelineState:
     cores: int = 1
     lm_threads: int = 1
     vocoder_threads: int = 1
+    flow_cache_budget: int | None = None  # bytes all requests' flow caches may hold (``SchedulerConfig``), set at start
 
     def lm_competes(self, starting: int = 0) -> bool:
         """Whether the LM and the vocoder workers at work (plus ``starting`` more) need more threads than there are

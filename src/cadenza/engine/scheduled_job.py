@@ -31,6 +31,7 @@ class Job(BoardJob):
     first_chunk_tokens: int = 0  # tokens its first streaming chunk needs (hop + look-ahead)
     ready_since: int | None = None  # LM step count when its ready flow chunk started waiting for batch partners
     flow_ahead_tokens: int = 0  # tokens whose flow a vocoder worker computed ahead of their chunk
+    flow_bytes: int = 0  # cached flow state it held after its vocoder worker's last piece of work (the memory budget)
 
     @property
     def released(self) -> bool:

@@ -37,6 +37,7 @@ import torch
 from cadenza.engine.job_board import JobBoard
 from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.lm_worker import LMWorker
+from cadenza.engine.memory_budget import flow_cache_budget
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.request import SynthesisRequest
@@ -134,6 +135,8 @@ class Scheduler:
         state = self.state
         state.cores = torch.get_num_threads()
         state.vocoder_workers, state.lm_threads, state.vocoder_threads = self.config.worker_layout(state.cores)
+        state.flow_cache_budget = flow_cache_budget(self.config.flow_cache_budget_mb,
+                                                    next(self.model.flow.parameters()).device)
         self.vocoders = [VocoderWorker(w, self.model, self.token2wav, self.schedule, self.board, state, self._primed)
                          for w in range(state.vocoder_workers)]
         loops = [("cadenza-lm", self.lm_worker.run, state.lm_threads)]

@@ -40,6 +40,11 @@ class SchedulerConfig:
     lm_kv_pool: bool | None = None
     lm_cuda_graphs: bool | None = None
     lm_pool_positions: int = 4096  # per request; one that grows past it moves to a cache of its own (slower, no error)
+    # MiB that the streamed flow's caches of all active requests may hold together (each is bounded on its own by
+    # ``StreamSchedule.flow_cache_limit_mb``): past it, the largest are freed and their requests go on recomputing
+    # the prefix per chunk (the same audio, slower). "auto": half of the memory free on the model's device when the
+    # workers start (``engine/memory_budget.py``); None: no bound across requests.
+    flow_cache_budget_mb: float | str | None = "auto"
 
     def worker_layout(self, cores: int) -> tuple[int, int, int]:
         """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:
@@ -59,6 +64,10 @@ class SchedulerConfig:
                              f"not {self.first_audio_pause!r}")
         if self.lm_pool_positions < 64:
             raise ValueError(f"lm_pool_positions must be >= 64, got {self.lm_pool_positions}")
+        budget = self.flow_cache_budget_mb
+        if not (budget is None or budget == "auto" or (isinstance(budget, (int, float)) and not isinstance(budget, bool)
+                                                       and budget >= 0)):
+            raise ValueError(f"flow_cache_budget_mb must be 'auto', None or a number of MiB >= 0, not {budget!r}")
         for name in ("vocoder_workers", "lm_threads", "vocoder_threads"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")

@@ -306,19 +306,29 @@ class StreamSynthesis:
         self._ahead_tokens += n
         self.bound_flow_cache()
 
+    @property
+    def flow_nbytes(self) -> int:
+        """Bytes of cached flow state this stream holds (0 once it recomputes the prefix per chunk)."""
+        session = self.flow_session
+        return 0 if session is None else session.nbytes
+
     def bound_flow_cache(self) -> None:
         """Past ``flow_cache_limit_mb`` of cached flow state, free it and go on recomputing the prefix per chunk."""
-        limit, session = self._schedule.flow_cache_limit_mb, self.flow_session
-        if limit is None or session is None:
+        limit = self._schedule.flow_cache_limit_mb
+        if limit is not None and self.flow_nbytes > limit * 2**20:
+            self.free_flow_cache(f"limit {limit:.0f} MiB")
+
+    def free_flow_cache(self, why: str) -> None:
+        """Free the cached flow state; later chunks recompute the prefix (the same mel within float round-off)."""
+        session = self.flow_session
+        if session is None:
             return
-        held = session.nbytes
-        if held > limit * 2**20:
-            log.info("flow cache of a stream at %.0f MiB after %d chunks (limit %.0f MiB): recomputing from now on",
-                     held / 2**20, self.chunks + 1, limit)
-            frames_done = session.frames_emitted
-            self.flow.close()
-            self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done,
-                                       self.flow_speed)
+        log.info("flow cache of a stream at %.0f MiB after %d chunks (%s): recomputing from now on",
+                 session.nbytes / 2**20, self.chunks + 1, why)
+        frames_done = session.frames_emitted
+        self.flow.close()
+        self.flow = _RecomputeFlow(self._model, self._prompt, self._schedule.final_full_attention, frames_done,
+                                   self.flow_speed)
 
     def flow_frames(self, n_tokens: int, final: bool) -> int | None:
         """Estimator frames of the next chunk's flow, when it can be batched with other requests' (else None)."""

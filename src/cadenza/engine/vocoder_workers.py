@@ -53,10 +53,36 @@ class VocoderWorker:
             try:
                 self.vocode(work)
             finally:
+                self._bound_flow_memory()
                 with board.cond:
                     state.vocoding -= 1
                     if state.first_audio_pending:
                         board.intake_wake.notify()  # under "contended" the cores it used may be the LM's now
+
+    def _bound_flow_memory(self) -> None:
+        """Keep the cached flow state of every request together within ``flow_cache_budget``
+        (``SchedulerConfig.flow_cache_budget_mb``): note what this worker's requests hold now, and while the total
+        is past the budget free the largest of them; those streams go on recomputing the prefix per chunk (the same
+        audio). Each worker frees only its own requests' state (no other thread touches it); the others' are
+        counted as they last noted them."""
+        budget = self.state.flow_cache_budget
+        if budget is None:
+            return
+        with self.board.cond:
+            mine = [j for j in self.board.active if j.vocoder_worker == self.index and not j.vocoder_released]
+        for job in mine:
+            job.flow_bytes = ((job.synth.flow_nbytes if job.synth is not None else 0)
+                              + (job.flow_session.nbytes if job.flow_session is not None else 0))
+        with self.board.cond:
+            over = sum(j.flow_bytes for j in self.board.active if not j.vocoder_released) - budget
+        for job in sorted(mine, key=lambda j: j.flow_bytes, reverse=True):
+            if over <= 0:
+                break
+            if job.synth is not None and job.synth.flow_nbytes:  # a primed prompt not taken yet stays: it is small
+                over -= job.flow_bytes
+                job.synth.free_flow_cache(f"all requests past the flow cache budget of {budget / 2**20:.0f} MiB")
+                job.flow_bytes = job.flow_session.nbytes if job.flow_session is not None else 0
+                over += job.flow_bytes
 
     def _pick(self, mine: list[Job]) -> list[tuple[Job, int, bool]] | None:
         """The next vocoder work among one worker's jobs ``mine``: [(job, tokens available, final)] — the most
