@@ -124,14 +124,16 @@ class CosyVoice2Frontend:
 
     @property
     def reads_phonemes(self) -> bool:
-        return isinstance(self.tokenizer, PhonemeTokenizer)
+        """Whether the text tokenizer is a ``PhonemeTokenizer`` (the folder has ``phonemes.json``), from the folder's
+        files: nothing is loaded, and a folder without a tokenizer reads none (``capabilities`` asks any model)."""
+        folder = self.files.tokenizer_dir
+        return folder is not None and (folder / PHONEMES_FILE).is_file()
 
     @property
     def one_sentence_per_segment(self) -> bool:
         """Whether the LM reads one sentence at a time (``PhonemeTokenizer.one_sentence_per_segment``), from the
         folder's files: no tokenizer is loaded, and a folder without one reads none."""
-        folder = self.files.tokenizer_dir
-        return folder is not None and (folder / PHONEMES_FILE).is_file() and PhonemeTokenizer.one_sentence_per_segment
+        return self.reads_phonemes and PhonemeTokenizer.one_sentence_per_segment
 
     def text_stream_encoder(self):
         """An object with ``feed(piece) -> ids`` and ``flush() -> ids`` for text that arrives in pieces: BPE encodes
