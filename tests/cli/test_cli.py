@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import soundfile as sf
+
+from cadenza.audio.wav_stream import int16_samples
 
 
 def _cadenza(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -119,3 +123,40 @@ def test_text_from_standard_input(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", "--text-file", "-", "-o", str(piped)],
                           input=b"caf\xe9", capture_output=True, text=False, timeout=300)
     assert proc.returncode == 2 and b"error: cannot read standard input: 'utf-8' codec can't decode" in proc.stderr
+
+
+def test_a_text_file_is_written_to_the_file_as_it_is_spoken(builtin_tts, tmp_path):
+    """`--text-file` (the built-in model): each segment goes to a temporary file beside the output as soon as it is
+    made (a text of any length needs memory for a few segments, not the whole audio), renamed over the output at the
+    end; the samples and the word timings are the Python API's."""
+    sentences = ["The rain stopped before noon.", "We walked along the river to the old bridge.",
+                 "A boat was waiting there.", "Nobody knew who had left it.", "The water was calm and very cold.",
+                 "By evening the sky was clear again."] * 2
+    text = " ".join(sentences)
+    (tmp_path / "story.txt").write_text(text)
+    out, words = tmp_path / "story.wav", tmp_path / "story.json"
+    argv = [sys.executable, "-m", "cadenza", "synth", "--text-file", str(tmp_path / "story.txt"), "--seed", "6",
+            "--dtype", "float32",  # the API's default (auto is bfloat16 on some CPUs)
+            "-o", str(out), "--timestamps", str(words)]
+    sizes: list[tuple[float, int]] = []  # (time, size) of the temporary file while the command runs
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        while proc.poll() is None:
+            partial = [p for p in tmp_path.iterdir() if p.name.startswith(".story.wav.") and p.name.endswith(".tmp")]
+            try:
+                if partial and not out.exists():
+                    sizes.append((time.monotonic(), partial[0].stat().st_size))
+            except FileNotFoundError:  # renamed meanwhile
+                pass
+            time.sleep(0.02)
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err
+    # It grew over time (a whole file written at the end would go from nothing to its size within milliseconds).
+    grown = [(t2 - t1) for t1, s1 in sizes for t2, s2 in sizes if 0 < s1 < s2]
+    assert grown and max(grown) > 0.3, sizes[:: max(1, len(sizes) // 20)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["story.json", "story.txt", "story.wav"]
+    expected = builtin_tts.synthesize(text, seed=6, timestamps=True)
+    written, sr = sf.read(out, dtype="int16")
+    assert sr == 24000
+    np.testing.assert_array_equal(written, int16_samples(expected.samples))
+    doc = json.loads(words.read_text())
+    assert [w["word"] for w in doc["words"]] == text.split() and doc["duration"] == round(expected.duration, 3)

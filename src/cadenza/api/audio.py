@@ -5,18 +5,17 @@ from __future__ import annotations
 import base64
 import io
 import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import torch
 
 from cadenza.api.arguments import pcm_to_float, short_repr
+from cadenza.audio.file_writer import AudioFileWriter
 from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, AudioSource, load_audio, output_format, save_audio
 from cadenza.audio.prompt import mono_samples
-from cadenza.errors import AudioError, InputError
+from cadenza.errors import AudioError
 
 # Prompt audio: a path / bytes / binary file, or an already-decoded (samples, sample_rate) pair.
 PromptAudio = AudioSource | tuple[np.ndarray | torch.Tensor, int]
@@ -70,22 +69,5 @@ class Audio:
         if not isinstance(path, (str, os.PathLike)):
             save_audio(path, self.samples, self.sample_rate, fmt or ".wav")
             return
-        import soundfile as sf
-
-        fmt = fmt or output_format(path)
-        target = Path(path).expanduser()
-        tmp = None
-        try:
-            if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: stream into it, never rename
-                save_audio(target, self.samples, self.sample_rate, fmt)
-                return
-            tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-            save_audio(tmp, self.samples, self.sample_rate, fmt)
-            os.replace(tmp, target)
-            tmp = None
-        except (OSError, ValueError, sf.LibsndfileError) as exc:
-            reason = getattr(exc, "strerror", None) or getattr(exc, "error_string", None) or str(exc)
-            raise InputError(f"cannot write {str(path)[:200]}: {reason}") from exc
-        finally:
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+        with AudioFileWriter(path, self.sample_rate, fmt) as writer:
+            writer.write(self.samples)

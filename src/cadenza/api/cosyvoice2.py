@@ -38,7 +38,7 @@ from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
-from cadenza.engine.long_form import stream_segments, synthesize_segments
+from cadenza.engine.long_form import iterate_segments, stream_segments
 from cadenza.engine.precision import Precision
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -317,18 +317,30 @@ class Cadenza:
         ``progress(done, total)`` is called after each segment. ``input_format="ssml"`` (or text that starts with
         ``<speak``) reads SSML, ``lexicon=`` applies a pronunciation lexicon (docs/text.md). ``timestamps=True``:
         ``Audio.words`` holds each word's start and end (docs/controls.md)."""
-        if progress is not None and not callable(progress):  # before the work, not after its first segment
-            raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
         if check_timestamps(timestamps):
             return with_words(self.synthesize(text, progress=progress, input_format=input_format, lexicon=lexicon,
                                               **kwargs), text)
+        pieces = list(self.synthesize_iter(text, progress=progress, input_format=input_format, lexicon=lexicon,
+                                           **kwargs))
+        return Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), self.sample_rate)
+
+    def synthesize_iter(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
+                        input_format: str | None = None, lexicon=None, timestamps: bool = False,
+                        **kwargs) -> Iterator[np.ndarray]:
+        """``synthesize`` a segment at a time: each segment's audio in order as soon as it is done (the samples of
+        ``synthesize``, not streamed), so a text of any length needs memory for a few segments only (``cadenza
+        synth -o`` writes them to the file as they come). ``timestamps=True``: ``TimedChunk`` s."""
+        if progress is not None and not callable(progress):  # before the work, not after its first segment
+            raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
+        if check_timestamps(timestamps):
+            pieces = self.synthesize_iter(text, progress=progress, input_format=input_format, lexicon=lexicon, **kwargs)
+            return timed_stream(pieces, text, self.sample_rate)
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
-            return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
-                                     **kwargs)
+            return markup.synthesize_iter(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
+                                          **kwargs)
         reqs = self.requests(text, **kwargs)
         on_segment = None if progress is None else (lambda done: progress(done, len(reqs)))
-        audio = synthesize_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment)
-        return Audio(self.mark.whole(audio), self.sample_rate)
+        return self.mark.stream(iterate_segments(self.engine.scheduler.submit, reqs, on_segment=on_segment))
 
     def synthesize_stream(self, text: str | Iterable[str] | None = None, *, input_format: str | None = None,
                           lexicon=None, timestamps: bool = False, **kwargs) -> Iterator[np.ndarray]:

@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from cadenza.api.arguments import check_prompt_text, check_seed, check_speed, check_text_arg, reference_as_prompt
-from cadenza.api.audio import Audio
-from cadenza.engine.long_form import SegmentStream, stream_segments
+from cadenza.engine.long_form import iterate_segments, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.text.lexicon import Lexicon
@@ -286,17 +285,14 @@ def _items(tts, text, input_format, lexicon, kwargs: dict) -> list:
     return _voxcpm2_requests(tts, script, **kwargs)
 
 
-def synthesize(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
-               progress: Callable[[int, int], None] | None = None, **kwargs) -> Audio:
-    """``tts.synthesize`` of SSML or with a lexicon: the whole audio, breaks as exact zeros."""
+def synthesize_iter(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
+                    progress: Callable[[int, int], None] | None = None, **kwargs) -> Iterator[np.ndarray]:
+    """``tts.synthesize_iter`` of SSML or with a lexicon: each segment's (or break's) audio in order; closing the
+    iterator frees what is in flight."""
     items = _items(tts, text, input_format, lexicon, kwargs)
     on_segment = None if progress is None else (lambda done: progress(done, len(items)))
-    segments = SegmentStream(with_silences(tts.submit), items, window=4, stream=False, on_segment=on_segment)
-    try:
-        chunks = list(marked_chunks(segments, tts.mark.embedder()))
-    finally:
-        segments.cancel()
-    return Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate)
+    return marked_chunks(iterate_segments(with_silences(tts.submit), items, window=4, on_segment=on_segment),
+                         tts.mark.embedder())
 
 
 def synthesize_stream(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -130,13 +130,32 @@ class VoxCPM2:
         (docs/controls.md)."""
         if check_timestamps(timestamps):
             return with_words(self.synthesize(text, input_format=input_format, lexicon=lexicon, **kwargs), text)
+        pieces = list(self.synthesize_iter(text, input_format=input_format, lexicon=lexicon, **kwargs))
+        return Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), self.sample_rate)
+
+    def synthesize_iter(self, text: str, *, progress: Callable[[int, int], None] | None = None,
+                        input_format: str | None = None, lexicon=None, timestamps: bool = False,
+                        **kwargs) -> Iterator[np.ndarray]:
+        """``synthesize`` as pieces in order, as ``Cadenza.synthesize_iter`` (``cadenza synth -o`` writes them as
+        they come): SSML gives each segment and break, plain text one piece (VoxCPM 2 reads a text whole).
+        ``progress(done, total)`` after each; ``timestamps=True``: ``TimedChunk`` s."""
+        if progress is not None and not callable(progress):  # before the work
+            raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
+        if check_timestamps(timestamps):
+            pieces = self.synthesize_iter(text, progress=progress, input_format=input_format, lexicon=lexicon, **kwargs)
+            return timed_stream(pieces, text, self.sample_rate)
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
-            return markup.synthesize(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
-        request = self.request(text, **kwargs)
+            return markup.synthesize_iter(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
+                                          **kwargs)
+        return self._whole(self.request(text, **kwargs), progress)  # the request checked now, not at the first piece
+
+    def _whole(self, request, progress: Callable[[int, int], None] | None) -> Iterator[np.ndarray]:
         audio = self.engine.synthesize(request)
         if request.speed != 1.0:
             audio = time_scale(audio, request.speed, self.sample_rate, self.speed_method)
-        return Audio(self.mark.whole(audio), self.sample_rate)
+        yield self.mark.whole(audio)
+        if progress is not None:
+            progress(1, 1)
 
     def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
                           timestamps: bool = False, **kwargs) -> Iterator[np.ndarray]:

@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from cadenza.cli.args import (
     MODEL_ENV,
     STDIO,
@@ -201,9 +199,9 @@ def _write_stdout(data: bytes) -> None:
         raise CadenzaError("-o -: standard output was closed before the audio ended") from None
 
 
-def _save_words(audio, path: str) -> None:
+def _save_words(words: list, seconds: float, path: str) -> None:
     """``--timestamps``: {"duration", "words": [{"word", "start", "end", "start_char", "end_char"}]} as JSON."""
-    doc = {"duration": round(audio.duration, 3), "words": [w.to_dict() for w in audio.words or []]}
+    doc = {"duration": round(seconds, 3), "words": [w.to_dict() for w in words or []]}
     try:
         Path(path).expanduser().write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     except OSError as exc:
@@ -302,51 +300,67 @@ def _clone(args) -> None:
 
 def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool = False,
          timestamps: str | None = None) -> None:
+    """Speak ``text`` into ``output``. A file is written as the audio comes (``AudioFileWriter``: a text of any
+    length needs memory for a few segments only, and the file appears whole or not at all); ``-`` gets a WAV, streamed
+    with ``stream``, else whole (its header then says the exact length)."""
     from tqdm import tqdm
 
-    from cadenza.api import Audio
+    from cadenza.audio.file_writer import AudioFileWriter
+    from cadenza.audio.wav_stream import pcm16, wav_header
 
     if timestamps is not None:
         kwargs = dict(kwargs, timestamps=True)
     start = time.perf_counter()
-    if stream:
-        from cadenza.audio.wav_stream import pcm16, wav_header
+    if output == STDIO and not stream:
+        audio = tts.synthesize(text, **kwargs)
+        elapsed, seconds, words = time.perf_counter() - start, audio.duration, audio.words
+        _save(audio, output)
+    else:
+        first, words, n_pieces = None, [], 0
+        bar = tqdm(desc="segments", unit="seg", disable=None) if progress_bar and not stream else None
 
-        chunks, first, words = [], None, []
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
         if output == STDIO:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
             _write_stdout(wav_header(tts.sample_rate))
-        stream_chunks = tts.synthesize_stream(text, **kwargs)
+            sink = None
+        else:
+            sink = AudioFileWriter(output, tts.sample_rate)
+        samples = 0
+        pieces = (tts.synthesize_stream(text, **kwargs) if stream
+                  else tts.synthesize_iter(text, progress=progress if bar is not None else None, **kwargs))
         try:
-            for chunk in stream_chunks:
+            for piece in pieces:
                 if timestamps is not None:  # a TimedChunk: the audio and the words it settled
-                    words += chunk.words
-                    chunk = chunk.audio
-                first = first if first is not None or not chunk.size else time.perf_counter() - start
-                chunks.append(chunk)
-                if output == STDIO and chunk.size:
-                    _write_stdout(pcm16(chunk))
+                    words += piece.words
+                    piece = piece.audio
+                first = first if first is not None or not piece.size else time.perf_counter() - start
+                n_pieces, samples = n_pieces + 1, samples + piece.size
+                if sink is not None:
+                    sink.write(piece)
+                elif piece.size:
+                    _write_stdout(pcm16(piece))
+            if sink is not None:
+                sink.commit()
+        except BaseException:
+            if sink is not None:
+                sink.abort()
+            raise
         finally:
-            if hasattr(stream_chunks, "close"):  # a reader gone from stdout stops the synthesis too
-                stream_chunks.close()
-        audio = Audio(np.concatenate(chunks) if chunks else np.zeros(0, np.float32), tts.sample_rate, words)
-        print(f"first chunk after {first or 0:.2f} s, {len(chunks)} chunks", file=sys.stderr)
-    elif progress_bar:
-        with tqdm(desc="segments", unit="seg", disable=None) as bar:
-            def progress(done: int, total: int) -> None:
-                bar.total = total
-                bar.update(done - bar.n)
-
-            audio = tts.synthesize(text, progress=progress, **kwargs)
-    else:
-        audio = tts.synthesize(text, **kwargs)
-    elapsed = time.perf_counter() - start
-    if not (stream and output == STDIO):  # a stream to stdout has gone out already
-        _save(audio, output)
+            if hasattr(pieces, "close"):  # a reader gone from stdout (or an error) stops the synthesis too
+                pieces.close()
+            if bar is not None:
+                bar.close()
+        elapsed, seconds = time.perf_counter() - start, samples / tts.sample_rate
+        if stream:
+            print(f"first chunk after {first or 0:.2f} s, {n_pieces} chunks", file=sys.stderr)
     if timestamps is not None:
-        _save_words(audio, timestamps)
-    rtf = elapsed / audio.duration if audio.duration else float("nan")
+        _save_words(words, seconds, timestamps)
+    rtf = elapsed / seconds if seconds else float("nan")
     where = "standard output" if output == STDIO else output
-    print(f"wrote {where}: {audio.duration:.2f} s at {audio.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
+    print(f"wrote {where}: {seconds:.2f} s at {tts.sample_rate} Hz in {elapsed:.2f} s (RTF {rtf:.2f})",
           file=sys.stderr)
 
 

@@ -137,14 +137,15 @@ class SegmentStream:
             handle.cancel()
 
 
-def synthesize_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 4,
-                        on_segment: Callable[[int], None] | None = None) -> np.ndarray:
-    """All segments, non-streaming; returns the concatenated float32 audio."""
+def iterate_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 4,
+                     on_segment: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
+    """Each segment's whole audio in order, non-streaming, as soon as it and those before it are done: memory for
+    the segments in flight only; closing the iterator frees the rest."""
     segments = SegmentStream(submit, requests, window, stream=False, on_segment=on_segment)
     try:
-        return np.concatenate(list(segments) or [np.zeros(0, dtype=np.float32)])
+        yield from segments
     finally:
-        segments.cancel()  # no-op when complete; frees what is in flight after an error
+        segments.cancel()  # no-op when complete; frees what is in flight after an error or a close
 
 
 def stream_segments(submit: Submit, requests: Sequence[SynthesisRequest], window: int = 2,

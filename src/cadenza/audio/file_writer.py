@@ -1,0 +1,109 @@
+"""``AudioFileWriter``: synthesised audio written to a file a piece at a time, so a text of any length needs memory
+for the pieces in flight only (``cadenza synth --text-file BOOK.txt -o book.flac``), and the file appears whole or
+not at all: the pieces go to a temporary file beside the target, renamed over it by ``commit``; ``abort`` (or an
+exception inside ``with``) removes it. A target that is not a regular file (``/dev/stdout``, a FIFO) is written
+directly. The formats and their encodings are ``save_audio``'s (``io.OUTPUT_FORMATS``): the same bytes as writing
+the whole signal at once, except where a format's encoder frames differ with the write sizes (Vorbis, Opus, MP3).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from cadenza.audio.io import OUTPUT_FORMATS, output_format
+from cadenza.audio.wav_stream import int16_samples
+from cadenza.errors import AudioError, InputError
+
+EMPTY_REFUSED = (".flac", ".opus", ".mp3")  # libsndfile writes them empty but cannot read them back
+
+
+class AudioFileWriter:
+    """Mono float audio at ``sample_rate`` into ``path`` in the format its suffix names (``fmt``: an
+    ``OUTPUT_FORMATS`` key, e.g. ``".flac"``). ``write(samples)`` appends; ``commit()`` finishes the file.
+    Raises ``InputError`` naming ``path`` when it cannot be written, ``AudioError`` for bad samples or formats."""
+
+    def __init__(self, path: str | os.PathLike, sample_rate: int, fmt: str | None = None) -> None:
+        self.fmt = fmt or output_format(path)
+        self.target = Path(path).expanduser()
+        container, self.encoding, rates = OUTPUT_FORMATS[self.fmt]
+        self.in_rate = self.rate = int(sample_rate)
+        self._resampler = None
+        if rates is not None and self.rate not in rates:  # Opus and MP3 take a few rates only
+            import soxr
+
+            self.rate = next((r for r in rates if r >= self.rate), rates[-1])
+            self._resampler = soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
+        self.samples_written = 0  # input samples (at ``sample_rate``)
+        try:
+            direct = self.target.exists() and not self.target.is_file()  # /dev/stdout, a FIFO: never renamed over
+            self._tmp = None if direct else self.target.parent / f".{self.target.name}.{secrets.token_hex(6)}.tmp"
+            self._file = sf.SoundFile(os.fspath(self._tmp or self.target), "w", samplerate=self.rate, channels=1,
+                                      subtype=self.encoding, format=container)
+        except (OSError, ValueError, sf.LibsndfileError) as exc:
+            raise InputError(f"cannot write {str(path)[:200]}: {_reason(exc)}") from exc
+
+    @property
+    def seconds(self) -> float:
+        return self.samples_written / self.in_rate
+
+    def write(self, samples: np.ndarray) -> None:
+        data = np.asarray(samples, np.float32).reshape(-1)
+        if not np.isfinite(data).all():
+            raise AudioError("cannot save audio that contains NaN or infinite samples")
+        self.samples_written += data.size
+        if self._resampler is not None:
+            data = self._resampler.resample_chunk(data, last=False)
+        self._put(data)
+
+    def _put(self, data: np.ndarray) -> None:
+        if not data.size:
+            return
+        data = np.clip(data, -1.0, 1.0)
+        try:
+            self._file.write(int16_samples(data) if self.encoding == "PCM_16" else data)
+        except (OSError, ValueError, sf.LibsndfileError) as exc:
+            raise InputError(f"cannot write {str(self.target)[:200]}: {_reason(exc)}") from exc
+
+    def commit(self) -> None:
+        """Finish the file and put it in place."""
+        if self._resampler is not None:
+            self._put(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        if self.samples_written == 0 and self.fmt in EMPTY_REFUSED:
+            self.abort()
+            raise AudioError(f"no audio to write (0 samples): a {self.fmt} file cannot hold none; use .wav")
+        try:
+            self._file.close()
+            if self._tmp is not None:
+                os.replace(self._tmp, self.target)
+                self._tmp = None
+        except (OSError, ValueError, sf.LibsndfileError) as exc:
+            self.abort()
+            raise InputError(f"cannot write {str(self.target)[:200]}: {_reason(exc)}") from exc
+
+    def abort(self) -> None:
+        """Drop what was written (the target is left as it was)."""
+        try:
+            self._file.close()
+        except (OSError, ValueError, sf.LibsndfileError):
+            pass
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+
+    def __enter__(self) -> AudioFileWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or getattr(exc, "error_string", None) or str(exc)

@@ -1,0 +1,54 @@
+"""``synthesize_iter``: ``synthesize`` a segment at a time (what ``cadenza synth -o`` writes as it comes), for both
+families: the same samples, in pieces, with progress, timestamps and early close."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import cadenza
+from cadenza.errors import InputError
+
+TEXT = "The first sentence is short. A second one follows it. And a third one ends it."
+
+
+def test_the_pieces_are_the_segments_of_synthesize(builtin_tts):
+    calls: list[tuple[int, int]] = []
+    pieces = list(builtin_tts.synthesize_iter(TEXT, seed=4, progress=lambda done, total: calls.append((done, total))))
+    assert len(pieces) == 3 and calls == [(1, 3), (2, 3), (3, 3)]  # the built-in reads a sentence per segment
+    assert all(p.dtype == np.float32 and p.size > 12000 for p in pieces)
+    np.testing.assert_array_equal(np.concatenate(pieces), builtin_tts.synthesize(TEXT, seed=4).samples)
+
+    ssml = '<speak>Open the door.<break time="300ms"/>Close the window.</speak>'
+    pieces = list(builtin_tts.synthesize_iter(ssml, seed=2))
+    assert any(p.size == 7200 and not p.any() for p in pieces)  # the break: 0.3 s of exact zeros, a piece of its own
+    np.testing.assert_array_equal(np.concatenate(pieces), builtin_tts.synthesize(ssml, seed=2).samples)
+
+    timed = list(builtin_tts.synthesize_iter(TEXT, seed=4, timestamps=True))
+    words = [w for chunk in timed for w in chunk.words]
+    assert [w.word for w in words] == TEXT.split()
+    ends = [w.end for w in words]
+    assert ends == sorted(ends) and ends[-1] <= sum(c.audio.size for c in timed) / builtin_tts.sample_rate + 1e-6
+
+    with pytest.raises(InputError, match="progress must be a callable"):
+        builtin_tts.synthesize_iter(TEXT, progress="yes")
+
+
+def test_closing_early_leaves_the_engine_free(builtin_tts):
+    pieces = builtin_tts.synthesize_iter(" ".join([TEXT] * 4), seed=1)
+    assert next(pieces).size > 0
+    pieces.close()
+    deadline = time.monotonic() + 30
+    while builtin_tts.load != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert builtin_tts.load == (0, 0)
+
+
+def test_voxcpm2_gives_its_text_whole_as_one_piece(vx2_model_dir):
+    with cadenza.load(vx2_model_dir) as vx2:
+        calls: list[tuple[int, int]] = []
+        pieces = list(vx2.synthesize_iter("Hello the world.", seed=3, progress=lambda d, t: calls.append((d, t))))
+        assert len(pieces) == 1 and calls == [(1, 1)]
+        np.testing.assert_array_equal(pieces[0], vx2.synthesize("Hello the world.", seed=3).samples)

@@ -1,0 +1,73 @@
+"""``AudioFileWriter``: audio written a piece at a time, whole or not at all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cadenza.audio.file_writer import AudioFileWriter
+from cadenza.audio.io import save_audio
+from cadenza.errors import AudioError, InputError
+
+SR = 24000
+
+
+def _speechlike(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    return (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + np.sin(2 * np.pi * 3 * t)) / 2
+            + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("suffix", [".wav", ".flac"])
+def test_pieces_give_the_file_of_the_whole(tmp_path, suffix):
+    audio = _speechlike(3.0)
+    save_audio(tmp_path / f"whole{suffix}", audio, SR)
+    with AudioFileWriter(tmp_path / f"pieces{suffix}", SR) as writer:
+        for piece in np.array_split(audio, [1, 999, 24000, 50000]):  # an empty piece too
+            writer.write(piece)
+        assert not (tmp_path / f"pieces{suffix}").exists()  # only the temporary file until commit
+    assert writer.seconds == pytest.approx(3.0)
+    whole, _ = sf.read(tmp_path / f"whole{suffix}", dtype="int16")
+    pieces, rate = sf.read(tmp_path / f"pieces{suffix}", dtype="int16")
+    assert rate == SR and np.array_equal(pieces, whole)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"whole{suffix}", f"pieces{suffix}"])  # no .tmp
+
+
+@pytest.mark.parametrize("suffix, rate", [(".ogg", 22050), (".opus", 22050), (".mp3", 22050), (".opus", 48000)])
+def test_lossy_formats_and_rates_they_do_not_take(tmp_path, suffix, rate):
+    """Opus and MP3 take a few rates: another is resampled as it streams (22,050 Hz -> 24 kHz for Opus)."""
+    audio = _speechlike(2.0)
+    path = tmp_path / f"x{suffix}"
+    with AudioFileWriter(path, rate) as writer:
+        for piece in np.array_split(audio, 7):
+            writer.write(piece)
+    info = sf.info(path)
+    assert abs(info.duration - audio.size / rate) < 0.1, (info.duration, audio.size / rate)
+    assert (info.samplerate == 24000) if (suffix == ".opus" and rate == 22050) else info.samplerate in (rate, 48000)
+    back, _ = sf.read(path, dtype="float32")
+    assert np.abs(back).max() > 0.1  # the tone is there
+
+
+def test_a_failure_leaves_the_target_as_it_was(tmp_path):
+    target = tmp_path / "out.wav"
+    target.write_bytes(b"old")
+    with pytest.raises(AudioError, match="NaN"):
+        with AudioFileWriter(target, SR) as writer:
+            writer.write(_speechlike(0.5))
+            writer.write(np.array([0.1, np.nan], np.float32))
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+    with pytest.raises(RuntimeError):
+        with AudioFileWriter(target, SR) as writer:
+            writer.write(_speechlike(0.5))
+            raise RuntimeError("the synthesis failed")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+    with pytest.raises(AudioError, match="0 samples"):
+        with AudioFileWriter(tmp_path / "empty.flac", SR):
+            pass
+    assert [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+    with pytest.raises(InputError, match="cannot write"):
+        AudioFileWriter(tmp_path / "missing" / "x.wav", SR)
+    with pytest.raises(AudioError, match="cannot write .m4a"):
+        AudioFileWriter(tmp_path / "x.m4a", SR)
