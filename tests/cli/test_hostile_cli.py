@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,8 +55,8 @@ def test_synth_text_file_bounds(cli, tts, tmp_path, monkeypatch):
     exact = tmp_path / "exact.txt"
     exact.write_text("word " * 200_000, encoding="utf-8")
     seen = {}
-    monkeypatch.setattr(type(tts), "synthesize", lambda self, text, **kw: seen.setdefault(
-        "n", len(text)) and cadenza.api.Audio(np.zeros(240, np.float32), SR))
+    monkeypatch.setattr(type(tts), "synthesize_iter", lambda self, text, **kw: seen.setdefault(
+        "n", len(text)) and iter([np.zeros(240, np.float32)]))
     code, _, err = cli("synth", "--text-file", exact, "-o", tmp_path / "exact.wav")
     assert code == 0 and seen["n"] == 1_000_000, err
 
@@ -200,11 +199,13 @@ def test_audio_output_is_atomic(tts, tmp_path, monkeypatch, name):
     target = tmp_path / name
     target.write_bytes(b"previous")
 
-    def half_then_fail(path, samples, sample_rate, fmt):
-        Path(path).write_bytes(b"RIFF\x00\x00")
+    write = sf.SoundFile.write
+
+    def half_then_fail(self, data):
+        write(self, data[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cadenza.api.audio, "save_audio", half_then_fail)
+    monkeypatch.setattr(sf.SoundFile, "write", half_then_fail)
     with pytest.raises(InputError, match=re.escape(f"cannot write {target}: No space left on device")):
         cadenza.api.Audio(np.zeros(100, np.float32), SR).save(target)
     assert target.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == [name]

@@ -62,18 +62,26 @@ def positive_float(value: str) -> float:
     return x
 
 
+def nonnegative_float(value: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        x = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value[:80]!r}") from exc
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value[:80]!r}")
+    return x
+
+
 def flow_cache_budget_arg(value: str) -> float | str | None:
     """argparse type of ``--flow-cache-budget-mb``: ``auto``, ``none`` or MiB >= 0 (``SchedulerConfig``)."""
     word = value.strip().lower()
     if word in ("auto", "none"):
         return None if word == "none" else "auto"
     try:
-        x = float(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or MiB >= 0, got {value[:80]!r}") from exc
-    if not (math.isfinite(x) and x >= 0):
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or MiB >= 0, got {value[:80]!r}")
-    return x
+        return nonnegative_float(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or MiB >= 0, got {value[:80]!r}") from None
 
 
 def device(value: str) -> str:

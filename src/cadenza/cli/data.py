@@ -6,24 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 
-from cadenza.cli.args import nonnegative_int, positive_float, positive_int, report_errors, seed
+from cadenza.cli.args import nonnegative_float, nonnegative_int, positive_float, positive_int, report_errors, seed
 from cadenza.errors import CadenzaError
 
 LAYOUTS = ("ljspeech", "libritts", "jsonl")
-
-
-def nonnegative_float(value: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        x = float(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value[:80]!r}") from exc
-    if not (math.isfinite(x) and x >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value[:80]!r}")
-    return x
 
 
 def add_data_parser(subparsers) -> argparse.ArgumentParser:
