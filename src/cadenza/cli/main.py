@@ -323,15 +323,14 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
             bar.total = total
             bar.update(done - bar.n)
 
-        if output == STDIO:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
-            _write_stdout(wav_header(tts.sample_rate))
-            sink = None
-        else:
-            sink = AudioFileWriter(output, tts.sample_rate)
-        samples = 0
+        samples, sink = 0, None
         pieces = (tts.synthesize_stream(text, **kwargs) if stream
                   else tts.synthesize_iter(text, progress=progress if bar is not None else None, **kwargs))
         try:
+            if output == STDIO:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
+                _write_stdout(wav_header(tts.sample_rate))
+            else:  # before any synthesis: an output that cannot be written fails now
+                sink = AudioFileWriter(output, tts.sample_rate)
             for piece in pieces:
                 if timestamps is not None:  # a TimedChunk: the audio and the words it settled
                     words += piece.words
