@@ -1,7 +1,7 @@
 """How much memory the streamed flow's caches of all requests together may hold (``SchedulerConfig.flow_cache_budget_mb``).
 
 Why: the incremental flow keeps the estimator's keys and values of every frame it has made (at release size ~4.4 MiB
-a frame in float32, half in bfloat16: 220 MiB per second of audio), so a request's cache is bounded
+a frame in float32, 220 MiB per second of audio; half that in bfloat16), so a request's cache is bounded
 (``StreamSchedule.flow_cache_limit_mb``), but many requests at once can still hold more than the machine has: eight
 15 s sentences of the released model in float32 are ~30 GiB. Past the budget the largest caches are freed and their
 requests go on recomputing the prefix per chunk (the same audio, slower), instead of the process running out of
