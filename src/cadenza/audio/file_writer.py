@@ -15,11 +15,15 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from cadenza.audio.io import OUTPUT_FORMATS, output_format
-from cadenza.audio.wav_stream import int16_samples
+from cadenza.audio.io import (
+    OUTPUT_FORMATS,
+    check_finite_output,
+    check_not_empty,
+    encoded_samples,
+    output_format,
+    output_rate,
+)
 from cadenza.errors import AudioError, InputError
-
-EMPTY_REFUSED = (".flac", ".opus", ".mp3")  # libsndfile writes them empty but cannot read them back
 
 
 class AudioFileWriter:
@@ -30,20 +34,19 @@ class AudioFileWriter:
     def __init__(self, path: str | os.PathLike, sample_rate: int, fmt: str | None = None) -> None:
         self.fmt = fmt or output_format(path)
         self.target = Path(path).expanduser()
-        container, self.encoding, rates = OUTPUT_FORMATS[self.fmt]
-        self.in_rate = self.rate = int(sample_rate)
+        container, encoding, _ = OUTPUT_FORMATS[self.fmt]
+        self.in_rate, self.rate = int(sample_rate), output_rate(self.fmt, sample_rate)
         self._resampler = None
-        if rates is not None and self.rate not in rates:  # Opus and MP3 take a few rates only
+        if self.rate != self.in_rate:  # Opus and MP3 take a few rates only
             import soxr
 
-            self.rate = next((r for r in rates if r >= self.rate), rates[-1])
             self._resampler = soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
         self.samples_written = 0  # input samples (at ``sample_rate``)
         try:
             direct = self.target.exists() and not self.target.is_file()  # /dev/stdout, a FIFO: never renamed over
             self._tmp = None if direct else self.target.parent / f".{self.target.name}.{secrets.token_hex(6)}.tmp"
             self._file = sf.SoundFile(os.fspath(self._tmp or self.target), "w", samplerate=self.rate, channels=1,
-                                      subtype=self.encoding, format=container)
+                                      subtype=encoding, format=container)
         except (OSError, ValueError, sf.LibsndfileError) as exc:
             raise InputError(f"cannot write {str(path)[:200]}: {_reason(exc)}") from exc
 
@@ -53,8 +56,7 @@ class AudioFileWriter:
 
     def write(self, samples: np.ndarray) -> None:
         data = np.asarray(samples, np.float32).reshape(-1)
-        if not np.isfinite(data).all():
-            raise AudioError("cannot save audio that contains NaN or infinite samples")
+        check_finite_output(data)
         self.samples_written += data.size
         if self._resampler is not None:
             data = self._resampler.resample_chunk(data, last=False)
@@ -63,9 +65,8 @@ class AudioFileWriter:
     def _put(self, data: np.ndarray) -> None:
         if not data.size:
             return
-        data = np.clip(data, -1.0, 1.0)
         try:
-            self._file.write(int16_samples(data) if self.encoding == "PCM_16" else data)
+            self._file.write(encoded_samples(data, self.fmt))
         except (OSError, ValueError, sf.LibsndfileError) as exc:
             raise InputError(f"cannot write {str(self.target)[:200]}: {_reason(exc)}") from exc
 
@@ -73,9 +74,11 @@ class AudioFileWriter:
         """Finish the file and put it in place."""
         if self._resampler is not None:
             self._put(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
-        if self.samples_written == 0 and self.fmt in EMPTY_REFUSED:
+        try:
+            check_not_empty(self.samples_written, self.fmt)
+        except AudioError:
             self.abort()
-            raise AudioError(f"no audio to write (0 samples): a {self.fmt} file cannot hold none; use .wav")
+            raise
         try:
             self._file.close()
             if self._tmp is not None:

@@ -188,6 +188,33 @@ def output_format(path: str | os.PathLike) -> str:
     return suffix
 
 
+EMPTY_REFUSED = (".flac", ".opus", ".mp3")  # libsndfile writes them empty, but cannot read them back
+
+
+def check_finite_output(data: np.ndarray) -> None:
+    if not np.isfinite(data).all():
+        raise AudioError("cannot save audio that contains NaN or infinite samples")
+
+
+def check_not_empty(n_samples: int, fmt: str) -> None:
+    if n_samples == 0 and fmt in EMPTY_REFUSED:
+        raise AudioError(f"no audio to write (0 samples): a {fmt} file cannot hold none; use .wav")
+
+
+def output_rate(fmt: str, sample_rate: int) -> int:
+    """The rate ``fmt`` stores ``sample_rate`` audio at: the same, or the codec's next rate up (``OUTPUT_FORMATS``)."""
+    rates = OUTPUT_FORMATS[fmt][2]
+    if rates is None or sample_rate in rates:
+        return int(sample_rate)
+    return next((r for r in rates if r >= sample_rate), rates[-1])
+
+
+def encoded_samples(data: np.ndarray, fmt: str) -> np.ndarray:
+    """Float samples as ``fmt``'s encoder takes them: clipped to [-1, 1] (never wrapped), int16 for 16-bit PCM."""
+    data = np.clip(data, -1.0, 1.0)
+    return int16_samples(data) if OUTPUT_FORMATS[fmt][1] == "PCM_16" else data
+
+
 def save_audio(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int,
                fmt: str | None = None) -> None:
     """Write mono ``audio`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) in the format ``fmt`` (an
@@ -201,23 +228,17 @@ def save_audio(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndar
         data = data[0]
     if data.ndim != 1:
         raise AudioError(f"cannot save audio of shape {data.shape}: expected mono [samples] or [1, samples]")
-    if not np.isfinite(data).all():
-        raise AudioError("cannot save audio that contains NaN or infinite samples")
+    check_finite_output(data)
     if fmt is None:
         fmt = output_format(path) if isinstance(path, (str, os.PathLike)) else ".wav"
-    container, encoding, rates = OUTPUT_FORMATS[fmt]
-    if data.size == 0 and fmt in (".flac", ".opus", ".mp3"):  # libsndfile writes them, but cannot read them back
-        raise AudioError(f"no audio to write (0 samples): a {fmt} file cannot hold none; use .wav")
-    sample_rate = int(sample_rate)
+    container, encoding, _ = OUTPUT_FORMATS[fmt]
+    check_not_empty(data.size, fmt)
+    sample_rate, rate = int(sample_rate), output_rate(fmt, sample_rate)
     data = np.clip(data, -1.0, 1.0)
-    if rates is not None and sample_rate not in rates:
-        new_rate = next((r for r in rates if r >= sample_rate), rates[-1])
-        data = np.clip(resample(torch.from_numpy(np.ascontiguousarray(data)), sample_rate, new_rate).numpy(), -1, 1)
-        sample_rate = new_rate
-    if encoding == "PCM_16":
-        data = int16_samples(data)
+    if rate != sample_rate:
+        data = resample(torch.from_numpy(np.ascontiguousarray(data)), sample_rate, rate).numpy()
     target = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
-    sf.write(target, data, sample_rate, subtype=encoding, format=container)
+    sf.write(target, encoded_samples(data, fmt), rate, subtype=encoding, format=container)
 
 
 def save_wav(path: str | os.PathLike | BinaryIO, audio: torch.Tensor | np.ndarray, sample_rate: int) -> None:
