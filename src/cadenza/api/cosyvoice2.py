@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,6 @@ from cadenza.api import markup
 from cadenza.api.arguments import (
     MAX_INSTRUCTIONS_CHARS,
     MAX_SPEAKER_ID_CHARS,
-    check_chars,
     check_ids,
     check_prompt_text,
     check_seed,
@@ -31,7 +29,7 @@ from cadenza.api.arguments import (
     reference_as_prompt,
 )
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
-from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
+from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream, feed_in_background
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.prompt import validate_prompt_audio
@@ -381,24 +379,7 @@ class Cadenza:
         speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         stream = cosyvoice2_text_stream(self.engine, self.segments, voice, mode, lm_text, lm_speech, seed, speed)
-
-        def feed() -> None:  # the upstream iterator may block: read it off the consumer's thread
-            try:
-                speakable = False
-                for n, piece in enumerate(pieces):
-                    if not isinstance(piece, str):
-                        raise TextError(f"text pieces must be strings, not {type(piece).__name__} (piece {n})")
-                    check_chars(piece, f"text piece {n}")
-                    speakable = speakable or is_speakable(piece)
-                    stream.feed(piece)
-                if not speakable:
-                    raise TextError("the text stream ended with nothing to speak (no pieces, or only whitespace "
-                                    "and punctuation)")
-                stream.end()
-            except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
-                stream.fail(exc)
-
-        threading.Thread(target=feed, name="cadenza-text-feed", daemon=True).start()
+        feed_in_background(pieces, stream)
         return iter(stream)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
