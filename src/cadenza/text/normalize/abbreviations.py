@@ -47,9 +47,11 @@ _FINAL = {
     "Corp": "Corporation", "Co": "Company", "Ave": "Avenue", "Blvd": "Boulevard", "Rd": "Road", "Dept": "Department",
     "St": "Street",
 }
+# A bare "vs" before anything but a letter: "vs0", "vs&", "vs¼" spelt "vs zero", "vs and", ... would be read
+# "versus ..." on a second pass.
 _WORDS = "|".join(sorted((k for k in (*_TITLES, *_FINAL) if "." not in k), key=len, reverse=True))
 ABBR_PATTERN = (
-    rf"(?<![A-Za-z])(?P<ab>[eE]\.g\.|[iI]\.e\.|(?:{_WORDS})\.(?![a-z])|(?:Mrs|Mr|Ms|Dr)(?=\s[A-Z])|vs(?=\s))"
+    rf"(?<![A-Za-z])(?P<ab>[eE]\.g\.|[iI]\.e\.|(?:{_WORDS})\.(?![a-z])|(?:Mrs|Mr|Ms|Dr)(?=\s[A-Z])|vs(?![A-Za-z]))"
 )
 
 _SENTENCE_FOLLOWS = re.compile(r"\s*$|\s*\n|\s+[A-Z\u4e00-\u9fff]")
@@ -83,6 +85,8 @@ def render_roman_cue(m: re.Match) -> str | None:
     cue, numeral = m.group("rc_cue"), m.group("rc_num")
     if not _single_letter_ok(m, numeral, cue):
         return None
+    if cue == "Vol.":
+        cue = "Volume"  # the cue's own abbreviation is read too ("Vol. IV" -> Volume four), as "Vol. 4" is
     return cue + m.group("rc_sp") + en_numbers.cardinal(roman_value(numeral))
 
 
