@@ -114,6 +114,7 @@ EN = [
     ("Read Chapter IV now.", "Read Chapter four now."),
     ("See Vol. IV and Vol. 4.", "See Volume four and Volume four."),
     ("Game vs3 today", "Game versus three today"),
+    ("Vol.IV, 5C#, e.g.F# and .NET#5", "Volume four, five C sharp, for example F sharp and dot net number five"),
     ("Henry VIII had six wives.", "Henry the eighth had six wives."),
     ("World War II ended in 1945.", "World War two ended in nineteen forty-five."),
     ("Louis XIV was king.", "Louis the fourteenth was king."),
@@ -361,6 +362,11 @@ def test_no_ascii_digit_survives(text):
 @given(_ANY)
 @example("vs0")  # found by this test in CI: spelt "vs zero", which a second pass read "versus zero"
 @example("Vol. I.e.")  # "Vol. one" -> "Volume one" on a second pass
+@example("vs&")
+@example("e.g.F#")
+@example("5C#")
+@example(".NET#5")
+@example("Vol.IV")
 def test_idempotent_and_never_raises(text):
     once = normalize(text)
     assert normalize(once) == once

@@ -30,7 +30,8 @@ _NAMES = (
     "Victor Emmanuel|Umberto|Rama|Selim|Mehmed|Suleiman|Murad|Frederick William"
 )
 # Look-arounds test only letters: digits next to these become words, and the decision must not flip in a second pass.
-ROMAN_CUE_PATTERN = rf"(?<![A-Za-z])(?P<rc_cue>{_CUES})(?P<rc_sp>\s)(?P<rc_num>{ROMAN})(?![A-Za-z])"
+# "Vol.IV" too: its abbreviation is read "Volume", which a second pass would take for a cue.
+ROMAN_CUE_PATTERN = rf"(?<![A-Za-z])(?P<rc_cue>{_CUES})(?P<rc_sp>\s|(?<=Vol\.))(?P<rc_num>{ROMAN})(?![A-Za-z])"
 ROMAN_REGNAL_PATTERN = rf"(?<![A-Za-z])(?P<rr_name>{_NAMES})(?P<rr_sp>\s)(?P<rr_num>{ROMAN_REGNAL})(?![A-Za-z])"
 
 # Titles and the like: never end a sentence, the period is dropped.
@@ -85,9 +86,10 @@ def render_roman_cue(m: re.Match) -> str | None:
     cue, numeral = m.group("rc_cue"), m.group("rc_num")
     if not _single_letter_ok(m, numeral, cue):
         return None
+    space = m.group("rc_sp")
     if cue == "Vol.":
-        cue = "Volume"  # the cue's own abbreviation is read too ("Vol. IV" -> Volume four), as "Vol. 4" is
-    return cue + m.group("rc_sp") + en_numbers.cardinal(roman_value(numeral))
+        cue, space = "Volume", space or " "  # the cue's own abbreviation is read too ("Vol. IV" -> Volume four)
+    return cue + space + en_numbers.cardinal(roman_value(numeral))
 
 
 def render_roman_regnal(m: re.Match) -> str | None:

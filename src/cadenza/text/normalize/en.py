@@ -251,7 +251,7 @@ _TECH = {"C#": "C sharp", "F#": "F sharp", ".NET": "dot net"}
 def tech(m: re.Match) -> str:
     """Names read otherwise than spelled: ``C#`` -> C sharp (espeak-ng: "C hash"), ``.NET`` -> dot net (its full
     stop would end a clause)."""
-    return _TECH[m.group("tk")]
+    return _TECH[m.group("tk") or m.group("tk2")]
 
 
 def height(m: re.Match) -> str:

@@ -81,7 +81,8 @@ BRANCHES: list[tuple[str, str]] = [
     ("fraction", r"(?<![0-9/.])(?:(?P<f_w>[0-9]{1,3}) )?(?P<f_n>[0-9]+)/(?P<f_d>[0-9]+)(?![0-9/])"),
     ("vulgar", r"(?:(?P<vf_w>[0-9]+) ?)?(?P<vf>[½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞])"),
     ("ratio", r"(?<![0-9:])(?P<ra_a>[0-9]+):(?P<ra_b>[0-9]+)(?![0-9:])"),
-    ("tech", r"(?<![A-Za-z0-9#.])(?P<tk>[CF]#|\.NET)(?![A-Za-z0-9#])"),
+    # Look-arounds test letters only (a digit beside becomes a word and a space: "5C#" must not flip on a second pass).
+    ("tech", r"(?<![A-Za-z#])(?P<tk>[CF]#)(?![A-Za-z#])|(?<![A-Za-z#.])(?P<tk2>\.NET)(?![A-Za-z])"),
     ("hash", r"#(?P<h_n>[0-9]+)(?![0-9])"),
     ("number_no", r"(?<![A-Za-z])(?:No|NO)\.\s?(?P<no_n>[0-9]+)(?![0-9])"),
     ("roman_cue", ROMAN_CUE_PATTERN),
