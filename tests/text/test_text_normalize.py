@@ -91,6 +91,10 @@ EN = [
     ("Call +1 415 555 2671.", "Call plus one, four one five, five five five, two six seven one."),
     ("Run 5 km.", "Run five kilometers."),
     ("Run 1 km.", "Run one kilometer."),
+    # the micro sign (U+00B5, what keyboards type) and the Greek mu (U+03BC) alike
+    ("Take 5 \u00b5g, wait 10 \u03bcs, add 2 \u00b5L, 1 mcg.",
+     "Take five micrograms, wait ten microseconds, add two microliters, one microgram."),
+    ("The \u00b5 sign, 5 \u00b5m.", "The \u03bc sign, five micrometers."),
     ("It is 2.5 mm thick.", "It is two point five millimeters thick."),
     ("He lifted 100 kg.", "He lifted one hundred kilograms."),
     ("Add 500 g of flour.", "Add five hundred grams of flour."),

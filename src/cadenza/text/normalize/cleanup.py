@@ -3,7 +3,8 @@
 * ``\\r\\n`` / ``\\r`` / U+0085 / U+2028 / U+2029 -> ``\\n``; other control characters (Unicode Cc) are removed,
   tab / vertical tab / form feed become spaces;
 * full-width digits, Latin letters and ``％`` become ASCII (``２０２４年`` is read like ``2024年``); full-width
-  punctuation (，。：) is kept — it is ordinary Chinese punctuation;
+  punctuation (，。：) is kept — it is ordinary Chinese punctuation; the micro sign ``µ`` (U+00B5, what keyboards
+  type) becomes the Greek ``μ`` (U+03BC) that the unit table and phonemizers know (``5 µg``);
 * every run of horizontal whitespace (incl. NBSP and the ideographic space) becomes one space, spaces next to a line
   break are dropped and more than one blank line collapses to one.
 Emoji and other symbols are kept: the tokenizer accepts them and dropping content is the caller's decision.
@@ -17,6 +18,7 @@ _NEWLINES = re.compile(r"\r\n?|[\x85\u2028\u2029]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")
 _FULLWIDTH = str.maketrans(
     {chr(c): chr(c - 0xFEE0) for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B), 0xFF05]}
+    | {"\u00b5": "\u03bc"}
 )
 _FULLWIDTH_POINT = re.compile(r"(?<=[0-9])．(?=[0-9])")
 _HSPACE = re.compile(r"[^\S\n]+")
