@@ -3,6 +3,8 @@ families: the same samples, in pieces, with progress, timestamps and early close
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -52,3 +54,25 @@ def test_voxcpm2_gives_its_text_whole_as_one_piece(vx2_model_dir):
         pieces = list(vx2.synthesize_iter("Hello the world.", seed=3, progress=lambda d, t: calls.append((d, t))))
         assert len(pieces) == 1 and calls == [(1, 1)]
         np.testing.assert_array_equal(pieces[0], vx2.synthesize("Hello the world.", seed=3).samples)
+
+
+_LEAVE_EARLY = """
+import sys, cadenza
+tts = cadenza.load()
+make = tts.synthesize_stream if sys.argv[1] == "stream" else tts.synthesize_iter
+chunks = make("Hello there. This is a second sentence. And a third one here.")
+next(chunks)
+if sys.argv[2] == "close":
+    chunks.close()
+print("left", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["stream close", "iter close", "iter abandon"])
+def test_a_script_that_leaves_early_and_exits_ends_cleanly(how):
+    """No ``tts.close()``: the engine's workers, still inside torch for the request, are stopped at exit. Killed
+    there at interpreter shutdown they aborted the process ("terminate called without an active exception", 134)."""
+    proc = subprocess.run([sys.executable, "-c", _LEAVE_EARLY, *how.split()], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "left", (proc.returncode, proc.stderr[-2000:])
+    assert "terminate called" not in proc.stderr

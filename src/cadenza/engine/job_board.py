@@ -13,11 +13,13 @@ keeps its slot until every stage has freed its half (``BoardJob.released``). Not
 
 from __future__ import annotations
 
+import atexit
 import collections
 import itertools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -186,6 +188,11 @@ class JobBoard:
             thread.start()
         meet(started)
         torch.set_num_threads(cores)  # a worker's count leaks into the process-wide default: give it back
+        # At exit, let the workers end their step: a daemon thread still inside torch when the interpreter finalises
+        # is killed there and aborts the process ("terminate called without an active exception", exit 134), e.g.
+        # a script that leaves a stream early and exits without closing the model.
+        me = weakref.ref(self)
+        atexit.register(lambda: (board := me()) is not None and board.close())
 
     def _worker(self, loop: Callable[[], None], threads: int, started: threading.Barrier) -> None:
         start_worker_thread(threads)
