@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
 
+import httpx
 import numpy as np
 import soundfile as sf
 
@@ -160,3 +163,44 @@ def test_a_text_file_is_written_to_the_file_as_it_is_spoken(builtin_tts, tmp_pat
     np.testing.assert_array_equal(written, int16_samples(expected.samples))
     doc = json.loads(words.read_text())
     assert [w["word"] for w in doc["words"]] == text.split() and doc["duration"] == round(expected.duration, 3)
+
+
+def test_sigterm_while_writing_leaves_no_partial_file(tmp_path):
+    """`kill`, `docker stop` or systemd send SIGTERM: the command unwinds as on Ctrl-C (exit 143, one error line) and
+    removes the temporary file it was writing (Python's default action for SIGTERM dies on the spot and left it)."""
+    (tmp_path / "long.txt").write_text("The rain stopped before noon and we walked to the river. " * 60)
+    out = tmp_path / "long.wav"
+    argv = [sys.executable, "-m", "cadenza", "synth", "--text-file", str(tmp_path / "long.txt"), "-o", str(out)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 240
+        while not any(p.name.endswith(".tmp") and p.stat().st_size > 44 for p in tmp_path.iterdir()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 143 and err.strip().endswith("error: terminated"), (proc.returncode, err[-2000:])
+    assert [p.name for p in tmp_path.iterdir()] == ["long.txt"]
+
+
+def test_serve_stops_gracefully_on_sigterm(tmp_path):
+    """SIGTERM: uvicorn drains and shuts down, then the models and the voice store are closed and the exit code is
+    0, as on Ctrl-C (uvicorn re-raises the signal after its shutdown; with the default action the process then died
+    by it, -15, without closing them)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--voices-dir", str(tmp_path / "voices"),
+            "--no-warmup"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0 and "Application shutdown complete" in err, (proc.returncode, err[-2000:])
+    assert "error:" not in err

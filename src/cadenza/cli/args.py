@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,16 +136,34 @@ def one_line(message: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + f"... ({len(text)} characters)"
 
 
+class Terminated(BaseException):
+    """SIGTERM (``kill``, ``docker stop``, systemd) while a command runs. Raised in the main thread, so the command
+    unwinds as on Ctrl-C: an output file being written is removed, not left half-made (Python's default for SIGTERM is
+    to die on the spot, leaving the temporary file behind)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated
+
+
 def report_errors(command: Callable[[], int | None], verbose: bool = False) -> int:
     """Run ``command``; a ``CadenzaError`` (and any other failure) becomes one ``error: ...`` line on stderr.
 
     Exit codes: 0 success, 2 bad input or a file that cannot be used (``CadenzaError``, ``OSError``), 130
-    interrupted, 1 an unexpected failure (a bug: ``-v`` logs its traceback).
+    interrupted (Ctrl-C), 143 terminated (SIGTERM), 1 an unexpected failure (a bug: ``-v`` logs its traceback).
     """
     from cadenza.errors import CadenzaError
 
+    # Only where SIGTERM still has its default action (a host program's own handler stays; a server installs its own).
+    on_term = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if on_term:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return int(command() or 0)
+    except Terminated:
+        print("error: terminated", file=sys.stderr)
+        return 143
     except CadenzaError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -159,6 +179,9 @@ def report_errors(command: Callable[[], int | None], verbose: bool = False) -> i
         print(f"error: unexpected {type(exc).__name__}: {one_line(str(exc))} (a bug: please report it; "
               "-v prints the traceback)", file=sys.stderr)
         return 1
+    finally:
+        if on_term and signal.getsignal(signal.SIGTERM) is _raise_terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # --dtype choices; equal to cadenza.engine.precision.DTYPE_CHOICES (not imported here: argparse must not wait for torch)

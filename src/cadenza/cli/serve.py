@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cadenza.cli.args import (
     MODEL_ENV,
+    Terminated,
     add_first_hop_argument,
     add_precision_arguments,
     add_speed_method_argument,
@@ -186,7 +187,7 @@ def run_serve(args: argparse.Namespace) -> None:
                                                port=args.port, log_level=args.log_level))
         try:
             server.run()
-        except KeyboardInterrupt:  # Ctrl-C after the graceful shutdown started (as uvicorn.run does)
+        except (KeyboardInterrupt, Terminated):  # Ctrl-C / SIGTERM: uvicorn shut down gracefully, then re-raised it
             pass
     finally:
         for tts in models.values():
