@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cadenza
-from cadenza.errors import InputError
+from cadenza.errors import InputError, TextError
 
 TEXT = "The first sentence is short. A second one follows it. And a third one ends it."
 
@@ -54,6 +54,27 @@ def test_voxcpm2_gives_its_text_whole_as_one_piece(vx2_model_dir):
         pieces = list(vx2.synthesize_iter("Hello the world.", seed=3, progress=lambda d, t: calls.append((d, t))))
         assert len(pieces) == 1 and calls == [(1, 1)]
         np.testing.assert_array_equal(pieces[0], vx2.synthesize("Hello the world.", seed=3).samples)
+
+
+def test_voxcpm2_speaks_a_text_longer_than_one_segment_a_segment_at_a_time(vx2_model_dir):
+    """Read whole, a long text ran out of the model's positions (the fixture's 512 here, the release's 8,192) and was
+    refused; past one segment (``SEGMENT_TOKENS``) it is spoken as the server speaks it: segment k with seed + k, in
+    the API, its streams and the CLI alike."""
+    text = " ".join(["The rain stopped before noon and we walked to the river."] * 12)
+    with cadenza.load(vx2_model_dir) as vx2:
+        segments = vx2.segments(text)
+        assert len(segments) == 2
+        with pytest.raises(TextError, match="split the text"):
+            vx2.request(text)  # what synthesize did with it before
+        calls: list[tuple[int, int]] = []
+        pieces = list(vx2.synthesize_iter(text, seed=3, progress=lambda d, t: calls.append((d, t))))
+        assert len(pieces) == 2 and calls == [(1, 2), (2, 2)]
+        for k, (piece, segment) in enumerate(zip(pieces, segments)):
+            alone = vx2.synthesize(segment, seed=3 + k, normalize=False).samples
+            assert len(piece) == len(alone) and np.isfinite(piece).all()
+        whole = vx2.synthesize(text, seed=3).samples
+        streamed = np.concatenate(list(vx2.synthesize_stream(text, seed=3)))
+        assert len(whole) == len(streamed) == sum(len(p) for p in pieces)
 
 
 _LEAVE_EARLY = """

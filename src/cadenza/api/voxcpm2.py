@@ -137,17 +137,29 @@ class VoxCPM2:
                         input_format: str | None = None, lexicon=None, timestamps: bool = False,
                         **kwargs) -> Iterator[np.ndarray]:
         """``synthesize`` as pieces in order, as ``Cadenza.synthesize_iter`` (``cadenza synth -o`` writes them as
-        they come): SSML gives each segment and break, plain text one piece (VoxCPM 2 reads a text whole).
+        they come): SSML gives each segment and break, plain text one piece (VoxCPM 2 reads a text whole) unless it
+        is longer than one segment (``SEGMENT_TOKENS``): then each segment.
         ``progress(done, total)`` after each; ``timestamps=True``: ``TimedChunk`` s."""
         if progress is not None and not callable(progress):  # before the work
             raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
         if check_timestamps(timestamps):
             pieces = self.synthesize_iter(text, progress=progress, input_format=input_format, lexicon=lexicon, **kwargs)
             return timed_stream(pieces, text, self.sample_rate)
-        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")) or self._long(text, kwargs):
             return markup.synthesize_iter(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
                                           **kwargs)
         return self._whole(self.request(text, **kwargs), progress)  # the request checked now, not at the first piece
+
+    def _long(self, text: object, kwargs: dict) -> bool:
+        """Whether plain ``text`` is longer than one segment (``SEGMENT_TOKENS``): then it is spoken a segment at a
+        time (segment k with ``seed + k``), as the server speaks it. Read whole, a long text ran out of the model's
+        positions (8,192 for the text, the prompt and the speech): a 17,000-character file was refused outright."""
+        if not isinstance(text, str):
+            return False
+        try:
+            return len(self.segments(text, normalize=kwargs.get("normalize", True))) > 1
+        except InputError:
+            return False  # the request's own checks name what is wrong
 
     def _whole(self, request, progress: Callable[[int, int], None] | None) -> Iterator[np.ndarray]:
         audio = self.engine.synthesize(request)
@@ -166,7 +178,7 @@ class VoxCPM2:
         if check_timestamps(timestamps):
             chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
             return timed_stream(chunks, text, self.sample_rate)
-        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")) or self._long(text, kwargs):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         request = self.request(text, **kwargs)
         chunks = self.engine.stream(request)
