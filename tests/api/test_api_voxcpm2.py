@@ -88,3 +88,46 @@ def test_oversized_prompt_transcripts_and_descriptions_are_text_errors(vx2):
         vx2.synthesize("Hello there.", prompt_wav=(np.zeros(16000, np.float32), 16000), prompt_text="a" * 2001)
     with pytest.raises(TextError, match="description is 4097 characters; at most 4096"):
         vx2.design("a" * 4097, "Hello there.")
+
+
+def _pieces(text: str):
+    for word in text.split():
+        yield word + " "
+
+
+def test_text_in_pieces_is_spoken_a_sentence_at_a_time(vx2_model_dir):
+    """``synthesize_stream(iterator)`` (an LLM's tokens): each sentence once it is complete, sentence i with seed +
+    1000 i, as the server's WebSocket speaks them; voice and timestamps as for a whole text. (Unmarked: the watermark
+    runs on across the sentences of one stream, so a marked stream differs from sentences marked one by one.)"""
+    from test_server_harness import speech_prompt
+
+    text = "Hello there, this is text. It keeps coming for a while."
+    with cadenza.load(vx2_model_dir, watermark=False) as vx2:
+        _check_pieces(vx2, text, speech_prompt(2.0))
+
+
+def _check_pieces(vx2, text: str, reference) -> None:
+    chunks = list(vx2.synthesize_stream(_pieces(text), seed=3))
+    first = vx2.synthesize("Hello there, this is text.", seed=3).samples
+    second = vx2.synthesize("It keeps coming for a while.", seed=1003).samples
+    np.testing.assert_allclose(np.concatenate(chunks), np.concatenate([first, second]), atol=1e-5)
+    timed = list(vx2.synthesize_stream(_pieces(text), seed=3, timestamps=True))
+    assert [w.word for chunk in timed for w in chunk.words] == text.split()
+    cloned = np.concatenate(list(vx2.synthesize_stream(_pieces("Hello there."), seed=5, reference_wav=reference)))
+    np.testing.assert_allclose(cloned, vx2.synthesize("Hello there.", seed=5, reference_wav=reference).samples,
+                               atol=1e-5)
+    designed = np.concatenate(list(vx2.synthesize_stream(_pieces("Hello there."), seed=5, instructions="A calm man")))
+    np.testing.assert_allclose(designed, vx2.synthesize("(A calm man)Hello there.", seed=5).samples, atol=1e-5)
+
+
+def test_bad_text_pieces_get_specific_errors(vx2):
+    with pytest.raises(InputError, match="cfg_value cannot be set for text that arrives in pieces"):
+        list(vx2.synthesize_stream(_pieces("Hello there."), cfg_value=3.0))
+    with pytest.raises(TextError, match="nothing to speak"):
+        list(vx2.synthesize_stream(iter(["", " ", "..."])))
+    with pytest.raises(TextError, match=r"not int \(piece 1\)"):
+        list(vx2.synthesize_stream(iter(["Hello ", 5])))
+    with pytest.raises(TextError, match="string or an iterable of strings, not bytes"):
+        vx2.synthesize_stream(b"Hello")
+    with pytest.raises(InputError, match="SSML is read as one whole document"):
+        vx2.synthesize_stream(_pieces("Hello."), input_format="ssml")

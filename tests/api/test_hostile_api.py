@@ -158,7 +158,7 @@ def test_voxcpm2_entry_points_check_their_arguments():
          "prompt_text is not valid Unicode"),
         (lambda: vx.synthesize("hi", seed=-3), InputError, "seed must be an integer from 0 to 2**63-1, got -3"),
         (lambda: vx.synthesize("hi", seed=1.5), InputError, "got 1.5"),
-        (lambda: vx.synthesize_stream(iter(["hi"])), TextError, "give the whole text as a string"),
+        (lambda: vx.synthesize_stream(b"hi"), TextError, "a string or an iterable of strings, not bytes"),
         (lambda: vx.design(5, "hi"), TextError, "description must be a string, not int"),
         (lambda: vx.design("warm", "\x00"), TextError, "text contains a NUL character"),
         (lambda: vx.design("()", "hi"), InputError, "the voice description is empty"),

@@ -29,8 +29,9 @@ from cadenza.api.arguments import (
     reference_as_prompt,
 )
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
-from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream, feed_in_background
+from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
@@ -379,7 +380,7 @@ class Cadenza:
         speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         stream = cosyvoice2_text_stream(self.engine, self.segments, voice, mode, lm_text, lm_speech, seed, speed)
-        feed_in_background(pieces, stream)
+        feed_in_background(pieces, stream, is_speakable)
         return iter(stream)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,

@@ -8,14 +8,11 @@ bi-streamed kept 64 % of the words of 12 three-sentence texts, a sentence at a t
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from cadenza.api.arguments import check_chars
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.text_stream import SentenceTextStream, TokenTextStream
-from cadenza.errors import TextError
 from cadenza.models.cosyvoice2.frontend import is_speakable
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
@@ -41,24 +38,3 @@ def cosyvoice2_text_stream(engine: CosyVoice2Engine, segments: Callable[[str], l
 
     return SentenceTextStream(engine.scheduler.submit, make)
 
-
-def feed_in_background(pieces: Iterable[str], stream: TokenTextStream | SentenceTextStream) -> None:
-    """Feed ``pieces`` into ``stream`` on a thread of its own (the upstream iterator may block: it is read off the
-    consumer's thread); a piece that is not text, or a stream with nothing to speak, fails the stream."""
-    def feed() -> None:
-        try:
-            speakable = False
-            for n, piece in enumerate(pieces):
-                if not isinstance(piece, str):
-                    raise TextError(f"text pieces must be strings, not {type(piece).__name__} (piece {n})")
-                check_chars(piece, f"text piece {n}")
-                speakable = speakable or is_speakable(piece)
-                stream.feed(piece)
-            if not speakable:
-                raise TextError("the text stream ended with nothing to speak (no pieces, or only whitespace "
-                                "and punctuation)")
-            stream.end()
-        except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
-            stream.fail(exc)
-
-    threading.Thread(target=feed, name="cadenza-text-feed", daemon=True).start()

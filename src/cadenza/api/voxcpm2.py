@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,8 @@ from cadenza.api import markup
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
-from cadenza.api.timestamps import check_timestamps, timed_stream, with_words
+from cadenza.api.text_feed import feed_in_background
+from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
 from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED, speed_in_range
 from cadenza.audio.time_scale import TIME_SCALE_METHODS, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -154,8 +155,9 @@ class VoxCPM2:
         """Whether plain ``text`` is longer than one segment (``SEGMENT_TOKENS``): then it is spoken a segment at a
         time (segment k with ``seed + k``), as the server speaks it. Read whole, a long text ran out of the model's
         positions (8,192 for the text, the prompt and the speech): a 17,000-character file was refused outright."""
-        if not isinstance(text, str):
-            return False
+        check_text_arg(text, "text")  # the cheap checks of ``request`` first: a bad argument is named before any work
+        check_prompt_text(kwargs.get("prompt_text"))
+        check_seed(kwargs.get("seed"))
         try:
             return len(self.segments(text, normalize=kwargs.get("normalize", True))) > 1
         except InputError:
@@ -169,15 +171,30 @@ class VoxCPM2:
         if progress is not None:
             progress(1, 1)
 
-    def synthesize_stream(self, text: str, *, input_format: str | None = None, lexicon=None,
+    def synthesize_stream(self, text: str | Iterable[str], *, input_format: str | None = None, lexicon=None,
                           timestamps: bool = False, **kwargs) -> Iterator[np.ndarray]:
         """48 kHz float32 chunks (one per generated patch) as soon as each is made (``timestamps=True``:
-        ``TimedChunk`` s, each chunk with the word timings it settled; docs/controls.md)."""
-        if not isinstance(text, str):
-            raise TextError("VoxCPM 2 streams audio, not text input: give the whole text as a string")
+        ``TimedChunk`` s, each chunk with the word timings it settled; docs/controls.md).
+
+        ``text`` may also be an iterable of text pieces (e.g. tokens streamed from an upstream LLM): each sentence is
+        spoken once it is complete (VoxCPM 2 reads whole texts), as the server's WebSocket speaks them; the voice
+        (``speaker``, ``reference_wav``, ``prompt_wav`` + ``prompt_text``), ``seed``, ``speed`` and ``lora`` apply to
+        every sentence, and ``instructions`` (a voice description) too. Closing the returned generator cancels what
+        is in flight."""
+        if isinstance(text, (bytes, bytearray)) or not (isinstance(text, str) or hasattr(text, "__iter__")):
+            raise TextError(f"text must be a string or an iterable of strings, not {type(text).__name__}")
         if check_timestamps(timestamps):
-            chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
-            return timed_stream(chunks, text, self.sample_rate)
+            if isinstance(text, str):
+                chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
+                return timed_stream(chunks, text, self.sample_rate)
+            taken: list[str] = []
+            chunks = self.synthesize_stream(recording(text, taken), input_format=input_format, lexicon=lexicon,
+                                            **kwargs)
+            return timed_stream(chunks, None, self.sample_rate, pieces=taken)
+        if not isinstance(text, str):
+            kwargs.pop("normalize", None)  # each sentence is normalised as it completes, as the server does
+            pieces = markup.lexicon_pieces(self, iter(text), input_format, lexicon, kwargs.get("speaker"))
+            return self.mark.stream(self._sentences(pieces, **kwargs))
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")) or self._long(text, kwargs):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
         request = self.request(text, **kwargs)
@@ -185,6 +202,31 @@ class VoxCPM2:
         if request.speed != 1.0:
             chunks = iter(TimeScaledChunks(chunks, request.speed, self.sample_rate, self.speed_method))
         return self.mark.stream(chunks)
+
+    def _sentences(self, pieces: Iterator[str], *, speaker: str | None = None,
+                   reference_wav: PromptAudio | None = None, prompt_wav: PromptAudio | None = None,
+                   prompt_text: str | None = None, seed: int | None = None, speed: float = 1.0,
+                   lora: str | None = None, instructions: str | None = None, **options) -> Iterator[np.ndarray]:
+        """Pieces -> sentences -> audio through ``open_text_stream`` (the server's path), fed on a thread of its own.
+        ``instructions``: a voice description for every sentence (a leading ``(description)`` in the first piece
+        applies to the first sentence only)."""
+        if options:
+            raise InputError(f"{', '.join(sorted(options))} cannot be set for text that arrives in pieces (each "
+                             "sentence is planned as the server plans it): leave it out, or give the whole text")
+        check_prompt_text(prompt_text)
+        if speaker is not None:
+            if any(a is not None for a in (reference_wav, prompt_wav, prompt_text)):
+                raise InputError("give either speaker (a saved voice) or voice audio, not both")
+            self._saved_voice(speaker)  # the checks and errors of a saved voice
+            voice = self.voice_prompts.resolve(speaker)
+        elif reference_wav is not None or prompt_wav is not None or prompt_text is not None:
+            prompt = self.engine.voice(reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text)
+            voice = Voice(prompt, "request", "continuation" if prompt_wav is not None else "reference")
+        else:
+            voice = None
+        stream = self.open_text_stream(voice, instructions=instructions, seed=seed, lora=lora, speed=speed)
+        feed_in_background(pieces, stream, lambda piece: is_speakable(split_description(piece)[1]))
+        return iter(stream)
 
     def design(self, description: str, text: str, **kwargs) -> Audio:
         """Voice design: a voice described in words (no audio)."""
