@@ -204,3 +204,38 @@ def test_serve_stops_gracefully_on_sigterm(tmp_path):
         err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 0 and "Application shutdown complete" in err, (proc.returncode, err[-2000:])
     assert "error:" not in err
+
+
+def test_text_stream_speaks_standard_input_as_it_arrives(tmp_path):
+    """`--text-file - --text-stream` (a pipe from an LLM): audio comes out while the input is still open, and the
+    whole input is spoken once it ends; what needs the whole text is refused before the model loads."""
+    import select
+
+    argv = [sys.executable, "-m", "cadenza", "synth", "--text-file", "-", "--text-stream", "--seed", "1", "-o", "-",
+            "--timestamps", str(tmp_path / "words.json")]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        proc.stdin.write(b"Hello there, this is the first sentence. And the sec")  # the second one is cut
+        proc.stdin.flush()
+        head, deadline = b"", time.monotonic() + 240
+        while len(head) < 44 + 4800:  # the WAV header and 0.1 s of audio
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                head += os.read(proc.stdout.fileno(), 65536)
+        proc.stdin.write("ond one ends here, café.\n".encode())
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err
+    audio = np.frombuffer((head + rest)[44:], dtype="<i2")
+    assert head[:4] == b"RIFF" and audio.size > 2 * 24000 and np.abs(audio).max() > 1000
+    doc = json.loads((tmp_path / "words.json").read_text())
+    assert " ".join(w["word"] for w in doc["words"]) == ("Hello there, this is the first sentence. "
+                                                         "And the second one ends here, café.")
+    for flags, stdin, message in ((["--text-file", str(tmp_path / "words.json")], b"", "give it with --text-file -"),
+                                  (["--text-file", "-", "--ssml"], b"<speak>Hi</speak>", "cannot read SSML"),
+                                  (["--text-file", "-"], b"\xff\xfe", "cannot read standard input: 'utf-8' codec"),
+                                  (["--text-file", "-"], b"...", "the text stream ended with nothing to speak")):
+        proc = subprocess.run([sys.executable, "-m", "cadenza", "synth", *flags, "--text-stream", "-o",
+                               str(tmp_path / "x.wav")], input=stdin, capture_output=True, timeout=300)
+        assert proc.returncode == 2 and message in proc.stderr.decode(), proc.stderr.decode()[-2000:]
+    assert not (tmp_path / "x.wav").exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from cadenza.cli.args import (
@@ -80,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--speed", type=float, default=1.0, help="speaking rate 0.5-2.0 (also with --stream)")
     synth.add_argument("--timestamps", metavar="JSON", help="write each word's start and end (s) to this file")
     synth.add_argument("--stream", action="store_true", help="synthesise chunk by chunk and report first-chunk latency")
+    synth.add_argument("--text-stream", action="store_true",
+                       help="with --text-file -: speak standard input as it arrives (a pipe from an LLM: audio "
+                            "starts at its first sentence, not at the end of the input); implies --stream")
     synth.add_argument("--no-normalize", dest="normalize", action="store_false",
                        help="speak the text as written (no number/date/unit expansion)")
     synth.add_argument("--ssml", action="store_true", help="the text is SSML (also recognised by a leading <speak>)")
@@ -254,9 +259,41 @@ def _voice_arguments(args, names: tuple[str, ...]) -> dict:
     return {name: value for name, value in given.items() if value is not None}
 
 
+def _stdin_pieces() -> Iterator[str]:
+    """Standard input as it arrives (``--text-stream``): each read's text as soon as it is there, UTF-8 decoded
+    across reads, at most ``MAX_TEXT_FILE_CHARS`` characters' worth of bytes."""
+    decoder, read = codecs.getincrementaldecoder("utf-8")(), 0
+    fd = sys.stdin.fileno()
+    try:
+        while data := os.read(fd, 65536):
+            read += len(data)
+            if read > 4 * MAX_TEXT_FILE_CHARS:
+                raise CadenzaError(f"standard input is longer than {MAX_TEXT_FILE_CHARS} characters")
+            if text := decoder.decode(data):
+                yield text
+        if text := decoder.decode(b"", final=True):
+            yield text
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CadenzaError(f"cannot read standard input: {exc}") from exc
+
+
+def _text_stream_arguments(args) -> None:
+    """``--text-stream`` reads pieces of standard input: refuse what needs the whole text, before the model loads."""
+    if args.text_file != STDIO:
+        raise CadenzaError("--text-stream reads standard input as it arrives: give it with --text-file -")
+    if args.ssml:
+        raise CadenzaError("--text-stream cannot read SSML: a document is parsed whole (drop --ssml, or --text-stream)")
+    if not args.normalize:
+        raise CadenzaError("--text-stream normalises each sentence as it completes: --no-normalize is not supported")
+
+
 def _synth(args) -> None:
-    text = _read_text_file(args.text_file) if args.text_file else args.text
-    _check_texts(args, text)
+    if args.text_stream:
+        _text_stream_arguments(args)
+        text = _stdin_pieces()
+    else:
+        text = _read_text_file(args.text_file) if args.text_file else args.text
+        _check_texts(args, text)
     markup = {"input_format": "ssml"} if args.ssml else {}
     if args.lexicon is not None:
         from cadenza.text.lexicon import Lexicon
@@ -270,10 +307,10 @@ def _synth(args) -> None:
     kwargs.update(markup)
     if args.speed != 1.0:
         kwargs["speed"] = args.speed
-    if args.text_ids is None:
+    if args.text_ids is None and not args.text_stream:
         kwargs["normalize"] = args.normalize
-    _run(tts, text, kwargs, args.stream, args.output,
-         progress_bar=bool(args.text_file), timestamps=args.timestamps)
+    _run(tts, text, kwargs, args.stream or args.text_stream, args.output,
+         progress_bar=bool(args.text_file) and not args.text_stream, timestamps=args.timestamps)
 
 
 def _design(args) -> None:
