@@ -239,3 +239,35 @@ def test_text_stream_speaks_standard_input_as_it_arrives(tmp_path):
                                str(tmp_path / "x.wav")], input=stdin, capture_output=True, timeout=300)
         assert proc.returncode == 2 and message in proc.stderr.decode(), proc.stderr.decode()[-2000:]
     assert not (tmp_path / "x.wav").exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_voices_add_saves_a_voice_that_synth_speaks_with(tmp_path):
+    """`cadenza voices add` (no server): the model's features are computed and saved in one transaction with the
+    consent record, exactly as POST /v1/audio/voices does; `synth --speaker` then speaks with it, and a refused
+    voice leaves nothing behind."""
+    from test_server_harness import CONSENT, speech_prompt
+
+    samples, sr = speech_prompt(3.0)
+    sf.write(tmp_path / "me.wav", samples, sr)
+    store = str(tmp_path / "voices")
+    add = ["voices", "--voices-dir", store, "add"]
+    proc = _cadenza(*add, "me", "--audio", str(tmp_path / "me.wav"), "--consent", CONSENT, "--declared-by", "Me")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert (record["name"], record["family"], record["declared_by"], record["audio_kept"]) == (
+        "me", "cosyvoice2", "Me", False)
+    consent = json.loads(_cadenza("voices", "--voices-dir", store, "consent", "me").stdout)
+    assert consent["declaration"] == CONSENT and consent["voice_id"] == record["id"]
+    proc = _cadenza("synth", "--voices-dir", store, "--speaker", "me", "--text", "Hello there.", "--seed", "1",
+                    "-o", str(tmp_path / "out.wav"))
+    assert proc.returncode == 0, proc.stderr
+    assert sf.info(tmp_path / "out.wav").duration > 0.3
+    for args, message in ((["me", "--audio", str(tmp_path / "me.wav")], "a voice named 'me' already exists"),
+                          (["x", "--audio", str(tmp_path / "nope.wav")], "no such file"),
+                          (["x", "--audio", str(tmp_path / "out.wav"), "--audio-retention-days", "3"],
+                           "with --keep-audio"),
+                          (["../x", "--audio", str(tmp_path / "me.wav")], "invalid voice name")):
+        proc = _cadenza(*add, *args, "--consent", CONSENT)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    listed = [json.loads(line)["name"] for line in _cadenza("voices", "--voices-dir", store, "list").stdout.splitlines()]
+    assert listed == ["me"]
