@@ -114,6 +114,19 @@ def test_tokenizer_encodes_known_symbols_and_streams_whole_words():
     assert stream.feed("") == [] and stream.flush() == []
 
 
+def test_pieces_are_counted_as_encode_reads_them_and_encodings_are_not_shared():
+    """``count_piece`` reads a piece without its leading space (one espeak-ng run shared with the segment's own
+    ids through the cache) and counts the word space apart: the same as encoding the piece as written. The cache
+    hands out copies."""
+    tok = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    for piece in [" at half past seven.", "  , then home", " <|ph:hɛ|> there", " Dr. Smith's car", " 3.14 m."]:
+        assert tok.count_piece(piece) == len(tok.encode(piece)) + 1
+        assert tok.encode(piece) == tok.encode(piece.lstrip())
+    ids = tok.encode("Please call me.")
+    ids.append(-1)
+    assert tok.encode("Please call me.")[-1] != -1
+
+
 @pytest.mark.parametrize(("text", "spelled"), [
     ("the U.S.A. border", "the USA border"), ("we met in the U.S.", "we met in the US."),
     ("in the U.S.!", "in the US!"), ("J. K. Rowling wrote it.", "J K Rowling wrote it."),

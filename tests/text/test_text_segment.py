@@ -82,6 +82,22 @@ def test_custom_counter_and_zh_estimate():
     assert estimate_tokens("ab 今天[laughter]", lang="zh") == 5
 
 
+@pytest.mark.parametrize("one_sentence", [False, True])
+def test_each_distinct_string_is_counted_once(one_sentence):
+    """The pieces, the packer and the fit ask for the same sentences' counts: a phoneme counter runs espeak-ng for
+    each, so every distinct string goes to the caller's counter once (the segments are the same either way)."""
+    seen: list[str] = []
+
+    def counter(text: str) -> int:
+        seen.append(text)
+        return len(text)
+
+    text = (TEXT + "\n\n") * 3
+    segments = split_text(text, 30, count_tokens=counter, one_sentence=one_sentence)
+    assert segments == split_text(text, 30, count_tokens=len, one_sentence=one_sentence)
+    assert len(seen) == len(set(seen)) > 0
+
+
 def test_abbreviation_and_decimal_are_not_sentence_ends():
     text = "Dr. Smith met Mr. Jones at 3.5 km. They talked."
     assert split_text(text, 16) == ["Dr. Smith met Mr. Jones at 3.5 km.", "They talked."]

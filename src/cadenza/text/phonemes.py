@@ -163,6 +163,9 @@ class PhonemeTokenizer:
     def __init__(self, table: PhonemeTable) -> None:
         self.table = table
         self.index = {s: i for i, s in enumerate(table.symbols)}
+        # A long text's sentences are read by the segmenter (counted) and again as the requests' ids: espeak-ng runs
+        # once per distinct text (a pure function of the text and the table).
+        self._ids = functools.lru_cache(maxsize=8192)(self._read_ids)
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> PhonemeTokenizer:
@@ -205,13 +208,18 @@ class PhonemeTokenizer:
         out.extend(symbols)
 
     def encode(self, text: str) -> list[int]:
-        return [self.index[s] for s in self.symbols(text)]
+        return list(self._ids(text))
+
+    def _read_ids(self, text: str) -> tuple[int, ...]:
+        return tuple(self.index[s] for s in self.symbols(text))
 
     def count_piece(self, text: str) -> int:
         """The ids ``text`` adds to a segment it joins (the segmenter's count): a piece that starts with a space
         is read after a word, so the word space is an id too (``encode`` of the piece alone drops it; counted
-        without it, the pieces of a long sentence summed to 98 ids where the sentence has 114)."""
-        return len(self.encode(text)) + (1 if text[:1].isspace() and text.strip() else 0)
+        without it, the pieces of a long sentence summed to 98 ids where the sentence has 114). Leading space
+        changes nothing else that ``encode`` reads, so the piece is read without it (one espeak-ng run with the
+        segment's own text)."""
+        return len(self._ids(text.lstrip())) + (1 if text[:1].isspace() and text.strip() else 0)
 
     def ending_a_sentence(self, ids: list[int]) -> list[int]:
         """``ids`` of a whole segment ending as a sentence does: a final clause mark (``,`` ``;`` ``:``: a sentence

@@ -79,7 +79,8 @@ class _Splitter:
     """One call of :func:`split_text`: cut candidates, forbidden positions, recursive pieces, packing."""
 
     def __init__(self, text: str, max_tokens: int, count: Callable[[str], int]) -> None:
-        self.text, self.max, self.count = text, max_tokens, count
+        self.text, self.max, self._counter = text, max_tokens, count
+        self._counts: dict[str, int] = {}  # a sentence is counted by the pieces, the packer and the fit alike
         n = len(text)
         self.blocked = bytearray(n + 1)  # 1 = a cut at this position would break an atom
         for a, b in self._atoms():
@@ -89,6 +90,13 @@ class _Splitter:
         self.by_level: list[list[int]] = [[] for _ in _PENALTY]
         for pos, lv in sorted(self.level.items()):
             self.by_level[lv].append(pos)
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` by the caller's counter, each distinct string once (a phoneme counter runs espeak-ng)."""
+        tokens = self._counts.get(text)
+        if tokens is None:
+            tokens = self._counts[text] = self._counter(text)
+        return tokens
 
     def _atoms(self):
         """Spans no cut may enter. Tags (and short ``<strong>`` pairs) always; numbers, URLs and abbreviations with
