@@ -74,6 +74,10 @@ def test_saved_voices_of_a_store_are_speakers(vx2_model_dir, tmp_path):
         by_name = tts.synthesize("Hello there.", speaker="vera", seed=4).samples
         by_audio = tts.synthesize("Hello there.", voice=tts.voice_prompts.resolve("vera").prompt, seed=4).samples
         np.testing.assert_array_equal(by_name, by_audio)
+        uses = tts.voices.consent_record("vera")["uses"]
+        in_pieces = list(tts.synthesize_stream(iter(["Hello ", "there."]), speaker="vera", seed=4))
+        assert len(np.concatenate(in_pieces)) == len(by_name)
+        assert tts.voices.consent_record("vera")["uses"] == uses + 1  # one use, however it is spoken
         with pytest.raises(VoiceFamilyError, match="CosyVoice 2"):
             tts.synthesize("Hello there.", speaker="cora")
         with pytest.raises(InputError, match="not both"):

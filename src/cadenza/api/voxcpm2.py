@@ -117,12 +117,16 @@ class VoxCPM2:
         return request
 
     def _saved_voice(self, speaker: object):
+        return self._saved(speaker).prompt
+
+    def _saved(self, speaker: object) -> Voice:
+        """The saved voice ``speaker`` (by name or id; its use counted once)."""
         if not isinstance(speaker, str) or not speaker.strip():
             raise InputError("speaker must be a saved voice's name or id")
         if self.voice_prompts is None:
             raise UnknownSpeakerError(f"no voice store is open, so there is no saved voice {speaker[:80]!r}: load "
                                       "the model with voices_dir=... (the folder `cadenza serve --voices-dir` uses)")
-        return self.voice_prompts.resolve(speaker).prompt
+        return self.voice_prompts.resolve(speaker)
 
     def synthesize(self, text: str, *, input_format: str | None = None, lexicon=None, timestamps: bool = False,
                    **kwargs) -> Audio:
@@ -217,11 +221,11 @@ class VoxCPM2:
         if speaker is not None:
             if any(a is not None for a in (reference_wav, prompt_wav, prompt_text)):
                 raise InputError("give either speaker (a saved voice) or voice audio, not both")
-            self._saved_voice(speaker)  # the checks and errors of a saved voice
-            voice = self.voice_prompts.resolve(speaker)
+            voice = self._saved(speaker)
         elif reference_wav is not None or prompt_wav is not None or prompt_text is not None:
             prompt = self.engine.voice(reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text)
-            voice = Voice(prompt, "request", "continuation" if prompt_wav is not None else "reference")
+            mode = "reference" if prompt_wav is None else "continuation" if reference_wav is None else "combined"
+            voice = Voice(prompt, "request", mode)
         else:
             voice = None
         stream = self.open_text_stream(voice, instructions=instructions, seed=seed, lora=lora, speed=speed)
