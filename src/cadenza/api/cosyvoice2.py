@@ -32,7 +32,7 @@ from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.text_feed import feed_in_background
-from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
+from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
@@ -357,13 +357,8 @@ class Cadenza:
         if check_timestamps(timestamps):
             if text is None:
                 raise InputError("timestamps need the text (not text_ids): timings are given for its words")
-            if isinstance(text, str):
-                chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
-                return timed_stream(chunks, text, self.sample_rate)
-            taken: list[str] = []
-            chunks = self.synthesize_stream(recording(text, taken), input_format=input_format, lexicon=lexicon,
-                                            **kwargs)
-            return timed_stream(chunks, None, self.sample_rate, pieces=taken)
+            return timed_text_stream(self.synthesize_stream, text, self.sample_rate, input_format=input_format,
+                                     lexicon=lexicon, **kwargs)
         if text is None or isinstance(text, str):
             if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
                 return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)

@@ -7,7 +7,7 @@ timestamps") run over the output audio as it is made, so they hold for any model
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,3 +73,13 @@ def recording(pieces: Iterable[str], into: list[str]) -> Iterator[str]:
     for piece in pieces:
         into.append(piece)
         yield piece
+
+
+def timed_text_stream(synthesize_stream: Callable[..., Iterator[np.ndarray]], text: str | Iterable[str],
+                      sample_rate: int, **kwargs) -> Iterator[TimedChunk]:
+    """``synthesize_stream(text, **kwargs)`` as ``TimedChunk`` s: each chunk with the words it settled, of the whole
+    text, or of the pieces read so far when the text comes in pieces."""
+    if isinstance(text, str):
+        return timed_stream(synthesize_stream(text, **kwargs), text, sample_rate)
+    taken: list[str] = []
+    return timed_stream(synthesize_stream(recording(text, taken), **kwargs), None, sample_rate, pieces=taken)

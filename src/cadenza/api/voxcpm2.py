@@ -23,7 +23,7 @@ from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, che
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.text_feed import feed_in_background
-from cadenza.api.timestamps import check_timestamps, recording, timed_stream, with_words
+from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
 from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED, speed_in_range
 from cadenza.audio.time_scale import TIME_SCALE_METHODS, TimeScaledChunks, time_scale
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -188,13 +188,8 @@ class VoxCPM2:
         if isinstance(text, (bytes, bytearray)) or not (isinstance(text, str) or hasattr(text, "__iter__")):
             raise TextError(f"text must be a string or an iterable of strings, not {type(text).__name__}")
         if check_timestamps(timestamps):
-            if isinstance(text, str):
-                chunks = self.synthesize_stream(text, input_format=input_format, lexicon=lexicon, **kwargs)
-                return timed_stream(chunks, text, self.sample_rate)
-            taken: list[str] = []
-            chunks = self.synthesize_stream(recording(text, taken), input_format=input_format, lexicon=lexicon,
-                                            **kwargs)
-            return timed_stream(chunks, None, self.sample_rate, pieces=taken)
+            return timed_text_stream(self.synthesize_stream, text, self.sample_rate, input_format=input_format,
+                                     lexicon=lexicon, **kwargs)
         if not isinstance(text, str):
             kwargs.pop("normalize", None)  # each sentence is normalised as it completes, as the server does
             pieces = markup.lexicon_pieces(self, iter(text), input_format, lexicon, kwargs.get("speaker"))
