@@ -191,3 +191,39 @@ def test_a_model_without_instructions_says_so_and_refuses_them(live):
     messages, audio, code = _ws_session(live, [SHORT], seed=3, instructions="Speak cheerfully.")
     assert code == 1007 and audio == b"" and messages[0]["type"] == "error", messages
     assert messages[0]["error"]["param"] == "instructions", messages
+
+
+def test_a_chunk_and_the_words_it_settled_go_out_in_one_write():
+    """The SSE body yields one bytes object per engine chunk: the audio delta and the word events after it. As
+    separate writes, a client that left mid-stream got a burst of them before uvicorn noticed the loss, and asyncio
+    logged "socket.send() raised exception." for each past the fifth (13 lines in 40 s of 6 such clients)."""
+    import asyncio
+
+    from cadenza.alignment.aligner import WordTiming
+    from cadenza.server.openai_speech import _sse
+
+    words = [WordTiming("Hello", 0.0, 0.3, 0, 5), WordTiming("there.", 0.35, 0.7, 6, 12)]
+
+    class Stream:
+        samples = 4800
+        calls = 0
+
+        async def map(self, step):
+            Stream.calls += 1
+            if Stream.calls == 1:
+                pending.extend(words)  # the second chunk settles both words
+                return b"\x01\x00" * 10, False
+            return b"", True
+
+    pending: list = []
+    finished = []
+    body = _sse(None, Stream(), None, (b"\x00\x00" * 10, False), finished.append, 3, 1920, pending)
+
+    async def collect():
+        return [part async for part in body]
+
+    writes = asyncio.run(collect())
+    kinds = [[json.loads(e[6:])["type"] for e in w.decode().split("\n\n") if e] for w in writes]
+    assert kinds == [["speech.audio.delta"], ["speech.audio.delta", "speech.word", "speech.word"],
+                     ["speech.audio.done"]]
+    assert finished == [True]

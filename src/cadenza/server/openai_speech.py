@@ -246,10 +246,12 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
     try:
         data, done = first
         while True:
-            if data:
-                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            events = [_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})] \
+                if data else []
             while words:  # the word timings this chunk settled, right after it
-                yield _event({"type": "speech.word", **words.pop(0).to_dict()})
+                events.append(_event({"type": "speech.word", **words.pop(0).to_dict()}))
+            if events:  # one write: a burst of small ones to a client that has just gone filled the log with
+                yield b"".join(events)  # asyncio's "socket.send() raised exception." before the loss was noticed
             if done:
                 break
             try:
