@@ -5,7 +5,6 @@ never an empty request (an LM given no text speaks nothing or babbles)."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +12,6 @@ from cadenza.api.markup import make_script, plan_script
 from cadenza.engine.request import SynthesisRequest
 from cadenza.errors import InputError
 from cadenza.text.lexicon import Lexicon
-
-pytestmark = pytest.mark.filterwarnings("ignore")
 
 _PIECES = [
     "<speak>", "</speak>", '<break time="200ms"/>', '<break strength="weak"/>', '<break time="-1s"/>',
