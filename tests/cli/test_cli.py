@@ -271,3 +271,20 @@ def test_voices_add_saves_a_voice_that_synth_speaks_with(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     listed = [json.loads(line)["name"] for line in _cadenza("voices", "--voices-dir", store, "list").stdout.splitlines()]
     assert listed == ["me"]
+
+
+def test_sigterm_unwinds_every_command_but_training():
+    """In process: the command sees its own SIGTERM handler (a Python exception that unwinds it) unless it trains,
+    where torchrun stops workers with SIGTERM and the default action stays; the previous handler is back after."""
+    from cadenza.cli.args import report_errors
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        def default_action() -> int:
+            return 0 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else 7
+
+        assert report_errors(default_action) == 7
+        assert report_errors(default_action, unwind_on_sigterm=False) == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)

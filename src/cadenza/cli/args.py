@@ -146,16 +146,19 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated
 
 
-def report_errors(command: Callable[[], int | None], verbose: bool = False) -> int:
+def report_errors(command: Callable[[], int | None], verbose: bool = False, unwind_on_sigterm: bool = True) -> int:
     """Run ``command``; a ``CadenzaError`` (and any other failure) becomes one ``error: ...`` line on stderr.
 
     Exit codes: 0 success, 2 bad input or a file that cannot be used (``CadenzaError``, ``OSError``), 130
-    interrupted (Ctrl-C), 143 terminated (SIGTERM), 1 an unexpected failure (a bug: ``-v`` logs its traceback).
+    interrupted (Ctrl-C), 143 terminated (SIGTERM, with ``unwind_on_sigterm``), 1 an unexpected failure (a bug:
+    ``-v`` logs its traceback). Training keeps SIGTERM's default action (``unwind_on_sigterm=False``): torchrun stops
+    its workers with it, and a worker blocked in a collective would run a Python handler only when the collective
+    returns.
     """
     from cadenza.errors import CadenzaError
 
     # Only where SIGTERM still has its default action (a host program's own handler stays; a server installs its own).
-    on_term = (threading.current_thread() is threading.main_thread()
+    on_term = (unwind_on_sigterm and threading.current_thread() is threading.main_thread()
                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
     if on_term:
         signal.signal(signal.SIGTERM, _raise_terminated)

@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
                "serve": run_serve, "voices": run_voices, "train": run_train, "data": run_data, "eval": run_eval,
                "detect": run_detect}[args.command]
-    return report_errors(lambda: command(args), verbose=args.verbose)
+    return report_errors(lambda: command(args), verbose=args.verbose, unwind_on_sigterm=args.command != "train")
 
 
 if __name__ == "__main__":

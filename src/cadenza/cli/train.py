@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     _arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    return report_errors(lambda: run_train(args), verbose=args.verbose)
+    return report_errors(lambda: run_train(args), verbose=args.verbose, unwind_on_sigterm=False)
 
 
 if __name__ == "__main__":
