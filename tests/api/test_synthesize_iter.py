@@ -58,12 +58,13 @@ def test_voxcpm2_gives_its_text_whole_as_one_piece(vx2_model_dir):
 
 def test_voxcpm2_speaks_a_text_longer_than_one_segment_a_segment_at_a_time(vx2_model_dir):
     """Read whole, a long text ran out of the model's positions (the fixture's 512 here, the release's 8,192) and was
-    refused; past one segment (``SEGMENT_TOKENS``) it is spoken as the server speaks it: segment k with seed + k, in
-    the API, its streams and the CLI alike."""
+    refused; past what one pass holds (a quarter of the positions, at least ``SEGMENT_TOKENS``) it is spoken in as
+    few segments as fit, segment k with seed + k, in the API, its streams and the CLI alike."""
     text = " ".join(["The rain stopped before noon and we walked to the river."] * 12)
     with cadenza.load(vx2_model_dir) as vx2:
-        segments = vx2.segments(text)
-        assert len(segments) == 2
+        segments = vx2.segments(text, max_tokens=vx2._whole_tokens)
+        assert len(segments) == 2 and vx2._whole_tokens == 300  # the fixture holds 512 positions
+        assert len(vx2.segments(" ".join(text.split(". ")[:3]), max_tokens=vx2._whole_tokens)) == 1  # read whole
         with pytest.raises(TextError, match="split the text"):
             vx2.request(text)  # what synthesize did with it before
         calls: list[tuple[int, int]] = []

@@ -143,27 +143,38 @@ class VoxCPM2:
                         **kwargs) -> Iterator[np.ndarray]:
         """``synthesize`` as pieces in order, as ``Cadenza.synthesize_iter`` (``cadenza synth -o`` writes them as
         they come): SSML gives each segment and break, plain text one piece (VoxCPM 2 reads a text whole) unless it
-        is longer than one segment (``SEGMENT_TOKENS``): then each segment.
+        is too long for one pass (``_whole_tokens``): then each of its segments.
         ``progress(done, total)`` after each; ``timestamps=True``: ``TimedChunk`` s."""
         if progress is not None and not callable(progress):  # before the work
             raise InputError(f"progress must be a callable progress(done, total), not {type(progress).__name__}")
         if check_timestamps(timestamps):
             pieces = self.synthesize_iter(text, progress=progress, input_format=input_format, lexicon=lexicon, **kwargs)
             return timed_stream(pieces, text, self.sample_rate)
-        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")) or self._long(text, kwargs):
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_iter(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
                                           **kwargs)
+        if self._long(text, kwargs):
+            return markup.synthesize_iter(self, text, input_format=input_format, progress=progress,
+                                          segment_tokens=self._whole_tokens, **kwargs)
         return self._whole(self.request(text, **kwargs), progress)  # the request checked now, not at the first piece
 
+    @property
+    def _whole_tokens(self) -> int:
+        """The most text tokens read in one pass: a quarter of the model's positions (2,048 of the release's 8,192),
+        since the speech takes about two positions per text token and the prompt some more."""
+        return max(SEGMENT_TOKENS, self.engine.config.max_length // 4)
+
     def _long(self, text: object, kwargs: dict) -> bool:
-        """Whether plain ``text`` is longer than one segment (``SEGMENT_TOKENS``): then it is spoken a segment at a
-        time (segment k with ``seed + k``), as the server speaks it. Read whole, a long text ran out of the model's
-        positions (8,192 for the text, the prompt and the speech): a 17,000-character file was refused outright."""
+        """Whether plain ``text`` is too long to read in one pass (``_whole_tokens``): then it is spoken in segments
+        of up to that many tokens (segment k with ``seed + k``), as few as fit, since a voice not pinned by audio may
+        change between them. Read whole, such a text ran out of the model's positions (the text, the prompt and the
+        speech share them): a 17,000-character file was refused outright, a shorter one cut short."""
         check_text_arg(text, "text")  # the cheap checks of ``request`` first: a bad argument is named before any work
         check_prompt_text(kwargs.get("prompt_text"))
         check_seed(kwargs.get("seed"))
         try:
-            return len(self.segments(text, normalize=kwargs.get("normalize", True))) > 1
+            segments = self.segments(text, normalize=kwargs.get("normalize", True), max_tokens=self._whole_tokens)
+            return len(segments) > 1
         except InputError:
             return False  # the request's own checks name what is wrong
 
@@ -194,8 +205,11 @@ class VoxCPM2:
             kwargs.pop("normalize", None)  # each sentence is normalised as it completes, as the server does
             pieces = markup.lexicon_pieces(self, iter(text), input_format, lexicon, kwargs.get("speaker"))
             return self.mark.stream(self._sentences(pieces, **kwargs))
-        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")) or self._long(text, kwargs):
+        if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
+        if self._long(text, kwargs):
+            return markup.synthesize_stream(self, text, input_format=input_format, segment_tokens=self._whole_tokens,
+                                            **kwargs)
         request = self.request(text, **kwargs)
         chunks = self.engine.stream(request)
         if request.speed != 1.0:
