@@ -270,7 +270,7 @@ def _voxcpm2_requests(tts, script: Script, *, seed=None, speaker=None, reference
     return items
 
 
-def _items(tts, text, input_format, lexicon, kwargs: dict, segment_tokens: int | None = None) -> list:
+def _items(tts, text, input_format, lexicon, kwargs: dict, segments: list[str] | None = None) -> list:
     if kwargs.get("text_ids") is not None:
         raise InputError("text_ids cannot be combined with SSML or a lexicon: give the text")
     kwargs.pop("text_ids", None)
@@ -279,27 +279,27 @@ def _items(tts, text, input_format, lexicon, kwargs: dict, segment_tokens: int |
     lexicon = saved if lexicon is None else lexicon.over(saved)
     normalize = kwargs.get("normalize", True)
     speed = check_speed(kwargs.pop("speed", 1.0))  # times each run's <prosody rate>
-    script = make_script(tts, text, input_format=input_format, lexicon=lexicon, normalize=normalize, speed=speed,
-                         max_tokens=segment_tokens)
+    script = (make_script(tts, text, input_format=input_format, lexicon=lexicon, normalize=normalize, speed=speed)
+              if segments is None else [Run(segments, speed)])
     if tts.family == "cosyvoice2":
         return _cosyvoice2_requests(tts, script, **kwargs)
     return _voxcpm2_requests(tts, script, **kwargs)
 
 
 def synthesize_iter(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
-                    progress: Callable[[int, int], None] | None = None, segment_tokens: int | None = None,
+                    progress: Callable[[int, int], None] | None = None, segments: list[str] | None = None,
                     **kwargs) -> Iterator[np.ndarray]:
-    """``tts.synthesize_iter`` of SSML or with a lexicon (or of a text cut into segments of ``segment_tokens``):
+    """``tts.synthesize_iter`` of SSML or with a lexicon, or of ``segments`` the caller already cut plain text into:
     each segment's (or break's) audio in order; closing the iterator frees what is in flight."""
-    items = _items(tts, text, input_format, lexicon, kwargs, segment_tokens)
+    items = _items(tts, text, input_format, lexicon, kwargs, segments)
     on_segment = None if progress is None else (lambda done: progress(done, len(items)))
     return marked_chunks(iterate_segments(with_silences(tts.submit), items, window=4, on_segment=on_segment),
                          tts.mark.embedder())
 
 
 def synthesize_stream(tts, text: str, *, input_format: str | None = None, lexicon: LexiconLike = None,
-                      segment_tokens: int | None = None, **kwargs) -> Iterator[np.ndarray]:
+                      segments: list[str] | None = None, **kwargs) -> Iterator[np.ndarray]:
     """``tts.synthesize_stream`` of SSML or with a lexicon: chunks as they are made, each break one chunk of
     zeros; closing the iterator frees what is in flight."""
-    items = _items(tts, text, input_format, lexicon, kwargs, segment_tokens)
+    items = _items(tts, text, input_format, lexicon, kwargs, segments)
     return marked_chunks(stream_segments(with_silences(tts.submit), items), tts.mark.embedder())

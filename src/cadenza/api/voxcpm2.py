@@ -153,9 +153,8 @@ class VoxCPM2:
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_iter(self, text, input_format=input_format, lexicon=lexicon, progress=progress,
                                           **kwargs)
-        if self._long(text, kwargs):
-            return markup.synthesize_iter(self, text, input_format=input_format, progress=progress,
-                                          segment_tokens=self._whole_tokens, **kwargs)
+        if segments := self._long_segments(text, kwargs):
+            return markup.synthesize_iter(self, text, progress=progress, segments=segments, **kwargs)
         return self._whole(self.request(text, **kwargs), progress)  # the request checked now, not at the first piece
 
     @property
@@ -164,19 +163,21 @@ class VoxCPM2:
         since the speech takes about two positions per text token and the prompt some more."""
         return max(SEGMENT_TOKENS, self.engine.config.max_length // 4)
 
-    def _long(self, text: object, kwargs: dict) -> bool:
-        """Whether plain ``text`` is too long to read in one pass (``_whole_tokens``): then it is spoken in segments
-        of up to that many tokens (segment k with ``seed + k``), as few as fit, since a voice not pinned by audio may
-        change between them. Read whole, such a text ran out of the model's positions (the text, the prompt and the
-        speech share them): a 17,000-character file was refused outright, a shorter one cut short."""
+    def _long_segments(self, text: object, kwargs: dict) -> list[str] | None:
+        """Plain ``text`` too long to read in one pass (``_whole_tokens``), cut into segments of up to that many
+        tokens (spoken with ``seed + k``), as few as fit, since a voice not pinned by audio may change between them;
+        None for a text read whole. Read whole, such a text ran out of the model's positions (the text, the prompt
+        and the speech share them): a 17,000-character file was refused outright, a shorter one cut short."""
         check_text_arg(text, "text")  # the cheap checks of ``request`` first: a bad argument is named before any work
         check_prompt_text(kwargs.get("prompt_text"))
         check_seed(kwargs.get("seed"))
+        if len(text) * 16 < self._whole_tokens:  # no character reads out longer than "5℃" -> "five degrees Celsius"
+            return None  # (10 characters each; a character is at least one token): it fits, nothing to count
         try:
             segments = self.segments(text, normalize=kwargs.get("normalize", True), max_tokens=self._whole_tokens)
-            return len(segments) > 1
         except InputError:
-            return False  # the request's own checks name what is wrong
+            return None  # the request's own checks name what is wrong
+        return segments if len(segments) > 1 else None
 
     def _whole(self, request, progress: Callable[[int, int], None] | None) -> Iterator[np.ndarray]:
         audio = self.engine.synthesize(request)
@@ -207,9 +208,8 @@ class VoxCPM2:
             return self.mark.stream(self._sentences(pieces, **kwargs))
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
-        if self._long(text, kwargs):
-            return markup.synthesize_stream(self, text, input_format=input_format, segment_tokens=self._whole_tokens,
-                                            **kwargs)
+        if segments := self._long_segments(text, kwargs):
+            return markup.synthesize_stream(self, text, segments=segments, **kwargs)
         request = self.request(text, **kwargs)
         chunks = self.engine.stream(request)
         if request.speed != 1.0:

@@ -246,8 +246,9 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
     try:
         data, done = first
         while True:
-            events = [_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})] \
-                if data else []
+            events = []
+            if data:
+                events.append(_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}))
             while words:  # the word timings this chunk settled, right after it
                 events.append(_event({"type": "speech.word", **words.pop(0).to_dict()}))
             if events:  # one write: a burst of small ones to a client that has just gone filled the log with
