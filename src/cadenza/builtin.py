@@ -56,6 +56,14 @@ def resolve_model_path(path: str | os.PathLike | None, revision: str | None = No
     return locate_model(path, revision)
 
 
+def local_model_path(path: str | os.PathLike) -> Path:
+    """A path in a training config or a data command: ``"cadenza-tiny"`` names the built-in folder (unless a real
+    ``cadenza-tiny`` exists here), anything else is the path itself, ``~`` expanded; never a hub download."""
+    if str(path) == BUILTIN_NAME and not Path(path).exists():
+        return builtin_model_dir()
+    return Path(path).expanduser()
+
+
 @dataclass(frozen=True)
 class VoiceInfo:
     """One entry of ``voices``: a voice the model was trained on (``heldout``: kept out of training)."""

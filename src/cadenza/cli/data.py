@@ -26,8 +26,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     prep.add_argument("--corpus", required=True, help="corpus folder, or a JSONL manifest for --layout jsonl")
     prep.add_argument("--layout", required=True, choices=LAYOUTS)
     prep.add_argument("--out", required=True, help="output folder (re-run with the same --out to resume)")
-    prep.add_argument("--model", help="model folder whose speech_tokenizer_v2.onnx / campplus.onnx / "
-                                      "CosyVoice-BlankEN tokenizer fill speech_tokens / spk_emb / text_ids")
+    prep.add_argument("--model", help="model folder whose speech tokenizer / speaker encoder / text tokenizer fill "
+                                      "speech_tokens / spk_emb / text_ids (ONNX or trained ones; cadenza-tiny: the "
+                                      "built-in model, to fine-tune it on your voice)")
     prep.add_argument("--extractor", action="append", default=[], metavar="MODULE:FACTORY[=ARG]",
                       help="an extra feature extractor (repeatable)")
     prep.add_argument("--shard-size", type=positive_int, default=256)

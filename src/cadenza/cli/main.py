@@ -28,6 +28,7 @@ from cadenza.cli.args import (
     speed_method_argument,
     watermark_argument,
 )
+from cadenza.cli.assemble import add_assemble_parser, run_assemble
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_voices_parser(sub)
     add_train_parser(sub)
+    add_assemble_parser(sub)
     add_data_parser(sub)
     add_eval_parser(sub)
     add_detect_parser(sub)
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
-               "serve": run_serve, "voices": run_voices, "train": run_train, "data": run_data, "eval": run_eval,
+               "serve": run_serve, "voices": run_voices, "train": run_train, "assemble": run_assemble, "data": run_data, "eval": run_eval,
                "detect": run_detect}[args.command]
     return report_errors(lambda: command(args), verbose=args.verbose, unwind_on_sigterm=args.command != "train")
 

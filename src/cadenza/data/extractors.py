@@ -14,9 +14,9 @@ Built-in fields and their layout in the shards:
 | ``wav`` | int16 ``[samples]`` at 24 kHz (x 1/32767 -> [-1, 1]) | ``WaveformExtractor`` |
 | ``mel`` | float32 ``[frames, 80]`` (``flow_prompt_mel``, frames = samples // 480) | ``MelExtractor`` |
 | ``f0`` | float32 ``[frames]`` Hz, 0 = unvoiced | ``F0Extractor`` |
-| ``speech_tokens`` | int32 ``[tokens]`` (25 Hz) | ``SpeechTokenExtractor`` (``speech_tokenizer_v2.onnx``) |
-| ``spk_emb`` | float32 ``[192]`` raw x-vector | ``SpeakerEmbeddingExtractor`` (``campplus.onnx``) |
-| ``text_ids`` | int32 ``[n]`` Qwen2 ids of the transcript | ``TextIdsExtractor`` (``CosyVoice-BlankEN``) |
+| ``speech_tokens`` | int32 ``[tokens]`` (25 Hz) | ``SpeechTokenExtractor`` (``speech_tokenizer_v2.onnx`` or a trained one) |
+| ``spk_emb`` | float32 ``[192]`` raw x-vector | ``SpeakerEmbeddingExtractor`` (``campplus.onnx`` or a trained one) |
+| ``text_ids`` | int32 ``[n]`` Qwen2 (or phoneme) ids of the transcript | ``TextIdsExtractor`` (``CosyVoice-BlankEN``) |
 
 An extractor run over a prepared corpus (``cadenza data extract``, ``add_features``) may also declare
 ``needs: tuple[str, ...]``: fields an earlier extraction stored (e.g. ``speech_tokens``); they arrive as
@@ -115,19 +115,24 @@ class F0Extractor:
 
 
 def _frontend(model_dir: str | Path):
-    """A ``CosyVoice2Frontend`` over whatever frontend files ``model_dir`` has (weights are not needed)."""
+    """A ``CosyVoice2Frontend`` over whatever frontend files ``model_dir`` has (weights are not needed): the release's
+    ONNX models and BPE files, or a trained speech tokenizer / speaker encoder (``speech_tokenizer.safetensors``,
+    ``speaker_encoder.safetensors``) and a phoneme table, as the built-in cadenza-tiny has. ``cadenza-tiny`` names
+    the built-in folder."""
+    from cadenza.builtin import resolve_model_path
     from cadenza.models.cosyvoice2.config import CosyVoice2Config
     from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
-    from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR, CosyVoice2Files
+    from cadenza.models.cosyvoice2.loader import BPE_FILES, CONFIG_NAMES, PHONEMES_FILE, QWEN_DIR, CosyVoice2Files
 
-    d = Path(model_dir).expanduser()
+    d = resolve_model_path(model_dir)
     if not d.is_dir():
         raise InputError(f"model directory not found: {d}")
     blank = d / QWEN_DIR
     config = next((d / n for n in CONFIG_NAMES if (d / n).is_file()), d / CONFIG_NAMES[0])
+    bpe = all((blank / n).is_file() for n in BPE_FILES)
     files = CosyVoice2Files(
         directory=d, config=config, qwen_config=blank / "config.json", weights={},
-        tokenizer_dir=blank if (blank / "vocab.json").is_file() and (blank / "merges.txt").is_file() else None,
+        tokenizer_dir=blank if bpe or (blank / PHONEMES_FILE).is_file() else None,
         campplus=d / "campplus.onnx" if (d / "campplus.onnx").is_file() else None,
         speech_tokenizer=d / "speech_tokenizer_v2.onnx" if (d / "speech_tokenizer_v2.onnx").is_file() else None,
     )
@@ -135,7 +140,8 @@ def _frontend(model_dir: str | Path):
 
 
 class SpeechTokenExtractor:
-    """25 Hz speech tokens from the model directory's ``speech_tokenizer_v2.onnx`` (16 kHz whisper log-mel in)."""
+    """25 Hz speech tokens from the model directory's speech tokenizer (``speech_tokenizer_v2.onnx``, or a trained
+    ``speech_tokenizer.safetensors``; 16 kHz whisper log-mel in): the ids inference gives the same audio."""
 
     name, fields = "speech_tokens", ("speech_tokens",)
 
@@ -147,7 +153,8 @@ class SpeechTokenExtractor:
 
 
 class SpeakerEmbeddingExtractor:
-    """192-d x-vector from the model directory's ``campplus.onnx`` (16 kHz Kaldi fbank in)."""
+    """The x-vector from the model directory's speaker encoder (``campplus.onnx``, or a trained
+    ``speaker_encoder.safetensors``; 16 kHz Kaldi fbank in)."""
 
     name, fields = "spk_emb", ("spk_emb",)
 
@@ -159,18 +166,16 @@ class SpeakerEmbeddingExtractor:
 
 
 class TextIdsExtractor:
-    """Qwen2 token ids of the transcript (``CosyVoice-BlankEN`` tokenizer files)."""
+    """Text token ids of the transcript, as inference reads a segment (``CosyVoice2Frontend.text_ids``): Qwen2 BPE ids
+    (``CosyVoice-BlankEN`` vocab.json + merges.txt), or phoneme ids (``phonemes.json``) ending as a sentence does."""
 
     name, fields = "text_ids", ("text_ids",)
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, frontend) -> None:
+        self.frontend = frontend
 
     def __call__(self, utt: Utterance) -> dict[str, Any]:
-        ids = self.tokenizer.encode(utt.text)
-        if not ids:
-            raise InputError("the transcript gives no text tokens")
-        return {"text_ids": torch.tensor(ids, dtype=torch.int32)}
+        return {"text_ids": self.frontend.text_ids(utt.text, "the transcript")[0].to(torch.int32)}
 
 
 class ManifestArraysExtractor:
@@ -243,22 +248,29 @@ def default_extractors(mel: MelConfig | None = None, wav: bool = True, f0: bool 
 
 
 def model_dir_extractors(model_dir: str | Path) -> list[Extractor]:
-    """Speech tokens, x-vectors and text ids from a (released) model directory's frontend files."""
+    """Speech tokens, x-vectors and text ids from a model directory's frontend: a released folder's ONNX models and
+    BPE files, or the trained tokenizer, speaker encoder and phoneme table of a folder such as the built-in
+    cadenza-tiny (``model_dir="cadenza-tiny"``), whose voice a corpus can then fine-tune (docs/training.md)."""
     frontend, files = _frontend(model_dir)
+    parts = {"speech_tokens": frontend.has_speech_tokenizer, "spk_emb": frontend.has_speaker_encoder,
+             "text_ids": files.tokenizer_dir is not None}
     out: list[Extractor] = []
-    if files.speech_tokenizer is not None:
+    if parts["speech_tokens"]:
         out.append(SpeechTokenExtractor(frontend))
-    if files.campplus is not None:
+    if parts["spk_emb"]:
         out.append(SpeakerEmbeddingExtractor(frontend))
-    if files.tokenizer_dir is not None:
-        out.append(TextIdsExtractor(frontend.tokenizer))
+    if parts["text_ids"]:
+        out.append(TextIdsExtractor(frontend))
     if not out:
-        raise InputError(f"{files.directory} has none of speech_tokenizer_v2.onnx, campplus.onnx, "
-                         "CosyVoice-BlankEN/{vocab.json,merges.txt}: nothing to extract with --model")
-    missing = [n for n, p in (("speech_tokenizer_v2.onnx", files.speech_tokenizer), ("campplus.onnx", files.campplus),
-                              ("CosyVoice-BlankEN tokenizer", files.tokenizer_dir)) if p is None]
+        raise InputError(f"{files.directory} has no speech tokenizer (speech_tokenizer_v2.onnx or "
+                         "speech_tokenizer.safetensors), no speaker encoder (campplus.onnx or "
+                         "speaker_encoder.safetensors) and no text tokenizer (CosyVoice-BlankEN/{vocab.json,merges.txt} "
+                         "or phonemes.json): nothing to extract with --model")
+    missing = [n for n, present in (("speech tokenizer", parts["speech_tokens"]),
+                                    ("speaker encoder", parts["spk_emb"]), ("text tokenizer", parts["text_ids"]))
+               if not present]
     if missing:
-        log.warning("%s lacks %s: those features are left for later", files.directory, ", ".join(missing))
+        log.warning("%s lacks a %s: those features are left for later", files.directory, ", ".join(missing))
     return out
 
 

@@ -15,7 +15,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +105,23 @@ def _process(item: CorpusItem, extractors: Sequence[Extractor], limits: DataLimi
     return arrays, entry
 
 
-def _model_mel(model_dir: str | Path) -> MelConfig:
-    """The mel settings of a model folder's config (the flow must see the features it was trained on)."""
+def _model_config(model_dir: str | Path):
+    """The ``CosyVoice2Config`` of a model folder, or None when it has no readable config (the flow must see the mel
+    features it was trained on, and the LM's decoding limits bound the items it can learn from)."""
+    from cadenza.builtin import local_model_path
     from cadenza.errors import CheckpointError
     from cadenza.models.cosyvoice2.config import CosyVoice2Config
     from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
 
-    d = Path(model_dir)
+    d = local_model_path(model_dir)  # "cadenza-tiny": the built-in folder
     yaml_path = next((d / n for n in CONFIG_NAMES if (d / n).is_file()), None)
     if yaml_path is None or not (d / QWEN_DIR / "config.json").is_file():
-        return MelConfig()
+        return None
     try:
-        return CosyVoice2Config.from_files(yaml_path, d / QWEN_DIR / "config.json").mel
+        return CosyVoice2Config.from_files(yaml_path, d / QWEN_DIR / "config.json")
     except CheckpointError:
-        log.warning("cannot read %s; using the CosyVoice 2 mel settings", yaml_path)
-        return MelConfig()
+        log.warning("cannot read %s; using the CosyVoice 2 mel settings and length limits", yaml_path)
+        return None
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -166,13 +168,21 @@ def prepare(
     """Prepare ``corpus`` (``layout``: ljspeech | libritts | jsonl) into ``out``; resumable.
 
     Features: mel (+ 24 kHz wav, + f0) always; speech tokens / x-vectors / text ids from ``model_dir``'s frontend
-    files when given; plus any ``extractors``. Returns the summary (also in ``out/prepare.json`` once all parts are
+    files when given; plus any ``extractors``. With ``model_dir``, limits whose token/text ratios are the defaults
+    take the model's own (its LM's ``min_token_text_ratio`` ... ``max_token_text_ratio``). Returns the summary (also in ``out/prepare.json`` once all parts are
     done) with this run's ``processed_shards`` / ``skipped_shards``.
     """
     if shard_size < 1 or not 0 <= part < num_parts:
         raise InputError("need shard_size >= 1 and 0 <= part < num_parts")
     limits = limits or DataLimits()
-    mel = mel or (_model_mel(model_dir) if model_dir else MelConfig())
+    model_cfg = _model_config(model_dir) if model_dir else None
+    mel = mel or (model_cfg.mel if model_cfg is not None else MelConfig())
+    default = DataLimits()
+    if model_cfg is not None and (limits.min_token_text_ratio, limits.max_token_text_ratio) == (
+            default.min_token_text_ratio, default.max_token_text_ratio):
+        # Unless the caller set them: the model's own decoding limits (cadenza-tiny's phoneme LM: 0.5-4 per id).
+        limits = replace(limits, min_token_text_ratio=model_cfg.lm.min_token_text_ratio,
+                         max_token_text_ratio=model_cfg.lm.max_token_text_ratio)
     if mel.sampling_rate != limits.sample_rate:
         raise InputError(f"mel sampling rate {mel.sampling_rate} != data sample rate {limits.sample_rate}")
     out = Path(out)

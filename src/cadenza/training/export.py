@@ -11,14 +11,20 @@ source that has both; the frontend prefers them to the ONNX files. The merged co
 vocabulary = the LM's speech tokens = the trained tokenizer's codebook; the flow's ``spk_embed_dim`` = the trained
 speaker encoder's embedding); ``verify`` then loads the directory the way ``Cadenza.from_pretrained`` does, with
 strict key checks, and the trained frontend models with theirs.
+
+``base`` may be ``"cadenza-tiny"`` (the built-in folder): its ``cadenza.json`` comes along (default voice, phoneme
+frontend, ``lm_prompt``), renamed to ``out``'s folder name, so a flow / vocoder fine-tuned on your recordings
+becomes a folder that speaks as the built-in one does (docs/training.md, "Your voice on the built-in model").
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+from cadenza.builtin import METADATA_NAME, local_model_path, read_model_metadata
 from cadenza.errors import CheckpointError, InputError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, Qwen2Config
 from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
@@ -27,6 +33,7 @@ from cadenza.models.speaker_encoder import inference as speaker_io
 from cadenza.models.speaker_encoder.config import SpeakerEncoderConfig
 from cadenza.models.speech_tokenizer import inference as tokenizer_io
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
+from cadenza.text.phonemes import PHONEMES_FILE
 from cadenza.training.model_files import write_model_config
 
 COMPONENTS = {"llm.pt": ("llm",), "flow.pt": ("flow", "token_mel_ratio", "chunk_size", "num_decoding_left_chunks",
@@ -75,10 +82,26 @@ def _check_native_frontend(chosen: dict[str, Path | None], cfg: CosyVoice2Config
         raise InputError(f"unreadable trained frontend model: {exc}") from exc
 
 
+def _carry_metadata(base: Path, out: Path, trained: list[Path]) -> None:
+    """``base``'s ``cadenza.json`` into ``out``, named after ``out`` and saying what was fine-tuned from it (its
+    ``weights_dtype`` is dropped: stage exports are float32)."""
+    doc = read_model_metadata(base)
+    if not doc:
+        return
+    parts = sorted(n.removesuffix(".pt") for d in trained for n in COMPONENTS if (d / n).is_file())
+    origin = doc.get("name") or base.name
+    doc = {k: v for k, v in doc.items() if k != "weights_dtype"}
+    doc["name"] = out.resolve().name
+    doc["recipe"] = f"{origin} with its {', '.join(parts) or 'nothing'} fine-tuned (assemble_model_dir, base={origin})"
+    if "status_note" in doc:  # the base's measured figures are not this folder's
+        doc["status_note"] = f"{origin} with its {', '.join(parts) or 'nothing'} fine-tuned; not measured as a whole"
+    (out / METADATA_NAME).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Path | None = None,
                        verify: bool = True) -> Path:
     """Copy the components of ``stage_dirs`` (later ones win) over ``base`` into ``out``; returns ``out``."""
-    sources = ([Path(base)] if base is not None else []) + [Path(d) for d in stage_dirs]
+    sources = ([local_model_path(base)] if base is not None else []) + [Path(d) for d in stage_dirs]
     for d in sources:
         if not d.is_dir():
             raise InputError(f"not a folder: {d}")
@@ -111,8 +134,9 @@ def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Pat
         raise InputError(f"the components do not fit together: {exc}") from exc
     native = {what: _last_with_all(sources, names) for what, names in NATIVE_FRONTEND.items()}
     _check_native_frontend(native, cfg)
-    tok_src = chosen["llm.pt"] if (chosen["llm.pt"] / QWEN_DIR / "vocab.json").is_file() else \
-        _last_with(sources, f"{QWEN_DIR}/vocab.json")
+    # The text tokenizer: BPE files, or a phoneme table (cadenza-tiny), from the LM's source first.
+    tok_src = next((d for d in (chosen["llm.pt"], *reversed(sources))
+                    if any((d / QWEN_DIR / n).is_file() for n in ("vocab.json", PHONEMES_FILE))), None)
     out.mkdir(parents=True, exist_ok=True)
     write_model_config(out, cfg, tok_src / QWEN_DIR if tok_src is not None else None)
     for name, d in chosen.items():
@@ -125,6 +149,8 @@ def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Pat
         if native[what] is not None:
             for name in names:
                 shutil.copyfile(native[what] / name, out / name)
+    if base is not None:
+        _carry_metadata(sources[0], out, [d for d in sources[1:] if any((d / n).is_file() for n in COMPONENTS)])
     if verify:
         from cadenza.models.cosyvoice2.loader import inspect_directory, load_cosyvoice2_weights
 

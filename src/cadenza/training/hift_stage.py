@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from cadenza.audio.mel import flow_prompt_mel
+from cadenza.builtin import local_model_path
 from cadenza.engine.precision import detect_cpu
 from cadenza.errors import InputError
 from cadenza.loading import read_torch_state_dict
@@ -270,7 +271,7 @@ class HiFTStage(TrainingStage):
         """The generator as trained: from ``init_hift`` if given, weight-normalised if configured."""
         generator = HiFTGenerator(self.model_cfg)
         if self.cfg.init_hift:
-            path = Path(self.cfg.init_hift).expanduser()
+            path = local_model_path(self.cfg.init_hift)  # "cadenza-tiny": the built-in folder
             state = read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path)
             if self.cfg.source_mix is not None:  # reset below anyway
                 state = with_source_mix_of(state, generator)

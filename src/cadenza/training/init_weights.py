@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from cadenza.builtin import local_model_path
 from cadenza.errors import CheckpointError
 from cadenza.loading import load_into, read_torch_state_dict
 from cadenza.models.cosyvoice2.loader import LM_IGNORED_KEYS
@@ -26,7 +27,7 @@ QWEN_BODY_PREFIX = "llm.model."  # TextSpeechLM key = this + HF Qwen2ForCausalLM
 
 
 def _component_file(path: str | Path, name: str) -> Path:
-    p = Path(path).expanduser()
+    p = local_model_path(path)  # "cadenza-tiny": the built-in folder
     return p / name if p.is_dir() else p
 
 

@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cadenza.builtin import local_model_path
 from cadenza.errors import CheckpointError, InputError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config, Qwen2Config
 from cadenza.models.cosyvoice2.loader import CONFIG_NAMES, QWEN_DIR
 from cadenza.models.cosyvoice2.yaml_reader import read_hyperpyyaml
+from cadenza.text.phonemes import PHONEMES_FILE
 
 YAML_NAME = "cosyvoice2.yaml"
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "phonemes.json")
@@ -134,13 +136,13 @@ def resolve_model(section: dict[str, Any] | None) -> ModelSource:
     section = dict(section or {})
     try:
         if section.get("dir"):
-            d = Path(section["dir"]).expanduser()
+            d = local_model_path(section["dir"])  # "cadenza-tiny": the built-in folder
             yaml_path = next((d / n for n in CONFIG_NAMES if (d / n).is_file()), None)
             if yaml_path is None or not (d / QWEN_DIR / "config.json").is_file():
                 raise InputError(f"model.dir {d} needs {' or '.join(CONFIG_NAMES)} and {QWEN_DIR}/config.json")
             y = _deep_merge(read_hyperpyyaml(yaml_path), section.get("overrides") or {})
             cfg = CosyVoice2Config.from_dict(y, Qwen2Config.from_json(d / QWEN_DIR / "config.json"), str(yaml_path))
-            tok = d / QWEN_DIR if (d / QWEN_DIR / "vocab.json").is_file() else None
+            tok = d / QWEN_DIR if any((d / QWEN_DIR / n).is_file() for n in ("vocab.json", PHONEMES_FILE)) else None
             return ModelSource(cfg, d, Path(section["tokenizer"]) if section.get("tokenizer") else tok)
         y = _deep_merge(_yaml_source(section.get("config")), section.get("overrides") or {})
         cfg = CosyVoice2Config.from_dict(y, _qwen_source(section.get("qwen")), "model.config")

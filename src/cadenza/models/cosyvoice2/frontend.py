@@ -163,6 +163,16 @@ class CosyVoice2Frontend:
             return load_native, native, what
         return onnx_cls, onnx_path, what
 
+    @property
+    def has_speech_tokenizer(self) -> bool:
+        """Whether the folder has a speech tokenizer (trained or ONNX); nothing is loaded."""
+        return self._audio_source("_speech_tokenizer")[1] is not None
+
+    @property
+    def has_speaker_encoder(self) -> bool:
+        """Whether the folder has a speaker encoder (trained or ONNX); nothing is loaded."""
+        return self._audio_source("_speaker_encoder")[1] is not None
+
     def _audio_model(self, attr: str):
         """The speech tokenizer / speaker encoder, loaded on first use (or by ``load_all``)."""
         with self._lock:

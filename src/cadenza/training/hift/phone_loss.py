@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadenza.audio.whisper_mel import whisper_log10_mel, whisper_power, whisper_scaled_log_mel
+from cadenza.builtin import local_model_path
 from cadenza.errors import InputError
 from cadenza.models.speech_tokenizer.inference import load_speech_tokenizer
 from cadenza.models.speech_tokenizer.model import SpeechTokenizerModel
@@ -54,8 +55,9 @@ class PhoneLoss(nn.Module):
 
     @classmethod
     def from_path(cls, path: str | Path, sample_rate: int) -> PhoneLoss:
-        """From a folder holding ``speech_tokenizer.json`` + ``.safetensors`` (e.g. a cadenza-tiny model folder)."""
-        return cls(load_speech_tokenizer(Path(path).expanduser()).model, sample_rate)
+        """From a folder holding ``speech_tokenizer.json`` + ``.safetensors`` (e.g. a cadenza-tiny model folder;
+        ``"cadenza-tiny"`` names the built-in one)."""
+        return cls(load_speech_tokenizer(local_model_path(path)).model, sample_rate)
 
     def train(self, mode: bool = True) -> PhoneLoss:
         super().train(mode)
