@@ -62,10 +62,16 @@ def prepared(corpus: Path, tmp_path_factory) -> Path:
 
 
 def test_prepare_with_the_builtin_frontend_gives_what_inference_reads(corpus: Path, prepared: Path):
-    """Speech tokens, x-vectors and phoneme ids are those the built-in model computes for the same audio and text
-    (its trained tokenizer and speaker encoder, its phoneme table; not the release's ONNX files and BPE)."""
+    """X-vectors and phoneme ids are those the built-in model computes for the same audio and text (its trained
+    speaker encoder and phoneme table; not the release's ONNX files and BPE); speech tokens are its frame
+    classifier's labels placed by alignment with the transcript (the classifier's own guesses are poor for a voice
+    it never heard), the same length as the tokens it computes."""
+    from cadenza.alignment.aligner import PhonemePosteriors
+    from cadenza.alignment.speech_labels import aligned_labels
+
     tts = cadenza.load()
     frontend = tts.engine.frontend
+    posteriors = PhonemePosteriors()
     data = ShardDataset(prepared, ("speech_tokens", "spk_emb", "text_ids", "mel"))
     assert len(data) == len(SENTENCES)
     with one_torch_thread():
@@ -73,7 +79,10 @@ def test_prepare_with_the_builtin_frontend_gives_what_inference_reads(corpus: Pa
             item = data[i]
             wav, sr = sf.read(corpus / f"u{i}.wav", dtype="float32")
             wav16k = resample(torch.from_numpy(wav), sr, 16000)
-            assert torch.equal(item["speech_tokens"].long(), frontend.speech_tokens(wav16k)[0])
+            ids = frontend.text_ids(SENTENCES[i])[0]
+            expect = aligned_labels(posteriors(wav16k.numpy()), ids.tolist(), posteriors.symbols)
+            assert item["speech_tokens"].long().tolist() == expect.tolist()
+            assert abs(item["speech_tokens"].numel() - frontend.speech_tokens(wav16k).shape[1]) <= 1
             assert torch.allclose(item["spk_emb"], frontend.speaker_embedding(wav16k)[0], atol=1e-5)
             assert torch.equal(item["text_ids"].long(), frontend.text_ids(SENTENCES[i])[0])
             # phoneme ids, about two speech tokens each: the LM's own limits (0.5-4), not the release's 2-20

@@ -130,7 +130,7 @@ def _emissions(logp: np.ndarray, graph: _Graph, index: dict[str, int]) -> np.nda
     return np.repeat(cols, STEPS_PER_FRAME, axis=0)
 
 
-def _viterbi(emit: np.ndarray, optional: np.ndarray, final: bool) -> np.ndarray:
+def viterbi(emit: np.ndarray, optional: np.ndarray, final: bool) -> np.ndarray:
     """Best left-to-right path: the state of every step ``[T]`` (each state held >= 1 step; optional ones may be
     skipped). ``final``: the path must reach the last non-optional state."""
     steps, n = emit.shape
@@ -169,7 +169,7 @@ def align_frames(logp: np.ndarray, words: list[tuple[str, ...]], index: dict[str
     if len(logp) == 0:
         return [None] * len(words), 0
     emit = _emissions(logp, graph, index)
-    path = _viterbi(emit, graph.optional, final)
+    path = viterbi(emit, graph.optional, final)
     first_step = np.full(len(graph.symbols), -1)
     last_step = np.full(len(graph.symbols), -1)
     for t, s in enumerate(path):

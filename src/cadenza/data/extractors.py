@@ -119,12 +119,12 @@ def _frontend(model_dir: str | Path):
     ONNX models and BPE files, or a trained speech tokenizer / speaker encoder (``speech_tokenizer.safetensors``,
     ``speaker_encoder.safetensors``) and a phoneme table, as the built-in cadenza-tiny has. ``cadenza-tiny`` names
     the built-in folder."""
-    from cadenza.builtin import resolve_model_path
+    from cadenza.builtin import local_model_path
     from cadenza.models.cosyvoice2.config import CosyVoice2Config
     from cadenza.models.cosyvoice2.frontend import CosyVoice2Frontend
     from cadenza.models.cosyvoice2.loader import BPE_FILES, CONFIG_NAMES, PHONEMES_FILE, QWEN_DIR, CosyVoice2Files
 
-    d = resolve_model_path(model_dir)
+    d = local_model_path(model_dir)
     if not d.is_dir():
         raise InputError(f"model directory not found: {d}")
     blank = d / QWEN_DIR
@@ -150,6 +150,28 @@ class SpeechTokenExtractor:
 
     def __call__(self, utt: Utterance) -> dict[str, Any]:
         return {"speech_tokens": self.frontend.speech_tokens(utt.audio_at(16000))[0].to(torch.int32)}
+
+
+class AlignedSpeechTokenExtractor:
+    """25 Hz speech tokens of a phoneme frame classifier (cadenza-tiny's tokenizer) placed by forced alignment with
+    the transcript (``cadenza.alignment.speech_labels``): the labels the model's corpus was made of, in the
+    transcript's order, where the classifier's own best guess per frame is poor for a voice it never heard."""
+
+    name, fields = "speech_tokens", ("speech_tokens",)
+
+    def __init__(self, frontend, model_dir: Path) -> None:
+        from cadenza.alignment.aligner import PhonemePosteriors
+
+        self.frontend = frontend
+        self.posteriors = PhonemePosteriors(model_dir)
+
+    def __call__(self, utt: Utterance) -> dict[str, Any]:
+        from cadenza.alignment.speech_labels import aligned_labels
+
+        ids = self.frontend.text_ids(utt.text, "the transcript")[0].tolist()
+        logp = self.posteriors(utt.audio_at(16000).numpy())
+        labels = aligned_labels(logp, ids, self.posteriors.symbols)
+        return {"speech_tokens": torch.from_numpy(labels).to(torch.int32)}
 
 
 class SpeakerEmbeddingExtractor:
@@ -247,6 +269,21 @@ def default_extractors(mel: MelConfig | None = None, wav: bool = True, f0: bool 
     return out
 
 
+def _phoneme_frame_classifier(files) -> bool:
+    """Whether the folder's speech tokenizer labels frames with the phonemes of its text table (cadenza-tiny):
+    then a transcript fixes the label sequence, and alignment places it (``AlignedSpeechTokenExtractor``)."""
+    from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
+    from cadenza.models.speech_tokenizer.inference import CONFIG_NAME, find_speech_tokenizer, read_speech_tokenizer_json
+    from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTable
+
+    table = files.tokenizer_dir / PHONEMES_FILE if files.tokenizer_dir is not None else None
+    if find_speech_tokenizer(files.directory) is None or table is None or not table.is_file():
+        return False
+    doc = read_speech_tokenizer_json(files.directory / CONFIG_NAME)
+    classes = SpeechTokenizerConfig.from_dict(doc["config"]).frame_classes
+    return bool(classes) and classes % len(PhonemeTable.read(table).symbols) == 0
+
+
 def model_dir_extractors(model_dir: str | Path) -> list[Extractor]:
     """Speech tokens, x-vectors and text ids from a model directory's frontend: a released folder's ONNX models and
     BPE files, or the trained tokenizer, speaker encoder and phoneme table of a folder such as the built-in
@@ -255,7 +292,10 @@ def model_dir_extractors(model_dir: str | Path) -> list[Extractor]:
     parts = {"speech_tokens": frontend.has_speech_tokenizer, "spk_emb": frontend.has_speaker_encoder,
              "text_ids": files.tokenizer_dir is not None}
     out: list[Extractor] = []
-    if parts["speech_tokens"]:
+    if parts["speech_tokens"] and _phoneme_frame_classifier(files):
+        log.info("speech tokens: the phoneme frame classifier's labels aligned with each transcript")
+        out.append(AlignedSpeechTokenExtractor(frontend, files.directory))
+    elif parts["speech_tokens"]:
         out.append(SpeechTokenExtractor(frontend))
     if parts["spk_emb"]:
         out.append(SpeakerEmbeddingExtractor(frontend))

@@ -28,6 +28,8 @@ Config (``flow:`` section)::
       init_reinit: []            # key prefixes kept fresh on that warm start (e.g. input_embedding. for a new vocabulary)
       init_grown: []             # prefixes of blocks init_flow lacks (a deeper model), started as the identity
                                  # (e.g. decoder.estimator.mid_blocks.2.; training/identity_blocks.py)
+      freeze: []                 # key prefixes kept as loaded, not trained (e.g. [input_embedding., encoder.,
+                                 # encoder_proj.]: the token -> mu side, when the tokens of new data are noisy)
       prior_weight: 0.0          # > 0: also fit the encoder's mu to the mel (MSE; Grad-TTS's encoder loss)
       average_decay: 0.0         # > 0: export an exponential moving average of the weights (e.g. 0.999, ~1,000
                                  # steps; training/parameter_average.py), as flow-matching and diffusion models
@@ -76,6 +78,7 @@ class FlowStageConfig:
     init_flow: str | None = None
     init_reinit: tuple[str, ...] = ()  # key prefixes left freshly initialised on warm start (changed vocabulary)
     init_grown: tuple[str, ...] = ()  # blocks init_flow lacks, started as the identity (identity_blocks.py)
+    freeze: tuple[str, ...] = ()  # key prefixes not trained (requires_grad off, not in the optimiser)
     prior_weight: float = 0.0  # > 0: + weight x MSE(mu, mel), a direct token -> mel signal (flow_objective.py)
     average_decay: float = 0.0  # > 0: export an exponential moving average of the weights (parameter_average.py)
 
@@ -155,6 +158,16 @@ class FlowStage(TrainingStage):
             load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit + self.cfg.init_grown)
             if self.cfg.init_grown:
                 log.info("%d new blocks start as the identity", start_as_identity(flow, self.cfg.init_grown))
+        if self.cfg.freeze:
+            names = [n for n, _ in flow.named_parameters()]
+            unknown = [p for p in self.cfg.freeze if not any(n.startswith(p) for n in names)]
+            if unknown:
+                raise InputError(f"flow.freeze prefixes match no parameter of the flow: {unknown}")
+            frozen = [p for n, p in flow.named_parameters() if n.startswith(tuple(self.cfg.freeze))]
+            for p in frozen:
+                p.requires_grad_(False)
+            log.info("flow.freeze: %d of %d parameters kept as loaded", sum(p.numel() for p in frozen),
+                     sum(p.numel() for p in flow.parameters()))
         self.flow = flow.to(device).train()
         self.model = wrap(FlowForTraining(self.flow, self.cfg.loss_on_prompt, self.cfg.prior_weight))
         self.opt = Optimization(self.flow.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
