@@ -135,6 +135,18 @@ def test_fine_tuned_folder_speaks_with_the_new_default_voice(corpus: Path, prepa
     assert np.sqrt(np.mean(default.samples ** 2)) > 1e-3
 
 
+def test_flow_freeze_keeps_the_named_blocks_as_shipped(prepared: Path, tmp_path: Path):
+    frozen = ("input_embedding.", "encoder.", "encoder_proj.")
+    run = _fine_tune("flow", prepared, tmp_path / "flow", freeze=list(frozen), prior_weight=0.0)
+    shipped = read_torch_state_dict(builtin_model_dir() / "flow.pt")
+    tuned = read_torch_state_dict(run / "flow.pt")
+    kept = [k for k in shipped if k.startswith(frozen)]
+    assert kept and all(torch.equal(shipped[k].float(), tuned[k]) for k in kept)
+    assert any(not torch.equal(shipped[k].float(), tuned[k]) for k in shipped if k.startswith("decoder."))
+    with pytest.raises(InputError, match="flow.freeze prefixes match no parameter"):
+        _fine_tune("flow", prepared, tmp_path / "bad", freeze=["encoder.nope."])
+
+
 def test_assemble_refuses_bad_arguments(prepared: Path, tmp_path: Path, capsys):
     out = tmp_path / "m"
     assert cli_main(["assemble", str(prepared), "--base", "cadenza-tiny", "--out", str(out), "--voice", "me"]) == 2

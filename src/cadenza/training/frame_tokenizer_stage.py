@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from cadenza.audio.resample import resample
 from cadenza.audio.whisper_mel import WHISPER_SAMPLE_RATE, whisper_log_mel
+from cadenza.builtin import local_model_path
 from cadenza.data.dataset import ShardDataset
 from cadenza.errors import InputError
 from cadenza.models.speech_tokenizer.config import SpeechTokenizerConfig
@@ -133,7 +134,7 @@ class FrameTokenizerStage(TrainingStage):
         self.device = torch.device(device)
         self.model = SpeechTokenizerModel(self.cfg)
         if self.stage_cfg.init_tokenizer:
-            self._load_init(Path(self.stage_cfg.init_tokenizer).expanduser())
+            self._load_init(local_model_path(self.stage_cfg.init_tokenizer))  # "cadenza-tiny": the built-in one
         self.model = self.model.to(self.device).train()
         self.wrapped = wrap(self.model)
         self.opt = Optimization(self.model.parameters(), self.train_cfg.optim, self.train_cfg.max_steps)
