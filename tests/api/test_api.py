@@ -136,6 +136,9 @@ def test_voice_conversion_keeps_the_source_length(tts, prompt_wav):
     assert tts.default_speaker is None  # a release folder names no default voice: a target must be given
     with pytest.raises(InputError, match="no default voice"):
         tts.convert_voice((source, SR_PROMPT))
+    # a transcript of the source places phoneme tokens; this model's tokens are not phonemes
+    with pytest.raises(InputError, match="speech tokens are phonemes"):
+        tts.convert_voice((source, SR_PROMPT), prompt_wav, source_text="a tone")
 
 
 @pytest.mark.parametrize("sr", [8000, 11025, 22050, 44100, 48000])

@@ -379,10 +379,15 @@ class Cadenza:
         return iter(stream)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
-                      *, speaker: str | None = None) -> Audio:
+                      *, speaker: str | None = None, source_text: str | None = None) -> Audio:
         """Voice conversion: say what ``source_wav`` says in another voice (no LM): that of ``prompt_wav``, of the
-        saved ``speaker``, or, with neither, the model's default voice (the built-in model: joe)."""
+        saved ``speaker``, or, with neither, the model's default voice (the built-in model: joe).
+
+        ``source_text``: what ``source_wav`` says, for a model whose speech tokens are phonemes (the built-in model):
+        its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
+        of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md)."""
         check_seed(seed)
+        check_prompt_text(source_text)  # the same bounds as a prompt's transcript
         if prompt_wav is not None and speaker is not None:
             raise InputError("give either prompt_wav or speaker as the target voice, not both")
         if speaker is None and prompt_wav is None and self.default_speaker is None:
@@ -393,7 +398,10 @@ class Cadenza:
         validate_prompt_audio(src, sr, max_seconds=30.0)
         if prompt_wav is not None:
             voice = self.voice_from_audio(prompt_wav)
-        source_tokens = self.engine.frontend.speech_tokens(resample(src, sr, 16000))
+        src16k = resample(src, sr, 16000)
+        frontend = self.engine.frontend
+        source_tokens = (frontend.speech_tokens(src16k) if source_text is None
+                         else frontend.aligned_speech_tokens(src16k, source_text))
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
 

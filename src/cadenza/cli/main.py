@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     target = vc.add_mutually_exclusive_group()
     target.add_argument("--prompt-wav", help="a recording of the target voice")
     target.add_argument("--speaker", help="a saved speaker of the model (see `cadenza speakers`)")
+    vc.add_argument("--source-text", help="what --source-wav says (a model whose speech tokens are phonemes, e.g. the "
+                                          "built-in one: keeps the words of a voice its tokenizer never heard)")
     vc.add_argument("--seed", type=seed)
     vc.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(vc)
@@ -404,7 +406,8 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 
 def _vc(args) -> None:
     tts = _load(args)
-    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed, speaker=args.speaker)
+    text = {"source_text": args.source_text} if args.source_text is not None else {}
+    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed, speaker=args.speaker, **text)
     _save(audio, args.output)
     print(f"wrote {args.output}: {audio.duration:.2f} s", file=sys.stderr)
 
