@@ -99,7 +99,6 @@ class CosyVoice2Frontend:
         self._tokenizer: CosyVoice2Tokenizer | None = None
         self._speaker_encoder = None
         self._speech_tokenizer = None
-        self._posteriors = None  # the phoneme frame classifier's posteriors, for aligned_speech_tokens
 
     # -- lazily loaded parts -------------------------------------------------------------------------------------
     @property
@@ -328,32 +327,6 @@ class CosyVoice2Frontend:
         feats = whisper_log_mel(wav16k, n_mels=WHISPER_MELS)  # AudioError here is about the client's audio
         tokens = self._run_part("speech tokenizer", self._audio_model("_speech_tokenizer"), feats)
         return self._checked_tokens(tokens, feats.shape[2])
-
-    def aligned_speech_tokens(self, wav16k: torch.Tensor, transcript: str) -> torch.Tensor:
-        """wav ``[N]`` at 16 kHz and what it says -> speech token ids ``[1, T]`` (as many as ``speech_tokens``): the
-        phoneme frame classifier's labels in the transcript's order, placed by forced alignment
-        (``cadenza.alignment.speech_labels``). Only for a folder whose tokenizer is such a classifier (cadenza-tiny):
-        on a voice it never heard its own labels are mostly wrong, the aligned ones are not (docs/training.md)."""
-        from cadenza.alignment.aligner import PhonemePosteriors
-        from cadenza.alignment.speech_labels import aligned_labels
-
-        with self._lock:
-            if self._posteriors is None:
-                if not self.reads_phonemes:
-                    raise TextError("a transcript of the source audio needs a model whose speech tokens are phonemes "
-                                    "(such as the built-in cadenza-tiny); leave it out for this model")
-                try:
-                    self._posteriors = PhonemePosteriors(self.files.directory)
-                except (ValueError, CheckpointError) as exc:
-                    raise TextError(f"this model's speech tokenizer cannot use a transcript ({exc}); leave it out") \
-                        from None
-            posteriors = self._posteriors
-        ids = self.text_ids(transcript, "source text")[0].tolist()
-        frames = self.speech_tokens(wav16k).shape[1]
-        labels = torch.from_numpy(aligned_labels(posteriors(wav16k.numpy()), ids, posteriors.symbols))
-        if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
-            labels = torch.cat([labels, labels[-1:].repeat(frames - labels.numel())])
-        return labels[:frames].reshape(1, -1)
 
     def speaker_embedding(self, wav16k: torch.Tensor) -> torch.Tensor:
         """wav ``[N]`` at 16 kHz -> x-vector ``[1, 192]``."""
