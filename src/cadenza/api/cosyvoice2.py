@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from cadenza.api.arguments import (
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.source_alignment import SourceAligner
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
 from cadenza.audio.prompt import validate_prompt_audio
@@ -83,8 +83,7 @@ class Cadenza:
         default = meta.get("default_speaker")
         self.default_speaker = default if isinstance(default, str) and default in engine.speakers else None
         self.lm_prompt = meta.get("lm_prompt", True)  # cadenza.json; False: no LM prompt (_lm_conditioning)
-        self._posteriors = None  # the phoneme frame classifier, loaded by the first convert_voice(source_text=)
-        self._posteriors_lock = threading.Lock()
+        self.source_aligner = SourceAligner(self.directory, self.engine.frontend)  # convert_voice(source_text=)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
@@ -404,36 +403,9 @@ class Cadenza:
         src16k = resample(src, sr, 16000)
         frontend = self.engine.frontend
         source_tokens = (frontend.speech_tokens(src16k) if source_text is None
-                         else self._aligned_source_tokens(src16k, source_text))
+                         else self.source_aligner.tokens(src16k, source_text))
         req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
-
-    def _aligned_source_tokens(self, wav16k: torch.Tensor, transcript: str) -> torch.Tensor:
-        """wav ``[N]`` at 16 kHz and what it says -> speech token ids ``[1, T]`` (as many as the tokenizer gives): the
-        phoneme frame classifier's labels in the transcript's order, placed by forced alignment
-        (``cadenza.alignment.speech_labels``). Only for a model whose tokenizer is such a classifier (cadenza-tiny):
-        on a voice it never heard its own labels are mostly wrong, the aligned ones are not (docs/training.md)."""
-        from cadenza.alignment.aligner import PhonemePosteriors
-        from cadenza.alignment.speech_labels import aligned_labels
-
-        frontend = self.engine.frontend
-        with self._posteriors_lock:
-            if self._posteriors is None:
-                if not frontend.reads_phonemes:
-                    raise TextError("a transcript of the source audio needs a model whose speech tokens are phonemes "
-                                    "(such as the built-in cadenza-tiny); leave it out for this model")
-                try:
-                    self._posteriors = PhonemePosteriors(self.directory)
-                except (ValueError, CheckpointError) as exc:
-                    raise TextError(f"this model's speech tokenizer cannot use a transcript ({exc}); leave it out") \
-                        from None
-            posteriors = self._posteriors
-        ids = frontend.text_ids(transcript, "source text")[0].tolist()
-        frames = frontend.speech_tokens(wav16k).shape[1]
-        labels = torch.from_numpy(aligned_labels(posteriors(wav16k.numpy()), ids, posteriors.symbols))
-        if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
-            labels = torch.cat([labels, labels[-1:].repeat(frames - labels.numel())])
-        return labels[:frames].reshape(1, -1)
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property

@@ -1,0 +1,53 @@
+"""A source recording's speech tokens from what it says, for voice conversion (``convert_voice(source_text=)``).
+
+For a model whose speech tokens are phonemes (the built-in cadenza-tiny's frame classifier), the transcript fixes the
+label sequence and forced alignment places it (``cadenza.alignment.speech_labels``): on a voice the classifier never
+heard its own labels are mostly wrong, the aligned ones are not (docs/cadenza-tiny.md, "Limitations"). Kept in the
+API: ``models/`` does not import ``alignment/``, which sits above it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from cadenza.errors import CheckpointError, TextError
+
+
+class SourceAligner:
+    """The model folder's phoneme frame classifier, loaded on first use, and the tokens it places."""
+
+    def __init__(self, directory: Path, frontend) -> None:
+        self.directory = directory
+        self.frontend = frontend
+        self._posteriors = None
+        self._lock = threading.Lock()
+
+    def _classifier(self):
+        from cadenza.alignment.aligner import PhonemePosteriors
+
+        with self._lock:
+            if self._posteriors is None:
+                if not self.frontend.reads_phonemes:
+                    raise TextError("a transcript of the source audio needs a model whose speech tokens are phonemes "
+                                    "(such as the built-in cadenza-tiny); leave it out for this model")
+                try:
+                    self._posteriors = PhonemePosteriors(self.directory)
+                except (ValueError, CheckpointError) as exc:
+                    raise TextError(f"this model's speech tokenizer cannot use a transcript ({exc}); leave it out") \
+                        from None
+            return self._posteriors
+
+    def tokens(self, wav16k: torch.Tensor, transcript: str) -> torch.Tensor:
+        """wav ``[N]`` at 16 kHz and what it says -> speech token ids ``[1, T]``, as many as the tokenizer gives."""
+        from cadenza.alignment.speech_labels import aligned_labels
+
+        posteriors = self._classifier()
+        ids = self.frontend.text_ids(transcript, "source text")[0].tolist()
+        frames = self.frontend.speech_tokens(wav16k).shape[1]  # the tokenizer's count (the output's length)
+        labels = torch.from_numpy(aligned_labels(posteriors(wav16k.numpy()), ids, posteriors.symbols))
+        if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
+            labels = torch.cat([labels, labels[-1:].repeat(frames - labels.numel())])
+        return labels[:frames].reshape(1, -1)
