@@ -156,6 +156,20 @@ def test_fields_a_model_cannot_honour_are_named(live):
     assert {"x1", "x2", "x3"}.isdisjoint(v["name"] for v in live.client.get("/v1/audio/voices").json())
 
 
+def test_voice_conversion_is_a_cosyvoice2_mode(live):
+    """``/v1/audio/voice-conversion`` names the model when it is a VoxCPM 2 one, and refuses a VoxCPM 2 voice as the
+    target of a CosyVoice 2 model as the speech endpoint does; a CosyVoice 2 voice converts."""
+    samples, sr = speech_prompt(2.0)
+    files = {"audio": ("s.wav", wav_bytes(samples, sr), "audio/wav")}
+    r = live.client.post("/v1/audio/voice-conversion", files=files, data={"model": "vx2", "voice": "vera"})
+    assert "no voice conversion" in _error(r, 400, "model")["message"]
+    r = live.client.post("/v1/audio/voice-conversion", files=files, data={"model": "cv2", "voice": "vera"})
+    assert _error(r, 400, "voice")["code"] == "voice_model_mismatch"
+    r = live.client.post("/v1/audio/voice-conversion", files=files,
+                         data={"model": "cv2", "voice": "carl", "response_format": "pcm", "stream": "false"})
+    assert r.status_code == 200 and abs(len(r.content) / 2 / 24000 - 2.0) < 0.1, r.text
+
+
 def test_the_request_model_selects_the_model(live, cv2):
     _error(_speech(live, model="nope"), 404, "model")
     r = _speech(live, model="tts-1", voice="carl")  # OpenAI's own names: the default (first) model

@@ -31,11 +31,9 @@ from cadenza.api.arguments import (
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
-from cadenza.api.source_alignment import SourceAligner
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
-from cadenza.audio.prompt import validate_prompt_audio
-from cadenza.audio.resample import resample
+from cadenza.api.voice_conversion import SourceAligner, conversion_request
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import iterate_segments, stream_segments
@@ -389,22 +387,17 @@ class Cadenza:
         its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
         of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md)."""
         check_seed(seed)
-        check_prompt_text(source_text)  # the same bounds as a prompt's transcript
+        check_prompt_text(source_text)
         if prompt_wav is not None and speaker is not None:
             raise InputError("give either prompt_wav or speaker as the target voice, not both")
         if speaker is None and prompt_wav is None and self.default_speaker is None:
             raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
         if prompt_wav is None:  # a saved voice (checked before any audio is read): its flow prompt is the target
             voice, _, _, _ = self._voice(None, None, None, None, speaker)
-        src, sr = self._load_prompt(source_wav)
-        validate_prompt_audio(src, sr, max_seconds=30.0)
-        if prompt_wav is not None:
+        else:
             voice = self.voice_from_audio(prompt_wav)
-        src16k = resample(src, sr, 16000)
-        frontend = self.engine.frontend
-        source_tokens = (frontend.speech_tokens(src16k) if source_text is None
-                         else self.source_aligner.tokens(src16k, source_text))
-        req = SynthesisRequest(mode="vc", voice=voice, source_tokens=source_tokens, seed=seed)
+        req = conversion_request(self.engine.frontend, self.source_aligner, source_wav, voice, source_text=source_text,
+                                 seed=seed, sample_rate=self.sample_rate)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
@@ -460,6 +453,15 @@ class Cadenza:
                                       lm_prompt_speech=lm_speech, seed=None if seed is None else seed + i,
                                       speed=speed))
         return Plan(requests, n_text)
+
+    def conversion_plan(self, source: PromptAudio, voice: Voice | None, *, source_text: str | None = None,
+                        seed: int | None = None, max_seconds: float = 30.0) -> Plan:
+        """Voice conversion as a plan (the server's ``POST /v1/audio/voice-conversion``): one request saying what
+        ``source`` says in ``voice`` (``None``: the default voice); ``convert_voice`` for the rest."""
+        prompt = self._conditioning(voice, None)[0]
+        return Plan([conversion_request(self.engine.frontend, self.source_aligner, source, prompt,
+                                        source_text=source_text, seed=seed, sample_rate=self.sample_rate,
+                                        max_seconds=max_seconds)], 0)
 
     def submit(self, request: SynthesisRequest, stream: bool = True):
         return self.engine.scheduler.submit(request, stream=stream)

@@ -1,6 +1,6 @@
 """``create_app(tts, voices, config)``: the FastAPI application (OpenAI speech, voices, WebSocket, metrics).
 
-Endpoints: ``POST /v1/audio/speech``, ``WS /v1/audio/speech/stream``, ``POST/GET /v1/audio/voices``,
+Endpoints: ``POST /v1/audio/speech``, ``POST /v1/audio/voice-conversion``, ``WS /v1/audio/speech/stream``, ``POST/GET /v1/audio/voices``,
 ``GET/DELETE /v1/audio/voices/{id}``, ``GET /v1/models``, ``GET /metrics``, ``GET /openapi.json`` and ``GET /docs``
 (all behind the API key when one is configured), ``GET /health`` (open, for load balancers) and the web
 playground ``GET /`` (open: a static page, see playground/). ASGI middlewares
@@ -20,7 +20,17 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cadenza.api.protocol import SpeechModel
-from cadenza.server import admin, lora_admin, markup_api, openai_speech, playground, provenance, voices_api, websocket
+from cadenza.server import (
+    admin,
+    lora_admin,
+    markup_api,
+    openai_speech,
+    playground,
+    provenance,
+    voice_conversion,
+    voices_api,
+    websocket,
+)
 from cadenza.server.auth import require_api_key
 from cadenza.server.config import ServerConfig, model_name_of, valid_model_name
 from cadenza.server.errors import APIError, install_error_handlers
@@ -177,6 +187,7 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     protected, public = _info_router(time.time())
     app.include_router(openai_speech.router, dependencies=auth)
     app.include_router(voices_api.router, dependencies=auth)
+    app.include_router(voice_conversion.router, dependencies=auth)
     app.include_router(markup_api.router, dependencies=auth)
     app.include_router(provenance.router, dependencies=auth)
     app.include_router(protected, dependencies=auth)

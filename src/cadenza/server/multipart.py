@@ -1,4 +1,6 @@
-"""Multipart forms (voice uploads, LoRA uploads, watermark detection), read one way with specific errors.
+"""Multipart forms (voice uploads, voice conversion, LoRA uploads, watermark detection), read one way with specific
+errors; uploaded audio read within its limits and decoded whatever the container (``read_audio_file``,
+``decode_upload``).
 
 Text fields are decoded strictly: Starlette decodes a field that is not valid in the form's charset (UTF-8 unless
 the request names another) as Latin-1 instead, so a consent statement or transcript sent in another encoding was
@@ -7,11 +9,15 @@ stored garbled without a word. Here it is a 400 naming the field and the first b
 
 from __future__ import annotations
 
+import torch
 from fastapi import Request
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from cadenza.errors import AudioError
+from cadenza.server.encoding import decode_with_av
 from cadenza.server.errors import APIError
+from cadenza.voices.validation import decode_prompt
 
 
 class StrictMultiPartParser(MultiPartParser):
@@ -58,3 +64,32 @@ async def read_form(request: Request, *, max_files: int, max_fields: int, not_mu
         raise APIError(400, "the multipart form ends before its closing boundary (a truncated upload?)",
                        code="invalid_form")
     return form
+
+
+async def read_audio_file(form: FormData, fields: tuple[str, ...], limit: int) -> bytes:
+    """The bytes of the form's audio file (the first of ``fields`` present): 400 when it is missing, not a file or
+    empty, 413 past ``limit`` bytes (no more than ``limit + 1`` are read)."""
+    upload = next((form[f] for f in fields if f in form), None)
+    if not isinstance(upload, UploadFile):
+        raise APIError(400, f"missing the audio file (multipart file field '{fields[0]}')", param=fields[0],
+                       code="missing_field")
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise APIError(413, f"the audio file is larger than the {limit / 2**20:.1f} MiB limit", param=fields[0],
+                       code="file_too_large")
+    if not data:
+        raise APIError(400, "the audio file is empty", param=fields[0], code="invalid_audio")
+    return data
+
+
+def decode_upload(data: bytes, max_bytes: int, max_seconds: float) -> tuple[torch.Tensor, int]:
+    """Blocking: an uploaded recording -> validated mono float32 ``[N]`` and its rate (``decode_prompt``'s checks:
+    at most ``max_seconds``, not silent, not too short), read by libsndfile or, for what it lacks (m4a, WebM), FFmpeg.
+    Raises ``AudioError`` naming what is wrong."""
+    try:
+        return decode_prompt(data, max_bytes, max_seconds=max_seconds)
+    except AudioError as exc:
+        if "cannot decode" not in str(exc):
+            raise
+    samples, rate = decode_with_av(data, max_seconds)
+    return decode_prompt((samples, rate), max_seconds=max_seconds)

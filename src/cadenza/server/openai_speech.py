@@ -28,7 +28,7 @@ from typing import Literal
 import anyio
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from cadenza.alignment.aligner import WordTiming
@@ -36,6 +36,7 @@ from cadenza.alignment.timer import WordTimer
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import TextError
+from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, whole_response
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
@@ -92,12 +93,6 @@ def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: in
     return plan.requests, plan.text_tokens, seconds
 
 
-async def wait_for_disconnect(request: Request) -> None:
-    """Returns when the client closes the connection (the request body has already been read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 def _check(body: SpeechRequest, state: ServerState, served: ServedModel) -> None:
     limit = state.config.max_input_chars
     if len(body.input) > limit:
@@ -146,7 +141,8 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if body.stream_format == "audio" and not body.stream:
             try:
-                return await _whole(state, body, stream, request, headers, started, sr)
+                return await whole_response(state, stream, request, body.response_format, headers, started, sr,
+                                            ENDPOINT)
             finally:
                 stream.cancel()
                 slot.release()
@@ -172,75 +168,21 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
             stream.cancel()
         slot.release()
         raise
-    finish = _Finish(state, stream, slot, started, sr)
+    finish = Finish(state, stream, slot, started, sr, ENDPOINT)
     if body.stream_format == "sse":
         frame = served.capabilities.output_frame_samples
-        return _Streaming(_sse(state, stream, step, first, finish, n_text, frame, words), finish,
+        return StreamingAudio(_sse(state, stream, step, first, finish, n_text, frame, words), finish,
                           media_type="text/event-stream",
                           headers={**headers, "X-Accel-Buffering": "no"})
-    return _Streaming(_audio(stream, step, first, finish), finish, headers=headers,
+    return StreamingAudio(audio_body(stream, step, first, finish), finish, headers=headers,
                       media_type=MEDIA_TYPES[body.response_format])
-
-
-class _Finish:
-    """Frees a streamed request exactly once: from the body generator's ``finally``, or -- when the client left
-    before the generator even started, so its ``finally`` never runs -- from the response's."""
-
-    def __init__(self, state: ServerState, stream: EngineStream, slot, started: float, sample_rate: int) -> None:
-        self.state, self.stream, self.slot, self.started = state, stream, slot, started
-        self.sample_rate = sample_rate
-        self.done = False
-
-    def __call__(self, completed: bool) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.stream.cancel()  # no-op when it finished; frees the engine request when the client left
-        self.slot.release()
-        metrics = self.state.metrics
-        if completed:
-            audio_s = self.stream.samples / self.sample_rate
-            metrics.observe_synthesis(ENDPOINT, time.perf_counter() - self.started, audio_s)
-        else:
-            metrics.count_disconnect()
-
-
-class _Streaming(StreamingResponse):
-    def __init__(self, content, finish: _Finish, **kwargs) -> None:
-        super().__init__(content, **kwargs)
-        self._finish = finish
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._finish(False)
-
-
-async def _audio(stream: EngineStream, step, first, finish: _Finish):
-    completed = False
-    try:
-        data, done = first
-        if data:
-            yield data
-        while not done:
-            data, done = await stream.map(step)
-            if data:
-                yield data
-        completed = True
-    except Exception:
-        completed = True  # a failure, not a disconnect: the connection is dropped, the client sees it truncated
-        log.exception("speech stream failed after the response started")
-        raise
-    finally:
-        finish(completed)
 
 
 def _event(payload: dict) -> bytes:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
-async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _Finish, n_text: int,
+async def _sse(state: ServerState, stream: EngineStream, step, first, finish: Finish, n_text: int,
                frame_samples: int, words: list[WordTiming] | None = None):
     completed = False
     try:
@@ -267,43 +209,3 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: _F
         completed = True
     finally:
         finish(completed)
-
-
-async def _whole(state: ServerState, body: SpeechRequest, stream: EngineStream, request: Request,
-                 headers: dict, started: float, sample_rate: int) -> Response:
-    """Non-streamed answer: the whole utterance, encoded with exact sizes. A client that leaves cancels it."""
-    chunks: list[np.ndarray] = []
-    disconnected = False
-
-    async def collect() -> None:
-        while (chunk := await stream.next()) is not None:
-            if not chunks:
-                state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
-            chunks.append(chunk)
-        tg.cancel_scope.cancel()
-
-    async def watch() -> None:
-        nonlocal disconnected
-        await wait_for_disconnect(request)
-        disconnected = True
-        tg.cancel_scope.cancel()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(collect)
-            tg.start_soon(watch)
-    except Exception as exc:
-        raise state.error(getattr(exc, "exceptions", [exc])[0]) from exc
-    if disconnected:
-        stream.cancel()
-        state.metrics.count_disconnect()
-        return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
-    audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    state.metrics.observe_synthesis(ENDPOINT, time.perf_counter() - started, audio.size / sample_rate)
-
-    def encode() -> bytes:
-        enc = make_encoder(body.response_format, sample_rate, total_samples=audio.size)
-        return enc.encode(audio) + enc.finish()
-
-    data = await anyio.to_thread.run_sync(encode, limiter=state.limiter)
-    return Response(data, media_type=MEDIA_TYPES[body.response_format], headers=headers)

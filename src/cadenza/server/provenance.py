@@ -10,13 +10,11 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.datastructures import UploadFile
 
 from cadenza.audio.io import load_audio
 from cadenza.provenance import Watermark
 from cadenza.provenance.keys import DEFAULT_KEY
-from cadenza.server.errors import APIError
-from cadenza.server.multipart import read_form
+from cadenza.server.multipart import read_audio_file, read_form
 from cadenza.server.state import ServerState
 
 router = APIRouter()
@@ -29,13 +27,7 @@ async def detect(request: Request) -> JSONResponse:
     form = await read_form(request, max_files=1, max_fields=2,
                            not_multipart="send the audio as multipart/form-data (file field 'audio')")
     try:
-        upload = form.get("audio")
-        if not isinstance(upload, UploadFile):
-            raise APIError(400, "missing the audio file (multipart file field 'audio')", param="audio",
-                           code="missing_field")
-        data = await upload.read(state.config.max_upload_bytes + 1)
-        if len(data) > state.config.max_upload_bytes:
-            raise APIError(413, "the audio file is larger than the upload limit", param="audio", code="file_too_large")
+        data = await read_audio_file(form, ("audio",), state.config.max_upload_bytes)
     finally:
         await form.close()
     marks = {name: served.tts.mark for name, served in state.models.items()}

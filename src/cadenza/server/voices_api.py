@@ -15,15 +15,12 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.datastructures import UploadFile
 
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
-from cadenza.server.encoding import decode_with_av
 from cadenza.server.errors import APIError
-from cadenza.server.multipart import read_form
+from cadenza.server.multipart import decode_upload, read_audio_file, read_form
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.voices import VoiceRecord
-from cadenza.voices.validation import decode_prompt
 
 router = APIRouter()
 AUDIO_FIELDS = ("audio", "audio_sample", "file")
@@ -43,13 +40,7 @@ def _add(state: ServerState, served: ServedModel, name: str, data: bytes, transc
     cfg = state.config
     state.voices.check_new(name, transcript, consent)  # the cheap refusals before any decoding
     served.prompts.check_cloning(transcript, cloning)
-    try:
-        wav, sr = decode_prompt(data, cfg.max_upload_bytes, max_seconds=cfg.max_prompt_seconds)
-    except AudioError as exc:
-        if "cannot decode" not in str(exc):
-            raise
-        samples, rate = decode_with_av(data, cfg.max_prompt_seconds)  # formats libsndfile lacks (m4a, webm)
-        wav, sr = decode_prompt((samples, rate), max_seconds=cfg.max_prompt_seconds)
+    wav, sr = decode_upload(data, cfg.max_upload_bytes, cfg.max_prompt_seconds)
     return served.prompts.create(name, (wav.numpy(), sr), transcript, consent, max_seconds=cfg.max_prompt_seconds,
                                  cloning=cloning, declared_by=declared_by, keep_audio=keep[0], audio_ttl_s=keep[1])
 
@@ -104,10 +95,7 @@ async def create_voice(request: Request) -> JSONResponse:
     form = await read_form(request, max_files=1, max_fields=12, not_multipart="send the voice as multipart/form-data "
                            "with fields audio, name, consent and optional transcript")
     try:
-        upload = next((form[f] for f in AUDIO_FIELDS if f in form), None)
-        if not isinstance(upload, UploadFile):
-            raise APIError(400, "missing the audio file (multipart file field 'audio')", param="audio",
-                           code="missing_field")
+        data = await read_audio_file(form, AUDIO_FIELDS, state.config.max_upload_bytes)
         name = _text_field(form, "name", True)
         consent = _text_field(form, "consent", True)
         transcript = _text_field(form, "transcript", False)
@@ -115,13 +103,6 @@ async def create_voice(request: Request) -> JSONResponse:
         cloning = _text_field(form, "cloning", False)
         declared_by = _text_field(form, "declared_by", False)
         keep = _retention(form)
-        limit = state.config.max_upload_bytes
-        data = await upload.read(limit + 1)
-        if len(data) > limit:
-            raise APIError(413, f"the audio file is larger than the {limit / 2**20:.1f} MiB limit", param="audio",
-                           code="file_too_large")
-        if not data:
-            raise APIError(400, "the audio file is empty", param="audio", code="invalid_audio")
         try:
             record = await anyio.to_thread.run_sync(_add, state, served, name, data, transcript, consent, cloning,
                                                     declared_by, keep, limiter=state.limiter)

@@ -1,4 +1,7 @@
-"""A source recording's speech tokens from what it says, for voice conversion (``convert_voice(source_text=)``).
+"""Voice conversion's engine request: a source recording's speech tokens, read by the model's speech tokenizer or, with
+what the recording says, placed by alignment (``convert_voice(source_text=)``), rendered by the flow in a target voice.
+
+Shared by ``Cadenza.convert_voice`` and the server's ``POST /v1/audio/voice-conversion`` (``conversion_plan``).
 
 For a model whose speech tokens are phonemes (the built-in cadenza-tiny's frame classifier), the transcript fixes the
 label sequence and forced alignment places it (``cadenza.alignment.speech_labels``): on a voice the classifier never
@@ -13,7 +16,15 @@ from pathlib import Path
 
 import torch
 
+from cadenza.api.arguments import check_prompt_text, check_seed
+from cadenza.api.audio import PromptAudio, read_prompt_audio
+from cadenza.audio.prompt import validate_prompt_audio
+from cadenza.audio.resample import resample
+from cadenza.engine.request import SynthesisRequest
 from cadenza.errors import CheckpointError, TextError
+
+# The speech tokenizer reads at most 30 s (as a prompt): a longer source is refused, not cut.
+MAX_SOURCE_SECONDS = 30.0
 
 
 class SourceAligner:
@@ -51,3 +62,19 @@ class SourceAligner:
         if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
             labels = torch.cat([labels, labels[-1:].repeat(frames - labels.numel())])
         return labels[:frames].reshape(1, -1)
+
+
+def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, target, *, source_text: str | None = None,
+                       seed: int | None = None, sample_rate: int, max_seconds: float = MAX_SOURCE_SECONDS,
+                       ) -> SynthesisRequest:
+    """The engine request that says what ``source`` says in the voice of ``target`` (a ``SpeakerPrompt``: its flow
+    prompt). ``source``: a path, encoded bytes or ``(samples, rate)`` at any rate, at most ``max_seconds`` long;
+    ``source_text``: what it says (phoneme models only, see ``SourceAligner``). Raises ``InputError``/``AudioError``/
+    ``TextError`` for bad arguments before any model work."""
+    check_seed(seed)
+    check_prompt_text(source_text)  # the same bounds as a prompt's transcript
+    wav, sr = read_prompt_audio(source, sample_rate)
+    validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS))
+    wav16k = resample(wav, sr, 16000)
+    tokens = frontend.speech_tokens(wav16k) if source_text is None else aligner.tokens(wav16k, source_text)
+    return SynthesisRequest(mode="vc", voice=target, source_tokens=tokens, seed=seed)

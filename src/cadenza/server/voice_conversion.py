@@ -1,0 +1,154 @@
+"""``POST /v1/audio/voice-conversion``: say what an uploaded recording says in a saved voice (or the model's default
+voice), streamed as the audio is made. CosyVoice 2 models only (``voice_conversion`` in their ``modes``).
+
+A multipart form (as ``/v1/audio/voices``): ``audio`` (the source recording, any rate and container the voice
+upload takes, at most ``max_prompt_seconds``: the speech tokenizer reads 30 s), ``voice`` (a saved voice's name or
+id, or a speaker of the model; left out, or one of OpenAI's voice names: the model's default voice), ``model``,
+``source_text`` (what the recording says: models whose speech tokens are phonemes, the built-in one, then place the
+tokens by alignment and keep the words of voices they never heard; docs/cadenza-tiny.md), ``response_format``
+(``mp3`` default, ``opus``, ``aac``, ``flac``, ``wav``, ``pcm``), ``seed``, ``stream`` (``false``: the whole utterance
+with exact sizes). The target voice is always one with a consent record or the model's own: the endpoint takes no
+second recording to clone from. Outputs carry the provenance watermark like every synthesis (docs/provenance.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from cadenza.errors import AudioError, TextError, UnknownSpeakerError
+from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, whole_response
+from cadenza.server.encoding import MEDIA_TYPES, make_encoder
+from cadenza.server.engine_stream import EngineStream
+from cadenza.server.errors import APIError
+from cadenza.server.multipart import decode_upload, read_audio_file, read_form
+from cadenza.server.openai_voices import request_voice
+from cadenza.server.state import ServedModel, ServerState
+
+ENDPOINT = "/v1/audio/voice-conversion"
+router = APIRouter()
+FIELDS = ("audio", "voice", "model", "source_text", "response_format", "seed", "stream")
+PLANNING_COST_S = 1.0  # admission's first cost, before the source's length is known (seconds of audio)
+
+
+def _field(form, name: str) -> str | None:
+    value = form.get(name)
+    if value is not None and not isinstance(value, str):
+        raise APIError(400, f"form field '{name}' must be text, not a file", param=name, code="invalid_value")
+    return value
+
+
+def _options(form) -> tuple[str, int | None, bool]:
+    """(response_format, seed, stream) from the form, each checked."""
+    unknown = sorted(k for k in form.keys() if k not in FIELDS)
+    if unknown:
+        raise APIError(400, f"unknown form field {unknown[0][:64]!r}; the fields are {', '.join(FIELDS)}",
+                       param=unknown[0][:64], code="unknown_parameter")
+    fmt = (_field(form, "response_format") or "mp3").strip().lower()
+    if fmt not in MEDIA_TYPES:
+        raise APIError(400, f"response_format {fmt[:32]!r} is not one of {', '.join(MEDIA_TYPES)}",
+                       param="response_format", code="invalid_value")
+    seed_text = _field(form, "seed")
+    seed = None
+    if seed_text is not None:
+        try:
+            seed = int(seed_text.strip())
+        except ValueError:
+            seed = -1
+        if not 0 <= seed < 2**62:
+            raise APIError(400, "seed is an integer from 0 to 2**62 - 1", param="seed", code="invalid_value")
+    stream_text = (_field(form, "stream") or "true").strip().lower()
+    if stream_text not in ("true", "false", "1", "0"):
+        raise APIError(400, "stream is true or false", param="stream", code="invalid_value")
+    return fmt, seed, stream_text in ("true", "1")
+
+
+def _decode(state: ServerState, served: ServedModel, data: bytes, voice_ref: str | None):
+    """Blocking: (the target voice or ``None`` for the default, source samples ``[N]``, their rate). The voice is
+    resolved before the audio is decoded, so an unknown voice costs no decoding; the source is decoded within the
+    upload limits (``decode_upload``)."""
+    ref = request_voice(served, voice_ref)
+    if ref is None and not served.capabilities.default_voice:
+        raise UnknownSpeakerError("this model has no default voice: name a saved voice (field 'voice')")
+    voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
+    wav, sr = decode_upload(data, state.config.max_upload_bytes, state.config.max_prompt_seconds)
+    return voice, wav, sr
+
+
+def _param_of(exc: Exception) -> str | None:
+    if isinstance(exc, AudioError):
+        return "audio"
+    if isinstance(exc, UnknownSpeakerError):
+        return "voice"
+    if isinstance(exc, TextError) or "source" in str(exc):
+        return "source_text"
+    return None
+
+
+@router.post(ENDPOINT)
+async def convert_voice(request: Request) -> Response:
+    state: ServerState = request.app.state.cadenza
+    started = time.perf_counter()
+    form = await read_form(request, max_files=1, max_fields=len(FIELDS),
+                           not_multipart="send the source recording as multipart/form-data (file field 'audio', "
+                                         "optional fields voice, model, source_text, response_format, seed, stream)")
+    try:
+        data = await read_audio_file(form, ("audio",), state.config.max_upload_bytes)
+        fmt, seed, stream = _options(form)
+        served = state.model(_field(form, "model"))
+        voice_ref = _field(form, "voice")
+        source_text = _field(form, "source_text")
+    finally:
+        await form.close()
+    if "voice_conversion" not in served.capabilities.modes:
+        raise APIError(400, f"{served.capabilities.title} models have no voice conversion (CosyVoice 2 models do)",
+                       param="model", code="unsupported_value")
+    seed = seed if seed is not None else secrets.randbits(62)
+    slot = state.admission.acquire(PLANNING_COST_S)
+    engine: EngineStream | None = None
+    try:
+        try:
+            voice, wav, rate = await anyio.to_thread.run_sync(_decode, state, served, data, voice_ref or None,
+                                                              limiter=state.limiter)
+            slot.grow(wav.numel() / rate - PLANNING_COST_S)  # the output is as long as the source: 429 before work
+            plan = await anyio.to_thread.run_sync(
+                lambda: served.tts.conversion_plan((wav.numpy(), rate), voice, source_text=source_text, seed=seed,
+                                                   max_seconds=state.config.max_prompt_seconds),
+                limiter=state.limiter)
+        except APIError:
+            raise
+        except Exception as exc:
+            raise state.error(exc, param=_param_of(exc)) from exc
+        requests = plan.requests
+        sr = served.sample_rate
+        engine = EngineStream(served.tts.submit, requests, stream=stream, limiter=state.limiter,
+                              max_samples=int(state.config.max_audio_seconds * sr), mark=served.tts.mark.embedder())
+        headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
+        if not stream:
+            try:
+                return await whole_response(state, engine, request, fmt, headers, started, sr, ENDPOINT)
+            finally:
+                engine.cancel()
+                slot.release()
+        encoder = make_encoder(fmt, sr)
+
+        def step(chunk):
+            return (encoder.finish(), True) if chunk is None else (encoder.encode(chunk), False)
+
+        try:  # the first chunk before the headers: errors before any audio still get a proper status
+            first = await engine.map(step)
+        except Exception as exc:
+            raise state.error(exc) from exc
+        state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
+    except BaseException:
+        if engine is not None:
+            engine.cancel()
+        slot.release()
+        raise
+    finish = Finish(state, engine, slot, started, sr, ENDPOINT)
+    return StreamingAudio(audio_body(engine, step, first, finish), finish, headers=headers,
+                          media_type=MEDIA_TYPES[fmt])
