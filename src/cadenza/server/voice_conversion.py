@@ -100,8 +100,8 @@ async def convert_voice(request: Request) -> Response:
         data = await read_audio_file(form, ("audio",), state.config.max_upload_bytes)
         fmt, seed, stream = _options(form)
         served = state.model(_field(form, "model"))
-        voice_ref = _field(form, "voice")
-        source_text = _field(form, "source_text")
+        voice_ref = _field(form, "voice") or None  # an empty field (a blank form input) is a field left out
+        source_text = _field(form, "source_text") or None
     finally:
         await form.close()
     if "voice_conversion" not in served.capabilities.modes:
@@ -112,7 +112,7 @@ async def convert_voice(request: Request) -> Response:
     engine: EngineStream | None = None
     try:
         try:
-            voice, wav, rate = await anyio.to_thread.run_sync(_decode, state, served, data, voice_ref or None,
+            voice, wav, rate = await anyio.to_thread.run_sync(_decode, state, served, data, voice_ref,
                                                               limiter=state.limiter)
             slot.grow(wav.numel() / rate - PLANNING_COST_S)  # the output is as long as the source: 429 before work
             plan = await anyio.to_thread.run_sync(
