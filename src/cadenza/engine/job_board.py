@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from cadenza.engine.idle_memory import RELEASE
 from cadenza.engine.scheduler_config import SchedulerConfig
 from cadenza.errors import CadenzaError, EngineBusyError, RequestCancelledError
 
@@ -72,6 +73,7 @@ class JobBoard:
         self.chunks_emitted = 0  # audio chunks handed to consumers so far, all requests (a work counter for tests)
         self.threads: list[threading.Thread] = []
         self._seq = itertools.count()
+        self._busy = False  # reported to the idle-memory release (``engine/idle_memory.py``)
 
     # -- consumer side (any thread) ------------------------------------------------------------------------------
     def enqueue(self, job: BoardJob, start_workers: Callable[[], None]) -> None:
@@ -86,6 +88,9 @@ class JobBoard:
                 raise EngineBusyError(f"busy: {len(self.active)} requests running and {len(self.queued)} queued")
             job.seq = next(self._seq)
             self.queued.append(job)
+            if not self._busy and self.config.release_idle_memory:
+                self._busy = True
+                RELEASE.busy()
             start_workers()
             self.intake_wake.notify()
 
@@ -162,6 +167,13 @@ class JobBoard:
         if any(j.released for j in self.active):
             self.active = [j for j in self.active if not j.released]
             self.intake_wake.notify()  # free slots: queued requests may start
+        self._note_idle()
+
+    def _note_idle(self) -> None:
+        """Tell the idle-memory release that this engine holds no request any more. Caller holds the lock."""
+        if self._busy and not self.active and not self.queued:
+            self._busy = False
+            RELEASE.idle()
 
     def wake_all(self) -> None:
         """Caller holds the lock."""
@@ -214,6 +226,10 @@ class JobBoard:
             self.wake_all()
         for thread in self.threads:
             thread.join(timeout=30)
+        with self.cond:
+            if self._busy:  # a closed engine holds nothing that counts
+                self._busy = False
+                RELEASE.idle()
 
 
 def start_worker_thread(threads: int) -> None:

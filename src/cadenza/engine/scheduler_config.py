@@ -45,6 +45,10 @@ class SchedulerConfig:
     # the prefix per chunk (the same audio, slower). "auto": half of the memory free on the model's device when the
     # workers start (``engine/memory_budget.py``); None: no bound across requests.
     flow_cache_budget_mb: float | str | None = "auto"
+    # Once no engine of the process holds a request (and none has come for half a second), give the C heap's free
+    # memory back to the OS (glibc ``malloc_trim``; ``engine/idle_memory.py``): a long stream otherwise leaves the
+    # process ~200 MB larger after it ends. False: this engine's requests never count as idle nor busy.
+    release_idle_memory: bool = True
 
     def worker_layout(self, cores: int) -> tuple[int, int, int]:
         """(vocoder workers, LM threads, threads per vocoder worker) for ``cores`` intra-op threads. Unset values:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from cadenza.engine.idle_memory import RELEASE
 from cadenza.engine.job_board import DONE, meet, start_worker_thread
 from cadenza.engine.machine_load import MachineLoad
 from cadenza.engine.scheduler_config import SchedulerConfig
@@ -117,6 +118,7 @@ class VoxCPM2Scheduler:
         self._queued: collections.deque[VoxCPM2Job] = collections.deque()
         self._active: list[VoxCPM2Job] = []
         self._closed = False
+        self._busy = False  # reported to the idle-memory release (``engine/idle_memory.py``)
         self._paused = 0  # exclusive() sections waiting or running: no new steps
         self._stepping = 0  # workers inside a step
         self._threads: list[threading.Thread] = []  # the running workers
@@ -149,6 +151,9 @@ class VoxCPM2Scheduler:
                 self._queued.append(job)
             else:
                 raise EngineBusyError(f"busy: {len(self._active)} requests running and {len(self._queued)} queued")
+            if not self._busy and self.config.release_idle_memory:
+                self._busy = True
+                RELEASE.busy()
             self._ensure_workers()
             self._work.notify_all()
         return StreamHandle(self, job)
@@ -237,6 +242,13 @@ class VoxCPM2Scheduler:
         with self._cond:
             for job in [j for j in self._active if not j.claimed]:
                 self._release(job)
+            self._note_idle()
+
+    def _note_idle(self) -> None:
+        """Tell the idle-memory release that this engine holds no request any more. Caller holds the lock."""
+        if self._busy and not self._active and not self._queued:
+            self._busy = False
+            RELEASE.idle()
 
     # -- bookkeeping (caller holds the lock) ---------------------------------------------------------------------
     def _admit(self) -> None:
@@ -333,6 +345,7 @@ class VoxCPM2Scheduler:
                     self._reap()
                     if self._closed or not (self._active or self._queued):  # restarted by the next submit
                         self._threads.remove(threading.current_thread())
+                        self._note_idle()
                         self._work.notify_all()
                         return
                     ready = [] if self._paused else [j for j in self._active if self._has_work(j)]
