@@ -31,9 +31,10 @@ from cadenza.api.arguments import (
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.request_batches import LAZY_PLAN_CHARS, request_batches, stream_long_text
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
-from cadenza.api.voice_conversion import SourceAligner, conversion_request
+from cadenza.api.voice_conversion import SourceAligner, conversion_request, convert_voice_request
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import iterate_segments, stream_segments
@@ -296,18 +297,10 @@ class Cadenza:
                  speaker: str | None = None, seed: int | None = None, speed: float = 1.0,
                  reference_wav: PromptAudio | None = None) -> list[SynthesisRequest]:
         """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
-        prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
-        self._check_args(text, text_ids, prompt_text, seed, speed)
-        if normalize and prompt_text is not None and prompt_text.strip():
-            prompt_text = normalize_text(prompt_text)
-        voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
-        eng = self.engine
-        if text is not None:
-            ids = [eng.frontend.text_ids(s) for s in self.segments(text, normalize)]
-        else:
-            ids = [eng.check_text_ids(text_ids)]
-        return [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                          seed=None if seed is None else seed + k, speed=speed) for k, t in enumerate(ids)]
+        return [r for batch in request_batches(
+            self, text, text_ids=text_ids, normalize=normalize, prompt_wav=prompt_wav, prompt_text=prompt_text,
+            prompt_text_ids=prompt_text_ids, instruct=instruct, speaker=speaker, seed=seed, speed=speed,
+            reference_wav=reference_wav) for r in batch]
 
     def synthesize(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
                    input_format: str | None = None, lexicon=None, timestamps: bool = False, **kwargs) -> Audio:
@@ -362,6 +355,8 @@ class Cadenza:
         if text is None or isinstance(text, str):
             if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
                 return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
+            if text is not None and len(text) > LAZY_PLAN_CHARS:  # a book: planned a block at a time as it is read
+                return self.mark.stream(stream_long_text(self, text, **kwargs))
             return self.mark.stream(stream_segments(self.engine.scheduler.submit, self.requests(text, **kwargs)))
         kwargs.pop("normalize", None)  # pieces of a live text stream are spoken as they come
         pieces = markup.lexicon_pieces(self, iter(text), input_format, lexicon, kwargs.get("speaker"))
@@ -386,18 +381,7 @@ class Cadenza:
         ``source_text``: what ``source_wav`` says, for a model whose speech tokens are phonemes (the built-in model):
         its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
         of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md)."""
-        check_seed(seed)
-        check_prompt_text(source_text)
-        if prompt_wav is not None and speaker is not None:
-            raise InputError("give either prompt_wav or speaker as the target voice, not both")
-        if speaker is None and prompt_wav is None and self.default_speaker is None:
-            raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
-        if prompt_wav is None:  # a saved voice (checked before any audio is read): its flow prompt is the target
-            voice, _, _, _ = self._voice(None, None, None, None, speaker)
-        else:
-            voice = self.voice_from_audio(prompt_wav)
-        req = conversion_request(self.engine.frontend, self.source_aligner, source_wav, voice, source_text=source_text,
-                                 seed=seed, sample_rate=self.sample_rate)
+        req = convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text, seed=seed)
         return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------

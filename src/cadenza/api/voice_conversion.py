@@ -21,7 +21,7 @@ from cadenza.api.audio import PromptAudio, read_prompt_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.engine.request import SynthesisRequest
-from cadenza.errors import CheckpointError, TextError
+from cadenza.errors import CheckpointError, InputError, TextError
 
 # The speech tokenizer reads at most 30 s (as a prompt): a longer source is refused, not cut.
 MAX_SOURCE_SECONDS = 30.0
@@ -78,3 +78,21 @@ def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, ta
     wav16k = resample(wav, sr, 16000)
     tokens = frontend.speech_tokens(wav16k) if source_text is None else aligner.tokens(wav16k, source_text)
     return SynthesisRequest(mode="vc", voice=target, source_tokens=tokens, seed=seed)
+
+
+def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | None, *, speaker: str | None,
+                          source_text: str | None, seed: int | None) -> SynthesisRequest:
+    """``Cadenza.convert_voice``'s request: the target is ``prompt_wav``'s voice, the saved ``speaker``'s, or with
+    neither the model's default voice; the cheap refusals come before any audio is read."""
+    check_seed(seed)
+    check_prompt_text(source_text)
+    if prompt_wav is not None and speaker is not None:
+        raise InputError("give either prompt_wav or speaker as the target voice, not both")
+    if speaker is None and prompt_wav is None and tts.default_speaker is None:
+        raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
+    if prompt_wav is None:  # a saved voice (checked before any audio is read): its flow prompt is the target
+        target = tts._voice(None, None, None, None, speaker)[0]
+    else:
+        target = tts.voice_from_audio(prompt_wav)
+    return conversion_request(tts.engine.frontend, tts.source_aligner, source, target, source_text=source_text,
+                              seed=seed, sample_rate=tts.sample_rate)

@@ -66,6 +66,12 @@ class SegmentStream:
             self._pending.extend(requests)
             self._cond.notify_all()
 
+    @property
+    def pending(self) -> int:
+        """Segments added and not yet submitted."""
+        with self._cond:
+            return len(self._pending)
+
     def end(self) -> None:
         with self._cond:
             self._ended = True
@@ -154,5 +160,37 @@ def stream_segments(submit: Submit, requests: Sequence[SynthesisRequest], window
     segments = SegmentStream(submit, requests, window, stream=True, on_segment=on_segment, stagger=stagger)
     try:
         yield from segments
+    finally:
+        segments.cancel()
+
+
+def stream_planned(submit: Submit, first: Sequence[SynthesisRequest], later: Iterator[Sequence[SynthesisRequest]],
+                   window: int = 2, low_water: int = 3) -> Iterator[np.ndarray]:
+    """``stream_segments`` of a text planned as it is spoken: ``first`` (the first block's segments) at once, each
+    batch of ``later`` asked for, in the reader's thread between two chunks, once fewer than ``low_water`` segments
+    wait to be submitted. A book's first audio then waits for its first block only, and its planning never competes
+    with the engine for the interpreter (``text/blocks.py``). An error planning a later block is raised to the reader
+    where that block's audio would have begun; closing the iterator frees what is in flight and plans no more."""
+    segments = SegmentStream(submit, first, window, stream=True, open_ended=True)
+    more, error = True, None
+    try:
+        while True:
+            while more and segments.pending < low_water:
+                try:
+                    batch = next(later, None)
+                except Exception as exc:  # raised once the segments planned before it have been spoken
+                    batch, error = None, exc
+                if batch is None:
+                    segments.end()
+                    more = False
+                elif batch:
+                    segments.add(batch)
+            try:
+                chunk = next(segments)
+            except StopIteration:
+                if error is not None:
+                    raise error from None
+                return
+            yield chunk
     finally:
         segments.cancel()

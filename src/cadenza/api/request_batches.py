@@ -1,0 +1,61 @@
+"""A text's engine requests, planned a block at a time (``request_batches``), and a long text streamed as it is
+planned (``stream_long_text``): a book's first audio waits for its first block only (``text/blocks.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from cadenza.api.arguments import reference_as_prompt
+from cadenza.engine.long_form import stream_planned
+from cadenza.engine.request import SynthesisRequest
+from cadenza.errors import TextError
+from cadenza.models.cosyvoice2.frontend import check_speakable, is_speakable
+from cadenza.text import normalize as normalize_text
+from cadenza.text.blocks import text_blocks
+
+# A longer text is streamed as it is planned, a block at a time (its first audio waits for its first block only).
+LAZY_PLAN_CHARS, PLAN_BLOCK_CHARS = 20_000, 8_000
+
+
+def request_batches(tts, text: str | None = None, *, block_chars: int | None = None, text_ids=None,
+                    normalize: bool = True, prompt_wav=None, prompt_text=None, prompt_text_ids=None, instruct=None,
+                    speaker=None, seed: int | None = None, speed: float = 1.0,
+                    reference_wav=None) -> Iterator[list[SynthesisRequest]]:
+    """``requests`` a block of the text at a time (``block_chars``: ``text_blocks``; None: the whole text in one
+    batch): arguments and voice are checked with the first batch; a later block with nothing to speak gives []."""
+    prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
+    tts._check_args(text, text_ids, prompt_text, seed, speed)
+    if normalize and prompt_text is not None and prompt_text.strip():
+        prompt_text = normalize_text(prompt_text)
+    voice, mode, lm_text, lm_speech = tts._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
+    eng, k = tts.engine, 0
+    if text is None:
+        blocks: Iterable[str] = [None]
+    else:
+        blocks = [text] if block_chars is None else text_blocks(check_speakable(text), block_chars)
+    for block in blocks:
+        if block is None:
+            ids = [eng.check_text_ids(text_ids)]
+        elif block_chars is None or is_speakable(block):  # a block of only marks or rules speaks nothing
+            ids = [eng.frontend.text_ids(s) for s in tts.segments(block, normalize)]
+        else:
+            ids = []
+        yield [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
+                         seed=None if seed is None else seed + k + j, speed=speed) for j, t in enumerate(ids)]
+        k += len(ids)
+
+
+def stream_long_text(tts, text: str, **kwargs) -> Iterator[np.ndarray]:
+    """``tts.synthesize_stream(text)`` for a text of any length, planned as it is spoken (``stream_planned``): the
+    arguments, the voice and the first block are checked now, before any audio; a later block's error is raised where
+    its audio would have begun. A text planned whole gives the same segments (one sentence per segment, the built-in
+    model) or the same but for segments that would have spanned a block's end (``text/blocks.py``)."""
+    batches = request_batches(tts, text, block_chars=PLAN_BLOCK_CHARS, **kwargs)
+    first = next(batches)
+    while not first:  # a first block with nothing to speak (a text opening with 8,000 characters of rules)
+        first = next(batches, None)
+        if first is None:
+            raise TextError("text has nothing to speak after normalisation")
+    return stream_planned(tts.engine.scheduler.submit, first, batches)
