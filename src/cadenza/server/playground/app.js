@@ -3,6 +3,7 @@
 //   GET/POST/DELETE /v1/audio/voices   saved voices (upload or recording, transcript, consent)
 //   WS /v1/audio/speech/stream         Play: 16-bit PCM frames scheduled with Web Audio as they arrive
 //   POST /v1/audio/speech             Play at speed != 1 (the WebSocket has no speed), and Download (any format)
+//   POST /v1/audio/voice-conversion   Convert: a recording said in the picked voice (models with voice_conversion)
 // The API key lives in this browser's localStorage; requests send it as "Authorization: Bearer", the WebSocket as
 // the subprotocol "cadenza.key.<base64url of the key>" (browsers cannot set headers on a WebSocket).
 // For tests and the curious, window.cadenzaPlayground.stats mirrors what the page shows.
@@ -28,6 +29,8 @@ const stats = {
   lastError: null,
   voices: 0,
   models: 0,
+  conversions: 0,     // recordings converted (Convert), and the last one's length in seconds
+  convertedSeconds: null,
 };
 
 let models = [];
@@ -199,6 +202,7 @@ function applyCapabilities() {
     ? "a warm, low female voice, speaking slowly" : "speak cheerfully";
   $("cloning-field").hidden = caps.cloning_modes.length === 0;
   $("voice-cloning").replaceChildren(...caps.cloning_modes.map((c) => new Option(c, c)));
+  $("convert").hidden = !caps.modes.includes("voice_conversion");
   fillVoiceSelect();
 }
 
@@ -528,6 +532,45 @@ async function download() {
   }
 }
 
+// ---- voice conversion ---------------------------------------------------------------------------------------------
+
+async function convert() {
+  clearError();
+  const file = $("convert-file").files[0];
+  if (!file) return showError(new ApiError("choose the recording to convert", "audio"));
+  const form = new FormData();
+  form.append("audio", file, file.name);
+  form.append("model", selectedModel().id);
+  if ($("voice").value) form.append("voice", $("voice").value);
+  const text = $("convert-text").value.trim();
+  if (text) form.append("source_text", text);
+  form.append("response_format", "wav");
+  form.append("stream", "false");
+  $("convert-run").disabled = true;
+  $("convert-message").textContent = "Converting…";
+  try {
+    const response = await api("/v1/audio/voice-conversion", { method: "POST", body: form });
+    const blob = await response.blob();
+    const rate = Number(response.headers.get("X-Sample-Rate"));
+    const previous = $("convert-link").href;
+    if (previous.startsWith("blob:")) URL.revokeObjectURL(previous);
+    const url = URL.createObjectURL(blob);
+    $("convert-link").href = url;
+    $("convert-audio").src = url;
+    $("convert-result").hidden = false;
+    stats.convertedSeconds = rate ? (blob.size - 44) / 2 / rate : null;  // 16-bit mono WAV after its 44-byte header
+    stats.conversions += 1;
+    $("convert-message").textContent = stats.convertedSeconds === null ? "Done."
+      : `Done: ${stats.convertedSeconds.toFixed(2)} s.`;
+  } catch (error) {
+    $("convert-message").textContent = "";
+    showError(error);
+  } finally {
+    $("convert-run").disabled = false;
+    render();
+  }
+}
+
 // ---- voices: upload, record, delete -------------------------------------------------------------------------------
 
 async function record() {
@@ -639,6 +682,7 @@ function init() {
     $("recorded").hidden = true;
   });
   $("voice-form").addEventListener("submit", saveVoice);
+  $("convert-run").addEventListener("click", convert);
   if (!navigator.mediaDevices || !window.MediaRecorder) {
     $("record").disabled = true;
     $("record").title = "recording needs a secure page (https, or localhost)";
