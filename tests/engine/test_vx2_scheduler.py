@@ -267,3 +267,20 @@ def test_idle_engine_holds_no_thread_and_lora_changes_wait_for_the_step(vx2_dir)
         assert engine.synthesize(long_request(engine, 1)).size > 0  # restarted on demand
     finally:
         engine.close()
+
+
+def test_the_engine_reports_its_requests_to_the_idle_memory_release(engine):
+    """Once its last request has ended the VoxCPM 2 engine counts as idle: the process's heap is trimmed once
+    (``engine/idle_memory.py``; glibc is there on CI's Linux)."""
+    from cadenza.engine.idle_memory import RELEASE
+
+    assert RELEASE.enabled
+    deadline = time.time() + TIMEOUT
+    while engine.scheduler.load != (0, 0) and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(RELEASE.delay_s + 0.3)  # any trim of earlier requests has run
+    before = RELEASE.trims
+    run(engine, "Hello, this is a test.", {"seed": 3}, True)
+    while RELEASE.trims == before and time.time() < deadline:
+        time.sleep(0.02)
+    assert RELEASE.trims == before + 1

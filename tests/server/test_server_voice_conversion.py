@@ -150,3 +150,29 @@ def test_builtin_model_with_the_source_text(tiny, tmp_path_factory):
         assert found["found"], found
         r = httpx.post(f"{server.url}{ENDPOINT}", files=files, data={"watermark": "false"}, timeout=60)
         assert api_error(r, 400, "watermark")["code"] == "unknown_parameter"
+
+
+def test_concurrent_conversions_each_say_what_they_say_alone_and_free_their_slots(live, source):
+    """Six conversions at once (three sources, six seeds) each answer what it answers alone (to a 16-bit step or two:
+    requests vocoded in one batch may round differently, tests/engine/test_engine_vocoder_batch.py); afterwards no
+    admission slot or engine request is left held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    samples, sr = source
+    sources = [wav_bytes(samples[: int(sr * s)], sr) for s in (1.2, 1.8, 2.4)]
+    jobs = [(k % 3, 10 + k) for k in range(6)]
+
+    def one(job):
+        index, seed = job
+        r = _convert(live, sources[index], seed=seed, stream="false", response_format="pcm")
+        assert r.status_code == 200, r.text
+        return r.content
+
+    alone = [one(job) for job in jobs]
+    with ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(one, jobs))
+    for a, b in zip(alone, together):
+        a, b = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
+        assert a.size == b.size and np.abs(a - b).max() <= 2
+    health = live.client.get("/health").json()
+    assert health["inflight"] == 0 and health["active"] == 0 and health["queued"] == 0, health
