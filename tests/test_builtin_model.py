@@ -359,7 +359,7 @@ def test_voice_conversion_with_the_source_text_keeps_a_new_voices_words(tiny):
     assert len(with_text[0].samples) == len(without[0].samples)
     with pytest.raises(TextError, match="source text"):
         tiny.convert_voice((sources[0], 24000), source_text="  ")
-    with pytest.raises(TextError, match="prompt_text"):
+    with pytest.raises(TextError, match="source_text"):
         tiny.convert_voice((sources[0], 24000), source_text="x" * 100_000)
     pytest.importorskip("faster_whisper", reason="needs the eval extra (pip install -e '.[eval]')")
     from cadenza.evaluation.asr import transcribe

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from cadenza.api.arguments import check_prompt_text, check_seed
+from cadenza.api.arguments import MAX_PROMPT_TEXT_CHARS, check_seed, check_text_arg
 from cadenza.api.audio import PromptAudio, read_prompt_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
@@ -72,7 +72,7 @@ def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, ta
     ``source_text``: what it says (phoneme models only, see ``SourceAligner``). Raises ``InputError``/``AudioError``/
     ``TextError`` for bad arguments before any model work."""
     check_seed(seed)
-    check_prompt_text(source_text)  # the same bounds as a prompt's transcript
+    check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)  # a transcript's bounds
     wav, sr = read_prompt_audio(source, sample_rate)
     validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS))
     wav16k = resample(wav, sr, 16000)
@@ -85,7 +85,7 @@ def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | No
     """``Cadenza.convert_voice``'s request: the target is ``prompt_wav``'s voice, the saved ``speaker``'s, or with
     neither the model's default voice; the cheap refusals come before any audio is read."""
     check_seed(seed)
-    check_prompt_text(source_text)
+    check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)
     if prompt_wav is not None and speaker is not None:
         raise InputError("give either prompt_wav or speaker as the target voice, not both")
     if speaker is None and prompt_wav is None and tts.default_speaker is None:
