@@ -371,3 +371,26 @@ def test_voice_conversion_with_the_source_text_keeps_a_new_voices_words(tiny):
 
     aligned, guessed = heard(with_text), heard(without)
     assert aligned >= 0.8 and aligned > guessed + 0.1, (aligned, guessed)
+
+
+def test_voice_conversion_of_a_source_past_30_seconds(tiny):
+    """A 40 s source is read in tokenizer windows and rendered chunk by chunk (the streaming path: the same samples
+    as ``engine.stream`` of the same request), one hop of audio per token; past the API's 300 s, or past what the
+    flow renders with the voice's prompt, it is refused."""
+    from cadenza.api.voice_conversion import convert_voice_request
+    from cadenza.errors import AudioError
+
+    line = tiny.synthesize("The man walked to the house in the evening, and then he sat down to rest.", seed=1)
+    reps = int(40 * line.sample_rate / line.samples.size) + 1
+    source = (np.tile(line.samples, reps)[: 40 * line.sample_rate], line.sample_rate)
+    out = tiny.convert_voice(source, seed=0)
+    req = convert_voice_request(tiny, source, None, speaker=None, source_text=None, seed=0)
+    assert req.source_tokens.shape[1] == 1000 and len(out.samples) == 1000 * tiny.engine.token2wav.hop
+    expected = tiny.mark.whole(np.concatenate(list(tiny.engine.stream(req))))
+    np.testing.assert_array_equal(out.samples, expected)
+    long = np.tile(line.samples, int(301 * line.sample_rate / line.samples.size) + 1)
+    with pytest.raises(AudioError, match="source audio is too long: 301.00 s, the limit is 300 s"):
+        tiny.convert_voice((long[: 301 * line.sample_rate], line.sample_rate))
+    # within 300 s but not within what the flow renders with the voice's 4 s prompt: refused before any work
+    with pytest.raises(AudioError, match=r"too long for this model with this voice: 298.00 s, at most 296.0 s"):
+        tiny.convert_voice((long[: 298 * line.sample_rate], line.sample_rate))

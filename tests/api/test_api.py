@@ -257,3 +257,21 @@ def test_audio_saves_to_a_file_object_in_any_format_and_shows_a_player_in_a_note
     data = re.search(r'src="data:audio/wav;base64,([A-Za-z0-9+/=]+)"', html).group(1)
     played, rate = sf.read(io.BytesIO(base64.b64decode(data)), dtype="float32")
     assert rate == 24000 and np.abs(played - samples).max() <= 1 / 32767 and "0.50 s at 24000 Hz" in html
+
+
+def test_tokenizer_windows_cover_a_long_source_cut_where_it_is_quiet():
+    """A source past the speech tokenizer's 30 s is read in windows of at most 30 s, each cut at a token boundary at
+    the quietest 40 ms of its last 5 s (``api/voice_conversion.py``)."""
+    import torch
+
+    from cadenza.api.voice_conversion import tokenizer_windows
+
+    n = 16000 * 75
+    wav = torch.full((n,), 0.3)
+    wav[16000 * 27 + 640 * 3: 16000 * 27 + 640 * 4] = 0.0  # a quiet token 27.12 s in
+    bounds = tokenizer_windows(n, wav16k=wav)
+    assert bounds[0] == (0, 16000 * 27 + 640 * 3) and bounds[-1][1] == n
+    assert all(a == b for (_, a), (b, _) in zip(bounds, bounds[1:]))  # contiguous
+    assert all(b - a <= 16000 * 30 and a % 640 == 0 for a, b in bounds)
+    assert tokenizer_windows(16000 * 30) == [(0, 16000 * 30)]
+    assert len(tokenizer_windows(16000 * 61)) == 3  # without audio: cut at each window's end

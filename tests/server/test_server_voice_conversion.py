@@ -24,7 +24,8 @@ TRANSCRIPT = "Just by listening a few minutes a day."
 @pytest.fixture(scope="module")
 def live(tts, tmp_path_factory):
     store = VoiceStore(tmp_path_factory.mktemp("voices"))
-    with LiveServer(create_app(tts, store, ServerConfig(max_upload_bytes=400_000))) as server:
+    config = ServerConfig(max_upload_bytes=400_000, max_conversion_seconds=40.0)
+    with LiveServer(create_app(tts, store, config)) as server:
         server.store = store
         with httpx.Client(base_url=server.url, timeout=120) as client:
             server.client = client
@@ -84,7 +85,7 @@ def test_bad_forms_are_specific_400s(live, source):
                                  "audio")["message"]
     assert api_error(_convert(live, wav_bytes(tone(0.1))), 400, "audio")
     assert api_error(_convert(live, wav_bytes(tone(14.0))), 413, "audio")["code"] == "file_too_large"
-    assert "30" in api_error(_convert(live, wav_bytes(tone(31.0, 8000), 8000, subtype="PCM_U8")), 400, "audio")["message"]
+    assert "40" in api_error(_convert(live, wav_bytes(tone(41.0, 8000), 8000, subtype="PCM_U8")), 400, "audio")["message"]
     assert api_error(_convert(live, good, voice="nobody"), 400, "voice")["code"] == "voice_not_found"
     err = api_error(_convert(live, good, voice=None), 400, "voice")  # the toy model has no default voice
     assert "no default voice" in err["message"]
@@ -178,3 +179,14 @@ def test_concurrent_conversions_each_say_what_they_say_alone_and_free_their_slot
         assert a.size == b.size and np.abs(a - b).max() <= 2
     health = live.client.get("/health").json()
     assert health["inflight"] == 0 and health["active"] == 0 and health["queued"] == 0, health
+
+
+def test_a_source_past_30_seconds_is_converted_chunk_by_chunk(live):
+    """35 s (past the speech tokenizer's 30 s): read in windows, rendered chunk by chunk even when asked whole, one
+    hop of audio per 40 ms token; ``max_conversion_seconds`` bounds it (at most 600)."""
+    source = wav_bytes(tone(35.0, 8000), 8000, subtype="PCM_U8")
+    r = _convert(live, source, seed=1, stream="false", response_format="pcm")
+    assert r.status_code == 200, r.text
+    assert len(r.content) // 2 == 35 * 25 * 960  # 875 tokens of 960 samples at 24 kHz
+    with pytest.raises(ValueError, match="max_conversion_seconds"):
+        ServerConfig(max_conversion_seconds=601)

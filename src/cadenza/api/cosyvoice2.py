@@ -34,7 +34,14 @@ from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.request_batches import LAZY_PLAN_CHARS, request_batches, stream_long_text
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
-from cadenza.api.voice_conversion import SourceAligner, conversion_request, convert_voice_request
+from cadenza.api.voice_conversion import (
+    MAX_SOURCE_SECONDS,
+    SourceAligner,
+    conversion_request,
+    convert_voice_request,
+    flow_frames,
+    renders_whole,
+)
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import iterate_segments, stream_segments
@@ -380,9 +387,12 @@ class Cadenza:
 
         ``source_text``: what ``source_wav`` says, for a model whose speech tokens are phonemes (the built-in model):
         its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
-        of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md)."""
+        of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md). The source
+        may last up to 300 s (with the voice's prompt, what the flow renders at most): past 30 s it is read in
+        tokenizer windows and rendered chunk by chunk."""
         req = convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text, seed=seed)
-        return Audio(self.mark.whole(self.engine.synthesize(req)), self.sample_rate)
+        audio = self.engine.synthesize(req) if renders_whole(req) else np.concatenate(list(self.engine.stream(req)))
+        return Audio(self.mark.whole(audio), self.sample_rate)
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property
@@ -439,13 +449,13 @@ class Cadenza:
         return Plan(requests, n_text)
 
     def conversion_plan(self, source: PromptAudio, voice: Voice | None, *, source_text: str | None = None,
-                        seed: int | None = None, max_seconds: float = 30.0) -> Plan:
+                        seed: int | None = None, max_seconds: float = MAX_SOURCE_SECONDS) -> Plan:
         """Voice conversion as a plan (the server's ``POST /v1/audio/voice-conversion``): one request saying what
         ``source`` says in ``voice`` (``None``: the default voice); ``convert_voice`` for the rest."""
         prompt = self._conditioning(voice, None)[0]
         return Plan([conversion_request(self.engine.frontend, self.source_aligner, source, prompt,
                                         source_text=source_text, seed=seed, sample_rate=self.sample_rate,
-                                        max_seconds=max_seconds)], 0)
+                                        max_seconds=max_seconds, flow_frames=flow_frames(self))], 0)
 
     def submit(self, request: SynthesisRequest, stream: bool = True):
         return self.engine.scheduler.submit(request, stream=stream)

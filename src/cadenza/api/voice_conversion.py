@@ -21,10 +21,45 @@ from cadenza.api.audio import PromptAudio, read_prompt_audio
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.engine.request import SynthesisRequest
-from cadenza.errors import CheckpointError, InputError, TextError
+from cadenza.errors import AudioError, CheckpointError, InputError, TextError
 
-# The speech tokenizer reads at most 30 s (as a prompt): a longer source is refused, not cut.
-MAX_SOURCE_SECONDS = 30.0
+# The speech tokenizer reads at most 30 s at a time (its whisper front end): a longer source is read in windows of
+# at most that, cut at the quietest 40 ms in the last 5 s of each, and the flow renders it chunk by chunk (as
+# streaming does: the whole-utterance flow attends over every frame at once, too much past ~a minute).
+MAX_SOURCE_SECONDS = 300.0  # the release flow's 15,000 noise frames at 50 Hz; with a voice's prompt, a little less
+TOKENIZER_WINDOW_S = 30.0
+SOURCE_WORDING = {"what": "source audio", "shorten": "convert it in parts"}  # its errors name it as the source
+WHOLE_FLOW_TOKENS = 750  # 30 s at 25 Hz: up to this the flow renders the whole source at once, as before
+_HOP_16K = 640  # one 25 Hz speech token at 16 kHz
+_SEARCH_S = 5.0
+
+
+def tokenizer_windows(n: int, window_s: float = TOKENIZER_WINDOW_S, wav16k: torch.Tensor | None = None,
+                      ) -> list[tuple[int, int]]:
+    """``[start, end)`` sample bounds covering ``n`` samples at 16 kHz in windows of at most ``window_s``, each cut
+    at a token boundary (a multiple of 640 samples) where ``wav16k`` is quietest in the window's last 5 s."""
+    window, search = int(window_s * 16000) // _HOP_16K * _HOP_16K, int(_SEARCH_S * 16000) // _HOP_16K * _HOP_16K
+    bounds, start = [], 0
+    while n - start > window:
+        lo, hi = start + window - search, start + window
+        cut = hi
+        if wav16k is not None:
+            frames = wav16k[lo:hi].reshape(-1, _HOP_16K).pow(2).mean(dim=1)
+            cut = lo + int(frames.argmin()) * _HOP_16K  # the quietest frame opens the next window
+        bounds.append((start, cut))
+        start = cut
+    bounds.append((start, n))
+    return bounds
+
+
+def windowed(read, wav16k: torch.Tensor) -> list:
+    """``read`` (a tokenizer or classifier of <= 30 s) over each window of ``wav16k``."""
+    return [read(wav16k[a:b]) for a, b in tokenizer_windows(wav16k.numel(), wav16k=wav16k)]
+
+
+def source_tokens(frontend, wav16k: torch.Tensor) -> torch.Tensor:
+    """The speech tokenizer's ids ``[1, T]`` of a source of any length (windows of at most 30 s)."""
+    return torch.cat(windowed(frontend.speech_tokens, wav16k), dim=1)
 
 
 class SourceAligner:
@@ -53,12 +88,15 @@ class SourceAligner:
 
     def tokens(self, wav16k: torch.Tensor, transcript: str) -> torch.Tensor:
         """wav ``[N]`` at 16 kHz and what it says -> speech token ids ``[1, T]``, as many as the tokenizer gives."""
+        import numpy as np
+
         from cadenza.alignment.speech_labels import aligned_labels
 
         posteriors = self._classifier()
         ids = self.frontend.text_ids(transcript, "source text")[0].tolist()
-        frames = self.frontend.speech_tokens(wav16k).shape[1]  # the tokenizer's count (the output's length)
-        labels = torch.from_numpy(aligned_labels(posteriors(wav16k.numpy()), ids, posteriors.symbols))
+        frames = source_tokens(self.frontend, wav16k).shape[1]  # the tokenizer's count (the output's length)
+        probs = np.concatenate(windowed(lambda w: posteriors(w.numpy()), wav16k), axis=0)
+        labels = torch.from_numpy(aligned_labels(probs, ids, posteriors.symbols))
         if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
             labels = torch.cat([labels, labels[-1:].repeat(frames - labels.numel())])
         return labels[:frames].reshape(1, -1)
@@ -66,18 +104,31 @@ class SourceAligner:
 
 def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, target, *, source_text: str | None = None,
                        seed: int | None = None, sample_rate: int, max_seconds: float = MAX_SOURCE_SECONDS,
-                       ) -> SynthesisRequest:
+                       flow_frames: int | None = None) -> SynthesisRequest:
     """The engine request that says what ``source`` says in the voice of ``target`` (a ``SpeakerPrompt``: its flow
     prompt). ``source``: a path, encoded bytes or ``(samples, rate)`` at any rate, at most ``max_seconds`` long;
-    ``source_text``: what it says (phoneme models only, see ``SourceAligner``). Raises ``InputError``/``AudioError``/
+    ``source_text``: what it says (phoneme models only, see ``SourceAligner``); ``flow_frames``: the most mel frames
+    the model's flow renders in one utterance (its noise buffer), which bounds the source with the voice's prompt. Raises ``InputError``/``AudioError``/
     ``TextError`` for bad arguments before any model work."""
     check_seed(seed)
     check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)  # a transcript's bounds
     wav, sr = read_prompt_audio(source, sample_rate)
-    validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS))
+    validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS), **SOURCE_WORDING)
+    if flow_frames is not None:  # the flow draws its noise from a fixed buffer: the voice's prompt and the source share it
+        ratio = frontend.config.token_mel_ratio
+        room = (flow_frames // ratio - target.flow_prompt_speech.shape[1]) / 25.0
+        if wav.numel() / sr > room:
+            raise AudioError(f"the source audio is too long for this model with this voice: {wav.numel() / sr:.2f} s, "
+                             f"at most {max(room, 0):.1f} s (its flow renders {flow_frames} mel frames at most, the "
+                             "voice's prompt included): convert it in parts")
     wav16k = resample(wav, sr, 16000)
-    tokens = frontend.speech_tokens(wav16k) if source_text is None else aligner.tokens(wav16k, source_text)
+    tokens = source_tokens(frontend, wav16k) if source_text is None else aligner.tokens(wav16k, source_text)
     return SynthesisRequest(mode="vc", voice=target, source_tokens=tokens, seed=seed)
+
+
+def renders_whole(request: SynthesisRequest) -> bool:
+    """Whether the flow renders a conversion at once (up to 30 s of source) or chunk by chunk (longer)."""
+    return request.source_tokens.shape[1] <= WHOLE_FLOW_TOKENS
 
 
 def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | None, *, speaker: str | None,
@@ -95,4 +146,9 @@ def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | No
     else:
         target = tts.voice_from_audio(prompt_wav)
     return conversion_request(tts.engine.frontend, tts.source_aligner, source, target, source_text=source_text,
-                              seed=seed, sample_rate=tts.sample_rate)
+                              seed=seed, sample_rate=tts.sample_rate, flow_frames=flow_frames(tts))
+
+
+def flow_frames(tts) -> int:
+    """The most mel frames ``tts``'s flow renders in one utterance (its fixed noise buffer)."""
+    return int(tts.engine.model.flow.decoder.rand_noise.size(2))

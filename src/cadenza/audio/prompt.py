@@ -44,8 +44,12 @@ def validate_prompt_audio(
     sr: int,
     min_seconds: float = DEFAULT_MIN_SECONDS,
     max_seconds: float = DEFAULT_MAX_SECONDS,
+    what: str = "prompt audio",
+    shorten: str = "trim it to one or two sentences",
 ) -> torch.Tensor:
     """Check a mono prompt ``wav`` (``[samples]`` or ``[1, samples]``, float in [-1, 1]) sampled at ``sr``.
+    ``what`` names it in the errors (``"source audio"`` for voice conversion), ``shorten`` says what to do when it is
+    too long.
 
     Returns ``wav`` unchanged. Raises ``AudioError`` naming the problem: wrong shape, NaN/inf samples, shorter
     than ``min_seconds``, longer than ``max_seconds``, silent (peak < ``SILENCE_PEAK`` or RMS < ``SILENCE_RMS``),
@@ -58,27 +62,27 @@ def validate_prompt_audio(
     elif wav.dim() == 1:
         samples = wav
     else:
-        raise AudioError(f"prompt audio must be mono [samples] or [1, samples], got shape {tuple(wav.shape)}")
+        raise AudioError(f"{what} must be mono [samples] or [1, samples], got shape {tuple(wav.shape)}")
     if not torch.isfinite(samples).all():
-        raise AudioError("prompt audio contains NaN or infinite samples")
+        raise AudioError(f"{what} contains NaN or infinite samples")
     seconds = samples.numel() / sr
     if seconds < min_seconds:
         count = samples.numel()
         length = f"{seconds:.2f} s" if seconds >= 0.01 else f"{count} sample{'s' * (count != 1)} ({seconds:.4f} s)"
-        raise AudioError(f"prompt audio is too short: {length}, need at least {min_seconds:g} s")
+        raise AudioError(f"{what} is too short: {length}, need at least {min_seconds:g} s")
     if seconds > max_seconds:
         raise AudioError(
-            f"prompt audio is too long: {seconds:.2f} s, the limit is {max_seconds:g} s (trim it to one or two sentences)"
+            f"{what} is too long: {seconds:.2f} s, the limit is {max_seconds:g} s ({shorten})"
         )
     samples64 = samples.detach().to(torch.float64)  # float64: sums of squares over minutes of audio
     peak = float(samples64.abs().max())
     rms = float(samples64.square().mean().sqrt())
     if peak < SILENCE_PEAK or rms < SILENCE_RMS:
         raise AudioError(
-            f"prompt audio is silent (peak {peak:.2g}, RMS {rms:.2g}; need peak >= {SILENCE_PEAK:g} "
+            f"{what} is silent (peak {peak:.2g}, RMS {rms:.2g}; need peak >= {SILENCE_PEAK:g} "
             f"and RMS >= {SILENCE_RMS:g} on a [-1, 1] scale)"
         )
     if peak > MAX_PEAK:
-        raise AudioError(f"prompt audio peaks at {peak:.3g}: samples are floats on a [-1, 1] scale (or integer "
+        raise AudioError(f"{what} peaks at {peak:.3g}: samples are floats on a [-1, 1] scale (or integer "
                          "PCM: pass the integer array itself)")
     return wav

@@ -95,10 +95,13 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--voices-db", default=None, metavar="postgresql://...",
                    help=f"keep saved voices in PostgreSQL instead, shared by server replicas (default ${VOICES_DB_ENV}; "
                         "prefer the variable or PGPASSWORD/~/.pgpass for the password; needs the 'postgres' extra)")
-    p.add_argument("--max-upload-mb", type=positive_float, default=10.0, help="largest voice upload in MiB (default 10)")
+    p.add_argument("--max-upload-mb", type=positive_float, default=10.0,
+                   help="largest voice or voice-conversion upload in MiB (default 10)")
     p.add_argument("--max-lora-mb", type=positive_float, default=256.0,
                    help="largest LoRA weights upload (POST /v1/admin/loras) in MiB (default 256)")
-    # Defaults of the two below live in ServerConfig (the server package needs its extra: not imported here).
+    # Defaults of the three below live in ServerConfig (the server package needs its extra: not imported here).
+    p.add_argument("--max-conversion-seconds", type=positive_float, default=None,
+                   help="longest source recording of POST /v1/audio/voice-conversion, at most 300 (default 240)")
     p.add_argument("--max-audio-seconds", type=positive_float, default=None,
                    help="most audio one request may make; longer inputs are refused with 400 (default 600)")
     p.add_argument("--max-connections", type=positive_int, default=None,
@@ -144,6 +147,7 @@ def run_serve(args: argparse.Namespace) -> None:
                               max_lora_bytes=int(args.max_lora_mb * 2**20),
                               max_inflight_audio_seconds=max(ServerConfig.max_inflight_audio_seconds, audio_s),
                               max_connections=args.max_connections or ServerConfig.max_connections,
+                              max_conversion_seconds=args.max_conversion_seconds or ServerConfig.max_conversion_seconds,
                               allowed_hosts=None if hosts is None else tuple(hosts),
                               allowed_origins=tuple(args.allowed_origin))
     except ValueError as exc:

@@ -44,8 +44,9 @@ class ServerConfig:
     audio one request may make (refused up front from an estimate, and cut there if the model runs on).
     ``max_segment_tokens``: longer inputs are split at sentence boundaries and spoken segment after segment.
 
-    Uploads: ``max_upload_bytes`` (one voice's audio file), ``max_prompt_seconds`` (its duration; decoding stops
-    there, whatever the file's header claims). ``max_lora_bytes``: one uploaded LoRA adapter's weights file
+    Uploads: ``max_upload_bytes`` (one voice's or conversion's audio file), ``max_prompt_seconds`` (a voice's
+    duration) and ``max_conversion_seconds`` (a voice conversion's source, at most 300 s): decoding stops there,
+    whatever the file's header claims. ``max_lora_bytes``: one uploaded LoRA adapter's weights file
     (``POST /v1/admin/loras``); ``max_loras``: adapters one VoxCPM 2 model may hold (uploaded and ``--lora`` together).
 
     Connections: ``ws_idle_timeout_s``: a WebSocket session whose client sends no text for this long before
@@ -70,6 +71,7 @@ class ServerConfig:
     max_segment_tokens: int = 80
     max_upload_bytes: int = 10 * 2**20
     max_prompt_seconds: float = 30.0
+    max_conversion_seconds: float = 240.0
     max_lora_bytes: int = 256 * 2**20
     max_loras: int = 16
     ws_idle_timeout_s: float = 60.0
@@ -95,12 +97,14 @@ class ServerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("max_inflight_audio_seconds", "max_audio_seconds", "max_prompt_seconds", "ws_idle_timeout_s",
-                     "ws_max_session_s", "header_timeout_s"):
+        for name in ("max_inflight_audio_seconds", "max_audio_seconds", "max_prompt_seconds", "max_conversion_seconds",
+                     "ws_idle_timeout_s", "ws_max_session_s", "header_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
                                                                                          and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.max_conversion_seconds > 300.0:
+            raise ValueError("max_conversion_seconds must be in (0, 300] (what voice conversion renders at most)")
         if self.max_prompt_seconds > 30.0:
             raise ValueError("max_prompt_seconds must be in (0, 30] (the frontends read at most 30 s of prompt)")
         if self.max_inflight_audio_seconds < self.max_audio_seconds:

@@ -82,14 +82,14 @@ async def read_audio_file(form: FormData, fields: tuple[str, ...], limit: int) -
     return data
 
 
-def decode_upload(data: bytes, max_bytes: int, max_seconds: float) -> tuple[torch.Tensor, int]:
+def decode_upload(data: bytes, max_bytes: int, max_seconds: float, **wording) -> tuple[torch.Tensor, int]:
     """Blocking: an uploaded recording -> validated mono float32 ``[N]`` and its rate (``decode_prompt``'s checks:
     at most ``max_seconds``, not silent, not too short), read by libsndfile or, for what it lacks (m4a, WebM), FFmpeg.
-    Raises ``AudioError`` naming what is wrong."""
+    Raises ``AudioError`` naming what is wrong (``wording``: ``what`` and ``shorten``, as ``decode_prompt``'s)."""
     try:
-        return decode_prompt(data, max_bytes, max_seconds=max_seconds)
+        return decode_prompt(data, max_bytes, max_seconds=max_seconds, **wording)
     except AudioError as exc:
         if "cannot decode" not in str(exc):
             raise
     samples, rate = decode_with_av(data, max_seconds)
-    return decode_prompt((samples, rate), max_seconds=max_seconds)
+    return decode_prompt((samples, rate), max_seconds=max_seconds, **wording)

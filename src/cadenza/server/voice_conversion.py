@@ -2,7 +2,8 @@
 voice), streamed as the audio is made. CosyVoice 2 models only (``voice_conversion`` in their ``modes``).
 
 A multipart form (as ``/v1/audio/voices``): ``audio`` (the source recording, any rate and container the voice
-upload takes, at most ``max_prompt_seconds``: the speech tokenizer reads 30 s), ``voice`` (a saved voice's name or
+upload takes, at most ``max_conversion_seconds``, 240 s by default; past 30 s it is read in windows and rendered chunk
+by chunk: ``api/voice_conversion.py``), ``voice`` (a saved voice's name or
 id, or a speaker of the model; left out, or one of OpenAI's voice names: the model's default voice), ``model``,
 ``source_text`` (what the recording says: models whose speech tokens are phonemes, the built-in one, then place the
 tokens by alignment and keep the words of voices they never heard; docs/cadenza-tiny.md), ``response_format``
@@ -20,6 +21,7 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from cadenza.api.voice_conversion import SOURCE_WORDING, renders_whole
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
 from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, whole_response
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
@@ -75,7 +77,7 @@ def _decode(state: ServerState, served: ServedModel, data: bytes, voice_ref: str
     if ref is None and not served.capabilities.default_voice:
         raise UnknownSpeakerError("this model has no default voice: name a saved voice (field 'voice')")
     voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
-    wav, sr = decode_upload(data, state.config.max_upload_bytes, state.config.max_prompt_seconds)
+    wav, sr = decode_upload(data, state.config.max_upload_bytes, state.config.max_conversion_seconds, **SOURCE_WORDING)
     return voice, wav, sr
 
 
@@ -117,7 +119,7 @@ async def convert_voice(request: Request) -> Response:
             slot.grow(wav.numel() / rate - PLANNING_COST_S)  # the output is as long as the source: 429 before work
             plan = await anyio.to_thread.run_sync(
                 lambda: served.tts.conversion_plan((wav.numpy(), rate), voice, source_text=source_text, seed=seed,
-                                                   max_seconds=state.config.max_prompt_seconds),
+                                                   max_seconds=state.config.max_conversion_seconds),
                 limiter=state.limiter)
         except APIError:
             raise
@@ -125,7 +127,9 @@ async def convert_voice(request: Request) -> Response:
             raise state.error(exc, param=_param_of(exc)) from exc
         requests = plan.requests
         sr = served.sample_rate
-        engine = EngineStream(served.tts.submit, requests, stream=stream, limiter=state.limiter,
+        # a source past 30 s is rendered chunk by chunk even when asked whole (``renders_whole``): the same path
+        engine = EngineStream(served.tts.submit, requests, stream=stream or not renders_whole(requests[0]),
+                              limiter=state.limiter,
                               max_samples=int(state.config.max_audio_seconds * sr), mark=served.tts.mark.embedder())
         headers = {"X-Sample-Rate": str(sr), "X-Seed": str(seed), "Cache-Control": "no-cache"}
         if not stream:

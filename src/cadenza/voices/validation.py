@@ -104,13 +104,14 @@ def _from_array(samples: np.ndarray | torch.Tensor, sr: int) -> tuple[torch.Tens
 
 def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
                   min_seconds: float = DEFAULT_MIN_SECONDS, max_seconds: float = DEFAULT_MAX_SECONDS,
+                  what: str = "prompt audio", shorten: str = "trim it to one or two sentences",
                   ) -> tuple[torch.Tensor, int]:
     """Encoded audio bytes or ``(samples, sample_rate)`` -> validated mono float32 ``[N]`` at <= 48 kHz, rate.
 
     Encoded audio is never decoded past ``max_seconds`` (``load_audio`` checks the header, then stops decoding at the
     limit), so a small file that expands to hours of audio is refused at the cost of ``max_seconds`` of audio.
     Raises ``AudioError`` for anything ``load_audio``/``validate_prompt_audio`` reject (undecodable, too big,
-    too short or long, silent, NaN).
+    too short or long, silent, NaN); ``what`` and ``shorten`` word them (``validate_prompt_audio``).
     """
     if isinstance(audio, tuple):
         if len(audio) != 2:
@@ -132,7 +133,7 @@ def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
         wav = load_audio(data, sr, max_bytes=max_bytes, max_seconds=max_seconds)
     else:
         raise AudioError(f"prompt audio must be encoded bytes or (samples, sample_rate), not {type(audio).__name__}")
-    validate_prompt_audio(wav, sr, min_seconds=min_seconds, max_seconds=max_seconds)
+    validate_prompt_audio(wav, sr, min_seconds=min_seconds, max_seconds=max_seconds, what=what, shorten=shorten)
     return wav, sr
 
 
