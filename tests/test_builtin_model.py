@@ -7,6 +7,7 @@ understands the default voice (>= 70 % of the words of ten new sentences). Needs
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -168,7 +169,7 @@ def test_builtin_folder_is_not_written(tiny):
     assert (tiny.directory / "spk2info.pt").stat().st_mtime_ns == before and "mine" not in tiny.speakers
 
 
-def test_cli_uses_the_builtin_model_without_model(tmp_path, monkeypatch):
+def test_cli_uses_the_builtin_model_without_model(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("CADENZA_MODEL", raising=False)
     out = tmp_path / "hello.wav"
     assert cli_main(["synth", "--text", "Hello there.", "--seed", "0", "-o", str(out)]) == 0
@@ -182,6 +183,13 @@ def test_cli_uses_the_builtin_model_without_model(tmp_path, monkeypatch):
     assert cli_main(["vc", "--source-wav", str(out), "--source-text", "Hello there.", "--seed", "0",
                      "-o", str(aligned)]) == 0
     assert len(sf.read(aligned, dtype="float32")[0]) == len(vc_samples)
+    words = tmp_path / "words.json"  # the transcript's words timed in the output
+    assert cli_main(["vc", "--source-wav", str(out), "--source-text", "Hello there.", "--seed", "0",
+                     "--timestamps", str(words), "-o", str(aligned)]) == 0
+    doc = json.loads(words.read_text())
+    assert [w["word"] for w in doc["words"]] == ["Hello", "there."] and doc["duration"] > doc["words"][-1]["end"]
+    assert cli_main(["vc", "--source-wav", str(out), "--timestamps", str(words), "-o", str(aligned)]) == 2
+    assert "--timestamps needs --source-text" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a recording and a saved speaker at once: argparse refuses
         cli_main(["vc", "--source-wav", str(out), "--prompt-wav", str(out), "--speaker", "joe", "-o", str(converted)])
 
@@ -394,3 +402,21 @@ def test_voice_conversion_of_a_source_past_30_seconds(tiny):
     # within 300 s but not within what the flow renders with the voice's 4 s prompt: refused before any work
     with pytest.raises(AudioError, match=r"too long for this model with this voice: 298.00 s, at most 296.0 s"):
         tiny.convert_voice((long[: 298 * line.sample_rate], line.sample_rate))
+
+
+def test_voice_conversion_times_the_words_of_its_source_text(tiny):
+    """``convert_voice(..., source_text=, timestamps=True)``: the transcript's words timed in the output, where the
+    source says them (conversion keeps the source's timing): each word's start within 60 ms of its start in the
+    source itself (median), read by the same aligner; without a transcript there is nothing to time."""
+    from cadenza.api.timestamps import whole_words
+
+    text = "Please close the window before you leave the house tonight."
+    source = tiny.synthesize(text, speed=1.2, seed=3)
+    out = tiny.convert_voice((source.samples, source.sample_rate), seed=0, source_text=text, timestamps=True)
+    own = whole_words(text, source.samples, source.sample_rate)
+    assert [w.word for w in out.words] == [w.word for w in own] == text.split()
+    starts = np.abs(np.array([w.start for w in out.words]) - np.array([w.start for w in own]))
+    assert np.median(starts) <= 0.06, starts
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(out.words, out.words[1:]))
+    with pytest.raises(InputError, match="need source_text"):
+        tiny.convert_voice((source.samples, source.sample_rate), timestamps=True)

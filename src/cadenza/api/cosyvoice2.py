@@ -381,7 +381,7 @@ class Cadenza:
         return iter(stream)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
-                      *, speaker: str | None = None, source_text: str | None = None) -> Audio:
+                      *, speaker: str | None = None, source_text: str | None = None, timestamps: bool = False) -> Audio:
         """Voice conversion: say what ``source_wav`` says in another voice (no LM): that of ``prompt_wav``, of the
         saved ``speaker``, or, with neither, the model's default voice (the built-in model: joe).
 
@@ -389,10 +389,14 @@ class Cadenza:
         its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
         of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md). The source
         may last up to 300 s (with the voice's prompt, what the flow renders at most): past 30 s it is read in
-        tokenizer windows and rendered chunk by chunk."""
+        tokenizer windows and rendered chunk by chunk. ``timestamps=True`` (with ``source_text``): ``Audio.words``
+        holds the start and end of each of its words in the output (docs/controls.md)."""
+        if check_timestamps(timestamps) and source_text is None:
+            raise InputError("timestamps of a voice conversion need source_text: the words timed are its words")
         req = convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text, seed=seed)
         audio = self.engine.synthesize(req) if renders_whole(req) else np.concatenate(list(self.engine.stream(req)))
-        return Audio(self.mark.whole(audio), self.sample_rate)
+        out = Audio(self.mark.whole(audio), self.sample_rate)
+        return with_words(out, source_text) if timestamps else out
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property

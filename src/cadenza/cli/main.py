@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--speaker", help="a saved speaker of the model (see `cadenza speakers`)")
     vc.add_argument("--source-text", help="what --source-wav says (a model whose speech tokens are phonemes, e.g. the "
                                           "built-in one: keeps the words of a voice its tokenizer never heard)")
+    vc.add_argument("--timestamps", metavar="JSON", help="with --source-text: write each of its words' start and end "
+                                                     "(s) in the output to this file")
     vc.add_argument("--seed", type=seed)
     vc.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(vc)
@@ -405,10 +407,18 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 
 
 def _vc(args) -> None:
+    if args.timestamps is not None:  # before the model loads
+        if args.source_text is None:
+            raise CadenzaError("--timestamps needs --source-text: the words timed are the source's")
+        if not Path(args.timestamps).expanduser().parent.is_dir():
+            raise CadenzaError(f"--timestamps: no folder {Path(args.timestamps).expanduser().parent} to write into")
     tts = _load(args)
     text = {"source_text": args.source_text} if args.source_text is not None else {}
-    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed, speaker=args.speaker, **text)
+    timed = {"timestamps": True} if args.timestamps is not None else {}
+    audio = tts.convert_voice(args.source_wav, args.prompt_wav, seed=args.seed, speaker=args.speaker, **text, **timed)
     _save(audio, args.output)
+    if args.timestamps is not None:
+        _save_words(audio.words, audio.duration, args.timestamps)
     print(f"wrote {args.output}: {audio.duration:.2f} s", file=sys.stderr)
 
 
