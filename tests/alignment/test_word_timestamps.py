@@ -79,3 +79,31 @@ def test_aligner_finds_known_word_boundaries_whole_and_streamed(tts, joined):
     assert all(ends[k] <= w.start <= w.end for k, w in enumerate(streamed)) and ends[-1] <= audio.size / sr
     assert all(w.end <= t for w, t in zip(streamed, at)) and len(at) >= 2  # some words settle before the end
     assert max(abs(a.start - b.start) + abs(a.end - b.end) for a, b in zip(streamed, whole)) <= 0.1
+
+
+def test_a_long_text_is_read_into_words_as_the_audio_needs_them_with_the_same_timings(tts, monkeypatch):
+    """``WordTimer`` splits a long text into words a little at a time and aligns each streaming run with the words
+    it can reach (a phoneme holds at least one 20 ms step): the timings are those of splitting it all first and
+    aligning every run with every remaining word, and far fewer words are read before the first settle."""
+    import cadenza.alignment.timer as timer_module
+
+    sentences = ["The man walked to the house in the evening.", "Please close the window before you leave.",
+                 "My brother finally fixed the squeaky door.", "We decided to stay home and watch a film."]
+    spoken = " ".join(sentences * 2)
+    audio = tts.synthesize(spoken, seed=2)
+    text = spoken + " " + " ".join(sentences * 400)  # a book of which the audio is only the start
+
+    def run(timer):
+        out, piece = [], audio.sample_rate // 2
+        for i in range(0, audio.samples.size, piece):
+            out += timer.push(audio.samples[i: i + piece])
+        return out
+
+    lazy = WordTimer(text, audio.sample_rate)
+    assert lazy._parsed < len(text) // 10  # nothing beyond the first slice is read yet
+    got = run(lazy)
+    assert lazy._parsed < len(text) // 10 and len(got) >= 40  # the words of 8 sentences, read as far as needed
+    monkeypatch.setattr(timer_module, "PARSE_CHARS", 10**9)
+    monkeypatch.setattr(WordTimer, "_reachable", lambda self, steps: len(self.words) - self._next)
+    eager = WordTimer(text, audio.sample_rate)
+    assert [(w.word, w.start, w.end) for w in run(eager)] == [(w.word, w.start, w.end) for w in got]

@@ -20,6 +20,7 @@ from cadenza.alignment.aligner import (
     ALIGN_SR,
     FRAME_SAMPLES,
     STEP_S,
+    STEPS_PER_FRAME,
     PhonemePosteriors,
     WordTiming,
     align_frames,
@@ -30,6 +31,7 @@ from cadenza.alignment.words import Word, spoken_words
 
 FRAME_S = FRAME_SAMPLES / ALIGN_SR
 STABLE_S = 0.045  # a word's boundaries moved less than this between two runs: settled
+PARSE_CHARS = 2000  # the text is read into words this much at a time, as far ahead as the alignment needs
 
 
 class WordTimer:
@@ -53,6 +55,7 @@ class WordTimer:
         self.words: list[Word] = []
         self._text = ""
         self._parsed = 0  # characters of _text already split into words
+        self._limit = 0  # characters of _text that may be split into words (complete words only)
         self._text_done = False
         if text is not None:
             self.feed_text(text)
@@ -74,19 +77,45 @@ class WordTimer:
         if self._text_done:
             raise ValueError("the text has ended")
         self._text += piece
-        self._parse(self._text.rfind(" ") + 1 if not self._text[-1:].isspace() else len(self._text))
+        self._limit = self._text.rfind(" ") + 1 if not self._text[-1:].isspace() else len(self._text)
 
     def end_text(self) -> None:
         self._text_done = True
-        self._parse(len(self._text))
+        self._limit = len(self._text)
 
-    def _parse(self, upto: int) -> None:
-        if upto <= self._parsed:
-            return
-        offset, chunk = self._parsed, self._text[self._parsed:upto]
-        for word in spoken_words(chunk, self.language, description=offset == 0):
-            self.words.append(Word(word.text, word.start_char + offset, word.end_char + offset, word.units))
+    def _parse_more(self, everything: bool = False) -> bool:
+        """Split the next ``PARSE_CHARS`` of the text (all of it with ``everything``) into words, cut at a space
+        outside any tag or leading description; False when nothing is left to split. Lazy because a book's words
+        take seconds to phonemise, and its first audio should not wait for them."""
+        start, limit = self._parsed, self._limit
+        if start >= limit:
+            return False
+        upto = limit
+        if not everything and limit - start > PARSE_CHARS:
+            text = self._text
+            cut = text.rfind(" ", start, start + PARSE_CHARS)
+            while cut > start and (text.count("<", start, cut) != text.count(">", start, cut)
+                                   or text.count("(", start, cut) > text.count(")", start, cut)):
+                cut = text.rfind(" ", start, cut)
+            if cut > start:
+                upto = cut + 1
+        for word in spoken_words(self._text[start:upto], self.language, description=start == 0):
+            self.words.append(Word(word.text, word.start_char + start, word.end_char + start, word.units))
         self._parsed = upto
+        return True
+
+    def _reachable(self, steps: int) -> int:
+        """How many words from the first unsettled one a run over ``steps`` 20 ms steps can place (each of their
+        phonemes holds at least one step), plus one; the text is read into words as far as that needs. A free-end
+        run finds the same path with these words as with all the rest: the others are out of its reach."""
+        index, k, units = self.posteriors.index, self._next, 0
+        while units <= steps:
+            if k >= len(self.words) and not self._parse_more():
+                break
+            if k < len(self.words):
+                units += sum(1 for u in self.words[k].units if u in index)
+                k += 1
+        return k - self._next
 
     @property
     def duration(self) -> float:
@@ -100,7 +129,9 @@ class WordTimer:
         if chunk.size:
             self._audio.append(chunk)
             self._n += chunk.size
-        if self._next >= len(self.words) or (self._n - self._checked) < self.min_new_s * self.sample_rate:
+        if (self._n - self._checked) < self.min_new_s * self.sample_rate:
+            return []
+        if self._next >= len(self.words) and not self._parse_more():
             return []
         self._checked = self._n
         return self._run(final=False)
@@ -110,6 +141,7 @@ class WordTimer:
         if not self._text_done:
             self.end_text()
         self._finished = True
+        self._parse_more(everything=True)
         return self._run(final=True) if self._next < len(self.words) else []
 
     def _window(self) -> tuple[float, np.ndarray]:
@@ -126,7 +158,8 @@ class WordTimer:
     def _run(self, final: bool) -> list[WordTiming]:
         start, audio = self._window()
         logp = self.posteriors(audio)
-        todo = self.words[self._next:]
+        todo = self.words[self._next:] if final else self.words[self._next:self._next + self._reachable(
+            len(logp) * STEPS_PER_FRAME)]
         spans, last_state = align_frames(logp, [w.units for w in todo], self.posteriors.index, final=final)
         end_s = self.duration
         settled_before = end_s - self.margin_s
