@@ -27,6 +27,17 @@ async def wait_for_disconnect(request: Request) -> None:
         pass
 
 
+async def first_step(state: ServerState, stream: EngineStream, step, endpoint: str, started: float):
+    """``stream.map(step)`` for the first chunk, before any header is sent, so that an error before the audio still
+    gets its proper status; its latency goes to the metrics."""
+    try:
+        first = await stream.map(step)
+    except Exception as exc:
+        raise state.error(exc) from exc
+    state.metrics.observe_first_chunk(endpoint, time.perf_counter() - started)
+    return first
+
+
 class Finish:
     """Frees a streamed request exactly once: from the body generator's ``finally``, or -- when the client left
     before the generator even started, so its ``finally`` never runs -- from the response's."""

@@ -36,7 +36,7 @@ from cadenza.alignment.timer import WordTimer
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import TextError
-from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, whole_response
+from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, first_step, whole_response
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
@@ -158,11 +158,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
                 words.extend(timer[0].finish() if chunk is None else timer[0].push(chunk))
             return (encoder.finish(), True) if chunk is None else (encoder.encode(chunk), False)
 
-        try:  # the first chunk before the headers: errors before any audio still get a proper status
-            first = await stream.map(step)
-        except Exception as exc:
-            raise state.error(exc) from exc
-        state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
+        first = await first_step(state, stream, step, ENDPOINT, started)
     except BaseException:
         if stream is not None:
             stream.cancel()

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 
 from cadenza.api.voice_conversion import SOURCE_WORDING, renders_whole
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
-from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, whole_response
+from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, first_step, whole_response
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
@@ -143,11 +143,7 @@ async def convert_voice(request: Request) -> Response:
         def step(chunk):
             return (encoder.finish(), True) if chunk is None else (encoder.encode(chunk), False)
 
-        try:  # the first chunk before the headers: errors before any audio still get a proper status
-            first = await engine.map(step)
-        except Exception as exc:
-            raise state.error(exc) from exc
-        state.metrics.observe_first_chunk(ENDPOINT, time.perf_counter() - started)
+        first = await first_step(state, engine, step, ENDPOINT, started)
     except BaseException:
         if engine is not None:
             engine.cancel()
