@@ -135,3 +135,48 @@ def test_bad_text_pieces_get_specific_errors(vx2):
         vx2.synthesize_stream(b"Hello")
     with pytest.raises(InputError, match="SSML is read as one whole document"):
         vx2.synthesize_stream(_pieces("Hello."), input_format="ssml")
+
+
+def test_a_book_streams_planned_a_block_at_a_time_with_its_description_and_seeds(vx2, vx2_model_dir, monkeypatch):
+    """Past ``LAZY_PLAN_CHARS`` VoxCPM 2 plans a block at a time as it speaks (``api/request_batches.py``): the first
+    audio comes with the first block planned only; every request keeps the text's leading ``(description)`` and the
+    seeds run on across blocks; the voice is resolved once."""
+    from cadenza.api import markup
+    from cadenza.api import request_batches as planning
+
+    text = "(A calm voice)" + " ".join(f"This is sentence number {k % 50}." for k in range(3000))
+    assert len(text) > planning.LAZY_PLAN_CHARS
+    blocks, built = [], []
+    real_blocks, real_batches = planning.text_blocks, markup.voxcpm2_request_batches
+
+    def counting_blocks(text, block_chars):
+        for block in real_blocks(text, block_chars):
+            blocks.append(len(block))
+            yield block
+
+    def recording_batches(*args, **kwargs):
+        for batch in real_batches(*args, **kwargs):
+            built.append(batch)
+            yield batch
+
+    monkeypatch.setattr(planning, "text_blocks", counting_blocks)
+    monkeypatch.setattr(markup, "voxcpm2_request_batches", recording_batches)
+    stream = vx2.synthesize_stream(text, seed=7)
+    assert next(stream).size > 0
+    assert len(blocks) == 1 and len(built) == 1  # nothing beyond the first block before the first audio
+    stream.close()
+    requests = [r for batch in real_batches(vx2, iter(
+        [[markup.Run(vx2.segments("(A calm voice)" + b, max_tokens=vx2._whole_tokens), 1.0)]
+         for b in list(real_blocks(text.removeprefix("(A calm voice)"), planning.VOXCPM2_BLOCK_CHARS))[:2]]), seed=7)
+        for r in batch]
+    assert all(r.text.description == "A calm voice" for r in requests)
+    assert [r.seed for r in requests] == list(range(7, 7 + len(requests))) and len(requests) > 2
+    assert [r.seed for r in built[0]] == [r.seed for r in requests[: len(built[0])]]
+
+    # a reference voice is encoded once for the whole book, not once per block
+    calls = []
+    real_voice = vx2.engine.voice
+    monkeypatch.setattr(vx2.engine, "voice", lambda **kw: calls.append(kw) or real_voice(**kw))
+    batches = real_batches(vx2, iter([[markup.Run(["Hello there."], 1.0)], [markup.Run(["Goodbye."], 1.0)]]),
+                           seed=1, reference_wav=vx2_model_dir.parent / "wavs" / "ref_16k.wav")
+    assert [len(b) for b in batches] == [1, 1] and len(calls) == 1

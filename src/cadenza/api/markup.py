@@ -246,8 +246,14 @@ def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, pro
     return items
 
 
-def _voxcpm2_requests(tts, script: Script, *, seed=None, speaker=None, reference_wav=None, prompt_wav=None,
-                      prompt_text=None, normalize: bool = True, **options) -> list:
+def _voxcpm2_requests(tts, script: Script, **kwargs) -> list:
+    return next(voxcpm2_request_batches(tts, iter([script]), **kwargs))
+
+
+def voxcpm2_request_batches(tts, scripts: Iterator[Script], *, seed=None, speaker=None, reference_wav=None,
+                            prompt_wav=None, prompt_text=None, normalize: bool = True, **options) -> Iterator[list]:
+    """Each script's requests and silences, in turn (a long text planned a block at a time: ``api/voxcpm2.py``): the
+    voice is resolved once, with the first; segment k of them all uses ``seed + k``."""
     check_seed(seed)
     check_prompt_text(prompt_text)
     voice = options.pop("voice", None)
@@ -257,17 +263,19 @@ def _voxcpm2_requests(tts, script: Script, *, seed=None, speaker=None, reference
         voice = tts._saved_voice(speaker)
     elif reference_wav is not None or prompt_wav is not None:  # the prompt once for all runs
         voice = tts.engine.voice(reference_wav=reference_wav, prompt_wav=prompt_wav, prompt_text=prompt_text)
-    items, k = [], 0
-    for item in script:
-        if isinstance(item, Pause):
-            items.append(Silence(item.samples(tts.sample_rate)))
-            continue
-        for segment in item.segments:
-            rate = {} if item.speed == 1.0 else {"speed": item.speed}
-            items.append(tts.request(segment, seed=None if seed is None else (seed + k) % 2**62, normalize=False,
-                                     voice=voice, **rate, **options))
-            k += 1
-    return items
+    k = 0
+    for script in scripts:
+        items = []
+        for item in script:
+            if isinstance(item, Pause):
+                items.append(Silence(item.samples(tts.sample_rate)))
+                continue
+            for segment in item.segments:
+                rate = {} if item.speed == 1.0 else {"speed": item.speed}
+                items.append(tts.request(segment, seed=None if seed is None else (seed + k) % 2**62,
+                                         normalize=False, voice=voice, **rate, **options))
+                k += 1
+        yield items
 
 
 def _items(tts, text, input_format, lexicon, kwargs: dict, segments: list[str] | None = None) -> list:

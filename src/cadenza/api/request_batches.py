@@ -1,5 +1,6 @@
 """A text's engine requests, planned a block at a time (``request_batches``), and a long text streamed as it is
-planned (``stream_long_text``): a book's first audio waits for its first block only (``text/blocks.py``)."""
+planned (``stream_long_text``; VoxCPM 2: ``stream_long_text_voxcpm2``): a book's first audio waits for its first
+block only (``text/blocks.py``)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from cadenza.api.arguments import reference_as_prompt
+from cadenza.api import markup
+from cadenza.api.arguments import check_speed, reference_as_prompt
 from cadenza.engine.long_form import stream_planned
 from cadenza.engine.request import SynthesisRequest
+from cadenza.engine.silence import marked_chunks, with_silences
 from cadenza.errors import TextError
 from cadenza.models.cosyvoice2.frontend import check_speakable, is_speakable
+from cadenza.models.voxcpm2.request_text import is_speakable as speakable
+from cadenza.models.voxcpm2.request_text import split_description
 from cadenza.text import normalize as normalize_text
 from cadenza.text.blocks import text_blocks
 
 # A longer text is streamed as it is planned, a block at a time (its first audio waits for its first block only).
 LAZY_PLAN_CHARS, PLAN_BLOCK_CHARS = 20_000, 8_000
+# VoxCPM 2 reads segments of up to ~2,000 tokens (as few as fit: an unpinned voice may drift between them), so its
+# blocks are larger: ~4 such segments each.
+VOXCPM2_BLOCK_CHARS = 32_000
 
 
 def request_batches(tts, text: str | None = None, *, block_chars: int | None = None, text_ids=None,
@@ -59,3 +67,20 @@ def stream_long_text(tts, text: str, **kwargs) -> Iterator[np.ndarray]:
         if first is None:
             raise TextError("text has nothing to speak after normalisation")
     return stream_planned(tts.engine.scheduler.submit, first, batches)
+
+
+def stream_long_text_voxcpm2(tts, text: str, kwargs: dict) -> Iterator[np.ndarray]:
+    """``VoxCPM2.synthesize_stream(text)`` for a text of any length, planned a block at a time as it is spoken: each
+    block cut into the model's long segments (``_whole_tokens``) with the text's leading ``(description)`` on every
+    one, seeds running on across blocks, the voice resolved once; marked as ``markup.synthesize_stream`` marks."""
+    description, spoken = split_description(text)
+    head = f"({description})" if description is not None else ""
+    normalize = kwargs.get("normalize", True)
+    speed = check_speed(kwargs.pop("speed", 1.0))
+    scripts = ([markup.Run(tts.segments(head + block, normalize, max_tokens=tts._whole_tokens), speed)]
+               for block in text_blocks(spoken, VOXCPM2_BLOCK_CHARS) if speakable(block))
+    batches = markup.voxcpm2_request_batches(tts, scripts, **kwargs)
+    first = next(batches, None)
+    if first is None:
+        raise TextError("text has nothing to speak after normalisation: it needs at least one letter or digit")
+    return marked_chunks(stream_planned(with_silences(tts.submit), first, batches), tts.mark.embedder())

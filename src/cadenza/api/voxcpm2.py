@@ -22,6 +22,7 @@ from cadenza.api import markup
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, check_seed, check_speed, check_text_arg
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
+from cadenza.api.request_batches import LAZY_PLAN_CHARS, stream_long_text_voxcpm2
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
 from cadenza.audio.speed_range import MAX_SPEED, MIN_SPEED, speed_in_range
@@ -208,6 +209,8 @@ class VoxCPM2:
             return self.mark.stream(self._sentences(pieces, **kwargs))
         if markup.wanted(self, text, input_format, lexicon, kwargs.get("speaker")):
             return markup.synthesize_stream(self, text, input_format=input_format, lexicon=lexicon, **kwargs)
+        if len(text) > LAZY_PLAN_CHARS:  # a book: planned a block at a time as it is read
+            return stream_long_text_voxcpm2(self, text, kwargs)
         if segments := self._long_segments(text, kwargs):
             return markup.synthesize_stream(self, text, segments=segments, **kwargs)
         request = self.request(text, **kwargs)
