@@ -14,21 +14,13 @@ from cadenza import Cadenza
 from cadenza.engine.idle_memory import RELEASE, IdleMemoryRelease
 from cadenza.engine.scheduler_config import SchedulerConfig
 
+from test_server_harness import wait_until
 from toy_model import build_toy_model_dir
 
 
 def _counting(delay_s: float = 0.05) -> tuple[IdleMemoryRelease, list[float]]:
     calls: list[float] = []
     return IdleMemoryRelease(lambda: calls.append(time.perf_counter()), delay_s=delay_s), calls
-
-
-def _wait(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_trims_once_after_the_quiet_spell():
@@ -38,7 +30,7 @@ def test_trims_once_after_the_quiet_spell():
     assert calls == []  # busy: never
     ended = time.perf_counter()
     release.idle()
-    assert _wait(lambda: len(calls) == 1)
+    assert wait_until(lambda: len(calls) == 1)
     assert calls[0] - ended >= 0.09  # not before the quiet spell
     time.sleep(0.3)
     assert len(calls) == 1 and release.trims == 1  # once per idle spell, not on a timer
@@ -53,7 +45,7 @@ def test_a_request_in_the_quiet_spell_calls_the_trim_off():
     time.sleep(0.5)
     assert calls == []
     release.idle()
-    assert _wait(lambda: len(calls) == 1)
+    assert wait_until(lambda: len(calls) == 1)
 
 
 def test_every_engine_must_be_idle():
@@ -64,7 +56,7 @@ def test_every_engine_must_be_idle():
     time.sleep(0.3)
     assert calls == []
     release.idle()
-    assert _wait(lambda: len(calls) == 1)
+    assert wait_until(lambda: len(calls) == 1)
 
 
 def test_a_failing_trim_is_logged_and_the_thread_goes_on(caplog):
@@ -103,13 +95,13 @@ def test_the_engine_reports_its_requests(model_dir, release_idle_memory):
     assert RELEASE.enabled
     config = SchedulerConfig(release_idle_memory=release_idle_memory)
     with Cadenza.from_pretrained(model_dir, scheduler=config) as tts:
-        _wait(lambda: tts.engine.scheduler.load == (0, 0))
+        wait_until(lambda: tts.engine.scheduler.load == (0, 0))
         time.sleep(RELEASE.delay_s + 0.3)  # any trim of other tests' engines has run
         before = RELEASE.trims
         chunks = list(tts.synthesize_stream(text_ids=[1, 2, 3, 4, 5, 6], prompt_wav=_prompt(), seed=0))
         assert chunks
         if release_idle_memory:
-            assert _wait(lambda: RELEASE.trims == before + 1)
+            assert wait_until(lambda: RELEASE.trims == before + 1)
         else:
             time.sleep(RELEASE.delay_s + 0.5)
             assert RELEASE.trims == before
