@@ -247,5 +247,7 @@ def test_serve_argument_validation(cli):
                                   "device 'cuda:")):
         code, _, err = cli("serve", flag, value)
         assert code == 2 and f"argument {flag}: {message}" in err, err
+    code, _, err = cli("serve", "--max-conversion-seconds", "400")  # past what the flow renders: refused up front
+    assert code == 2 and "bad server setting: max_conversion_seconds must be in (0, 300]" in err, err
 
 
