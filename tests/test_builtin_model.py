@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -396,6 +397,16 @@ def test_voice_conversion_of_a_source_past_30_seconds(tiny):
     assert req.source_tokens.shape[1] == 1000 and len(out.samples) == 1000 * tiny.engine.token2wav.hop
     expected = tiny.mark.whole(np.concatenate(list(tiny.engine.stream(req))))
     np.testing.assert_array_equal(out.samples, expected)
+    # convert_voice_stream: the same samples chunk by chunk; closed early, it frees the engine
+    chunks = tiny.convert_voice_stream(source, seed=0)
+    np.testing.assert_array_equal(np.concatenate(list(chunks)), out.samples)
+    early = tiny.convert_voice_stream(source, seed=0)
+    assert next(early).size > 0
+    early.close()
+    deadline = time.time() + 30
+    while tiny.engine.scheduler.load != (0, 0) and time.time() < deadline:
+        time.sleep(0.02)
+    assert tiny.engine.scheduler.load == (0, 0)
     long = np.tile(line.samples, int(301 * line.sample_rate / line.samples.size) + 1)
     with pytest.raises(AudioError, match="source audio is too long: 301.00 s, the limit is 300 s"):
         tiny.convert_voice((long[: 301 * line.sample_rate], line.sample_rate))

@@ -17,6 +17,7 @@ import torch
 
 from cadenza import builtin
 from cadenza.api import markup
+from cadenza.api import voice_conversion as conversion
 from cadenza.api.arguments import (
     MAX_INSTRUCTIONS_CHARS,
     MAX_SPEAKER_ID_CHARS,
@@ -34,14 +35,6 @@ from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.request_batches import LAZY_PLAN_CHARS, request_batches, stream_long_text
 from cadenza.api.text_feed import feed_in_background
 from cadenza.api.timestamps import check_timestamps, timed_stream, timed_text_stream, with_words
-from cadenza.api.voice_conversion import (
-    MAX_SOURCE_SECONDS,
-    SourceAligner,
-    conversion_request,
-    convert_voice_request,
-    flow_frames,
-    renders_whole,
-)
 from cadenza.builtin import BUILTIN_NAME, read_model_metadata, resolve_model_path
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.long_form import iterate_segments, stream_segments
@@ -89,7 +82,7 @@ class Cadenza:
         default = meta.get("default_speaker")
         self.default_speaker = default if isinstance(default, str) and default in engine.speakers else None
         self.lm_prompt = meta.get("lm_prompt", True)  # cadenza.json; False: no LM prompt (_lm_conditioning)
-        self.source_aligner = SourceAligner(self.directory, self.engine.frontend)  # convert_voice(source_text=)
+        self.source_aligner = conversion.SourceAligner(self.directory, self.engine.frontend)  # for source_text
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str = "cpu",
@@ -385,18 +378,27 @@ class Cadenza:
         """Voice conversion: say what ``source_wav`` says in another voice (no LM): that of ``prompt_wav``, of the
         saved ``speaker``, or, with neither, the model's default voice (the built-in model: joe).
 
-        ``source_text``: what ``source_wav`` says, for a model whose speech tokens are phonemes (the built-in model):
-        its tokens are then placed by alignment with the text instead of guessed frame by frame, which keeps the words
-        of a voice its tokenizer never heard (WER 0.89 -> 0.11 on a Kokoro voice; docs/cadenza-tiny.md). The source
-        may last up to 300 s (with the voice's prompt, what the flow renders at most): past 30 s it is read in
-        tokenizer windows and rendered chunk by chunk. ``timestamps=True`` (with ``source_text``): ``Audio.words``
-        holds the start and end of each of its words in the output (docs/controls.md)."""
+        ``source_text``: what ``source_wav`` says, for a model whose speech tokens are phonemes (the built-in one): its
+        tokens are then placed by alignment with the text, which keeps the words of a voice its tokenizer never heard
+        (docs/cadenza-tiny.md). Up to 300 s of source (past 30 s read in windows, rendered chunk by chunk).
+        ``timestamps=True`` (with ``source_text``): ``Audio.words`` times its words in the output (docs/controls.md)."""
         if check_timestamps(timestamps) and source_text is None:
             raise InputError("timestamps of a voice conversion need source_text: the words timed are its words")
-        req = convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text, seed=seed)
-        audio = self.engine.synthesize(req) if renders_whole(req) else np.concatenate(list(self.engine.stream(req)))
+        req = conversion.convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text,
+                                               seed=seed)
+        whole = conversion.renders_whole(req)
+        audio = self.engine.synthesize(req) if whole else np.concatenate(list(self.engine.stream(req)))
         out = Audio(self.mark.whole(audio), self.sample_rate)
         return with_words(out, source_text) if timestamps else out
+
+    def convert_voice_stream(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None,
+                             seed: int | None = None, *, speaker: str | None = None,
+                             source_text: str | None = None) -> Iterator[np.ndarray]:
+        """``convert_voice`` as float32 chunks as soon as each is made (the flow chunk by chunk, as the server streams
+        it; under 30 s not the samples of the whole-utterance flow). Closing the iterator cancels the rest."""
+        req = conversion.convert_voice_request(self, source_wav, prompt_wav, speaker=speaker, source_text=source_text,
+                                               seed=seed)
+        return self.mark.stream(stream_segments(self.engine.scheduler.submit, [req]))
 
     # -- serving (cadenza.api.protocol.SpeechModel) ------------------------------------------------------------------
     @property
@@ -453,13 +455,13 @@ class Cadenza:
         return Plan(requests, n_text)
 
     def conversion_plan(self, source: PromptAudio, voice: Voice | None, *, source_text: str | None = None,
-                        seed: int | None = None, max_seconds: float = MAX_SOURCE_SECONDS) -> Plan:
+                        seed: int | None = None, max_seconds: float = conversion.MAX_SOURCE_SECONDS) -> Plan:
         """Voice conversion as a plan (the server's ``POST /v1/audio/voice-conversion``): one request saying what
         ``source`` says in ``voice`` (``None``: the default voice); ``convert_voice`` for the rest."""
         prompt = self._conditioning(voice, None)[0]
-        return Plan([conversion_request(self.engine.frontend, self.source_aligner, source, prompt,
-                                        source_text=source_text, seed=seed, sample_rate=self.sample_rate,
-                                        max_seconds=max_seconds, flow_frames=flow_frames(self))], 0)
+        return Plan([conversion.conversion_request(
+            self.engine.frontend, self.source_aligner, source, prompt, source_text=source_text, seed=seed,
+            sample_rate=self.sample_rate, max_seconds=max_seconds, flow_frames=conversion.flow_frames(self))], 0)
 
     def submit(self, request: SynthesisRequest, stream: bool = True):
         return self.engine.scheduler.submit(request, stream=stream)
