@@ -109,10 +109,8 @@ class WordTimer:
         phonemes holds at least one step), plus one; the text is read into words as far as that needs. A free-end
         run finds the same path with these words as with all the rest: the others are out of its reach."""
         index, k, units = self.posteriors.index, self._next, 0
-        while units <= steps:
-            if k >= len(self.words) and not self._parse_more():
-                break
-            if k < len(self.words):
+        while units <= steps and (k < len(self.words) or self._parse_more()):
+            if k < len(self.words):  # a slice may hold no word: then read the next
                 units += sum(1 for u in self.words[k].units if u in index)
                 k += 1
         return k - self._next

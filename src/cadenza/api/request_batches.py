@@ -40,16 +40,13 @@ def request_batches(tts, text: str | None = None, *, block_chars: int | None = N
     voice, mode, lm_text, lm_speech = tts._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
     eng, k = tts.engine, 0
     if text is None:
-        blocks: Iterable[str] = [None]
-    else:
-        blocks = [text] if block_chars is None else text_blocks(check_speakable(text), block_chars)
-    for block in blocks:
-        if block is None:
-            ids = [eng.check_text_ids(text_ids)]
-        elif block_chars is None or is_speakable(block):  # a block of only marks or rules speaks nothing
-            ids = [eng.frontend.text_ids(s) for s in tts.segments(block, normalize)]
-        else:
-            ids = []
+        batches: Iterable[list] = [[eng.check_text_ids(text_ids)]]
+    elif block_chars is None:
+        batches = [[eng.frontend.text_ids(s) for s in tts.segments(text, normalize)]]
+    else:  # a block of only marks or rules speaks nothing
+        batches = ([eng.frontend.text_ids(s) for s in tts.segments(block, normalize)] if is_speakable(block) else []
+                   for block in text_blocks(check_speakable(text), block_chars))
+    for ids in batches:
         yield [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
                          seed=None if seed is None else seed + k + j, speed=speed) for j, t in enumerate(ids)]
         k += len(ids)

@@ -108,15 +108,15 @@ def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, ta
     """The engine request that says what ``source`` says in the voice of ``target`` (a ``SpeakerPrompt``: its flow
     prompt). ``source``: a path, encoded bytes or ``(samples, rate)`` at any rate, at most ``max_seconds`` long;
     ``source_text``: what it says (phoneme models only, see ``SourceAligner``); ``flow_frames``: the most mel frames
-    the model's flow renders in one utterance (its noise buffer), which bounds the source with the voice's prompt. Raises ``InputError``/``AudioError``/
-    ``TextError`` for bad arguments before any model work."""
+    the model's flow renders in one utterance (its noise buffer), which bounds the source with the voice's prompt.
+    Raises ``InputError``/``AudioError``/``TextError`` for bad arguments before any model work."""
     check_seed(seed)
     check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)  # a transcript's bounds
     wav, sr = read_prompt_audio(source, sample_rate)
     validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS), **SOURCE_WORDING)
-    if flow_frames is not None:  # the flow draws its noise from a fixed buffer: the voice's prompt and the source share it
-        ratio = frontend.config.token_mel_ratio
-        room = (flow_frames // ratio - target.flow_prompt_speech.shape[1]) / 25.0
+    if flow_frames is not None:  # the flow's noise is a fixed buffer: the voice's prompt and the source share it
+        tokens_per_s = 16000 / _HOP_16K
+        room = (flow_frames // frontend.config.token_mel_ratio - target.flow_prompt_speech.shape[1]) / tokens_per_s
         if wav.numel() / sr > room:
             raise AudioError(f"the source audio is too long for this model with this voice: {wav.numel() / sr:.2f} s, "
                              f"at most {max(room, 0):.1f} s (its flow renders {flow_frames} mel frames at most, the "

@@ -66,6 +66,30 @@ async def read_form(request: Request, *, max_files: int, max_fields: int, not_mu
     return form
 
 
+def text_field(form: FormData, name: str, required: bool = False, what: str | None = None) -> str | None:
+    """A text field of the form (None when absent): 400 when it is a file, or absent and ``required`` (``what`` says
+    what it is, in the message)."""
+    value = form.get(name)
+    if value is None:
+        if required:
+            raise APIError(400, f"missing form field '{name}': {what or name} is required", param=name,
+                           code="missing_field")
+        return None
+    if not isinstance(value, str):
+        raise APIError(400, f"form field '{name}' must be text, not a file", param=name, code="invalid_value")
+    return value
+
+
+def bool_field(form: FormData, name: str, default: bool) -> bool:
+    """A ``true``/``false`` (or ``1``/``0``) field; ``default`` when absent; 400 naming it otherwise."""
+    value = text_field(form, name)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false", "1", "0"):
+        raise APIError(400, f"{name} is true or false", param=name, code="invalid_value")
+    return value.strip().lower() in ("true", "1")
+
+
 async def read_audio_file(form: FormData, fields: tuple[str, ...], limit: int) -> bytes:
     """The bytes of the form's audio file (the first of ``fields`` present): 400 when it is missing, not a file or
     empty, 413 past ``limit`` bytes (no more than ``limit + 1`` are read)."""

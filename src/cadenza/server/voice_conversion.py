@@ -2,9 +2,9 @@
 voice), streamed as the audio is made. CosyVoice 2 models only (``voice_conversion`` in their ``modes``).
 
 A multipart form (as ``/v1/audio/voices``): ``audio`` (the source recording, any rate and container the voice
-upload takes, at most ``max_conversion_seconds``, 240 s by default; past 30 s it is read in windows and rendered chunk
-by chunk: ``api/voice_conversion.py``), ``voice`` (a saved voice's name or
-id, or a speaker of the model; left out, or one of OpenAI's voice names: the model's default voice), ``model``,
+upload takes, at most ``max_conversion_seconds``, 240 s by default; past 30 s it is read in windows and rendered
+chunk by chunk: ``api/voice_conversion.py``), ``voice`` (a saved voice's name or id, or a speaker of the model; left
+out, or one of OpenAI's voice names: the model's default voice), ``model``,
 ``source_text`` (what the recording says: models whose speech tokens are phonemes, the built-in one, then place the
 tokens by alignment and keep the words of voices they never heard; docs/cadenza-tiny.md), ``response_format``
 (``mp3`` default, ``opus``, ``aac``, ``flac``, ``wav``, ``pcm``), ``seed``, ``stream`` (``false``: the whole utterance
@@ -27,7 +27,7 @@ from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, fi
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.errors import APIError
-from cadenza.server.multipart import decode_upload, read_audio_file, read_form
+from cadenza.server.multipart import bool_field, decode_upload, read_audio_file, read_form, text_field
 from cadenza.server.openai_voices import request_voice
 from cadenza.server.state import ServedModel, ServerState
 
@@ -37,24 +37,17 @@ FIELDS = ("audio", "voice", "model", "source_text", "response_format", "seed", "
 PLANNING_COST_S = 1.0  # admission's first cost, before the source's length is known (seconds of audio)
 
 
-def _field(form, name: str) -> str | None:
-    value = form.get(name)
-    if value is not None and not isinstance(value, str):
-        raise APIError(400, f"form field '{name}' must be text, not a file", param=name, code="invalid_value")
-    return value
-
-
 def _options(form) -> tuple[str, int | None, bool]:
     """(response_format, seed, stream) from the form, each checked."""
     unknown = sorted(k for k in form.keys() if k not in FIELDS)
     if unknown:
         raise APIError(400, f"unknown form field {unknown[0][:64]!r}; the fields are {', '.join(FIELDS)}",
                        param=unknown[0][:64], code="unknown_parameter")
-    fmt = (_field(form, "response_format") or "mp3").strip().lower()
+    fmt = (text_field(form, "response_format") or "mp3").strip().lower()
     if fmt not in MEDIA_TYPES:
         raise APIError(400, f"response_format {fmt[:32]!r} is not one of {', '.join(MEDIA_TYPES)}",
                        param="response_format", code="invalid_value")
-    seed_text = _field(form, "seed")
+    seed_text = text_field(form, "seed")
     seed = None
     if seed_text is not None:
         try:
@@ -63,10 +56,7 @@ def _options(form) -> tuple[str, int | None, bool]:
             seed = -1
         if not 0 <= seed < 2**62:
             raise APIError(400, "seed is an integer from 0 to 2**62 - 1", param="seed", code="invalid_value")
-    stream_text = (_field(form, "stream") or "true").strip().lower()
-    if stream_text not in ("true", "false", "1", "0"):
-        raise APIError(400, "stream is true or false", param="stream", code="invalid_value")
-    return fmt, seed, stream_text in ("true", "1")
+    return fmt, seed, bool_field(form, "stream", True)
 
 
 def _decode(state: ServerState, served: ServedModel, data: bytes, voice_ref: str | None):
@@ -86,7 +76,7 @@ def _param_of(exc: Exception) -> str | None:
         return "audio"
     if isinstance(exc, UnknownSpeakerError):
         return "voice"
-    if isinstance(exc, TextError) or "source" in str(exc):
+    if isinstance(exc, TextError):
         return "source_text"
     return None
 
@@ -101,9 +91,9 @@ async def convert_voice(request: Request) -> Response:
     try:
         data = await read_audio_file(form, ("audio",), state.config.max_upload_bytes)
         fmt, seed, stream = _options(form)
-        served = state.model(_field(form, "model"))
-        voice_ref = _field(form, "voice") or None  # an empty field (a blank form input) is a field left out
-        source_text = _field(form, "source_text") or None
+        served = state.model(text_field(form, "model"))
+        voice_ref = text_field(form, "voice") or None  # an empty field (a blank form input) is a field left out
+        source_text = text_field(form, "source_text") or None
     finally:
         await form.close()
     if "voice_conversion" not in served.capabilities.modes:

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 
 from cadenza.errors import AudioError, TextError, UnknownSpeakerError
 from cadenza.server.errors import APIError
-from cadenza.server.multipart import decode_upload, read_audio_file, read_form
+from cadenza.server.multipart import bool_field, decode_upload, read_audio_file, read_form, text_field
 from cadenza.server.state import ServedModel, ServerState
 from cadenza.voices import VoiceRecord
 
@@ -58,24 +58,14 @@ def _param_of(exc: Exception) -> str | None:
 
 
 def _text_field(form, name: str, required: bool) -> str | None:
-    value = form.get(name)
-    if value is None:
-        if required:
-            what = "a consent statement (the speaker's permission to clone their voice)" if name == "consent" else name
-            raise APIError(400, f"missing form field '{name}': {what} is required", param=name, code="missing_field")
-        return None
-    if not isinstance(value, str):
-        raise APIError(400, f"form field '{name}' must be text, not a file", param=name, code="invalid_value")
-    return value
+    what = "a consent statement (the speaker's permission to clone their voice)" if name == "consent" else None
+    return text_field(form, name, required, what)
 
 
 def _retention(form) -> tuple[bool, float | None]:
     """(keep the recording, for how many seconds) from ``keep_audio`` ("true"/"false", default false) and
     ``audio_retention_days`` (only with keep_audio)."""
-    keep = _text_field(form, "keep_audio", False)
-    if keep is not None and keep.strip().lower() not in ("true", "false", "1", "0"):
-        raise APIError(400, "keep_audio is true or false", param="keep_audio", code="invalid_value")
-    kept = keep is not None and keep.strip().lower() in ("true", "1")
+    kept = bool_field(form, "keep_audio", False)
     days = _text_field(form, "audio_retention_days", False)
     if days is None:
         return kept, None
