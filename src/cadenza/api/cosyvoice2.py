@@ -3,7 +3,6 @@
 A small class over the parts (loader -> model, frontend, engine), in the spirit of F5-TTS's ``api.py``.
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -31,6 +30,7 @@ from cadenza.api.arguments import (
 )
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
+from cadenza.api.live_conversion import LiveConversion
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.request_batches import LAZY_PLAN_CHARS, request_batches, stream_long_text
 from cadenza.api.text_feed import feed_in_background
@@ -94,12 +94,9 @@ class Cadenza:
         """Load a released CosyVoice 2 directory (unchanged), or the built-in cadenza-tiny when ``path`` is None, or a
         hub name (``"FunAudioLLM/CosyVoice2-0.5B"``, pinned by ``@rev`` or ``revision``; docs/models.md);
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
-        (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate, ``"auto"``,
-        ``"phase_vocoder"`` or ``"wsola"`` (the audio time-scaled, pitch kept; ``"auto"``: the phase vocoder to speed
-        up, WSOLA to slow down), ``"mel"`` (the flow's mel stretched before HiFT, as the release's
-        non-streaming speed does) or ``"flow"`` (the flow renders 1/speed as many frames: for a flow trained on
-        speaking-rate pairs); default: what the folder's ``cadenza.json`` names, else ``"auto"`` (docs/controls.md,
-        "Speed"). ``stream_schedule``: how streams are cut into chunks (default ``StreamSchedule()``;
+        (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate (one of
+        ``SPEED_METHODS``, explained at ``StreamSchedule.speed_method`` and in docs/controls.md, "Speed"); default:
+        what the folder's ``cadenza.json`` names, else ``"auto"``. ``stream_schedule``: how streams are cut into chunks (default ``StreamSchedule()``;
         ``StreamSchedule.reference()`` streams as the reference does, bit for bit; docs/design.md, "CosyVoice 2
         streaming schedule"); its speed method gives way to ``speed_method`` and then to the folder's own.
 
@@ -147,11 +144,8 @@ class Cadenza:
         return self.engine.speakers.ids()
 
     # -- voices --------------------------------------------------------------------------------------------------
-    def _load_prompt(self, audio: PromptAudio) -> tuple[torch.Tensor, int]:
-        return read_prompt_audio(audio, self.sample_rate)
-
     def voice_from_audio(self, prompt_wav: PromptAudio, prompt_text: str | None = None) -> SpeakerPrompt:
-        wav, sr = self._load_prompt(prompt_wav)
+        wav, sr = read_prompt_audio(prompt_wav, self.sample_rate)
         return self.engine.frontend.prompt_from_audio(wav, sr, prompt_text)
 
     def add_speaker(self, speaker_id: str, prompt_wav: PromptAudio, prompt_text: str, save: bool = True) -> None:
@@ -390,6 +384,14 @@ class Cadenza:
         audio = self.engine.synthesize(req) if whole else np.concatenate(list(self.engine.stream(req)))
         out = Audio(self.mark.whole(audio), self.sample_rate)
         return with_words(out, source_text) if timestamps else out
+
+    def live_conversion(self, sample_rate: int, prompt_wav: PromptAudio | None = None, seed: int | None = None, *,
+                        speaker: str | None = None, voice: Voice | None = None,
+                        max_seconds: float = conversion.MAX_SOURCE_SECONDS) -> LiveConversion:
+        """Voice conversion of a source as it is recorded (``api/live_conversion.py``): ``push`` its samples at
+        ``sample_rate``, ``end()``, iterate the chunks. The target as ``convert_voice``'s, or a store's ``voice``."""
+        target = conversion.conversion_target(self, prompt_wav, speaker, voice)
+        return conversion.live_conversion(self, target, sample_rate, seed=seed, max_seconds=max_seconds)
 
     def convert_voice_stream(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None,
                              seed: int | None = None, *, speaker: str | None = None,

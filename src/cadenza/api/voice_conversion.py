@@ -18,6 +18,7 @@ import torch
 
 from cadenza.api.arguments import MAX_PROMPT_TEXT_CHARS, check_seed, check_text_arg
 from cadenza.api.audio import PromptAudio, read_prompt_audio
+from cadenza.api.live_conversion import LiveConversion
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.engine.request import SynthesisRequest
@@ -137,16 +138,43 @@ def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | No
     neither the model's default voice; the cheap refusals come before any audio is read."""
     check_seed(seed)
     check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)
+    target = conversion_target(tts, prompt_wav, speaker)
+    return conversion_request(tts.engine.frontend, tts.source_aligner, source, target, source_text=source_text,
+                              seed=seed, sample_rate=tts.sample_rate, flow_frames=flow_frames(tts))
+
+
+def conversion_target(tts, prompt_wav: PromptAudio | None, speaker: str | None, voice=None):
+    """The ``SpeakerPrompt`` a conversion speaks in: ``prompt_wav``'s voice, the saved ``speaker``'s, a voice store's
+    ``voice`` (as the server resolves one), or with none the model's default voice (a saved voice is checked before
+    any audio is read)."""
+    if voice is not None:
+        if prompt_wav is not None or speaker is not None:
+            raise InputError("give one target voice: prompt_wav, speaker or voice")
+        return tts._conditioning(voice, None)[0]
     if prompt_wav is not None and speaker is not None:
         raise InputError("give either prompt_wav or speaker as the target voice, not both")
     if speaker is None and prompt_wav is None and tts.default_speaker is None:
         raise InputError("this model has no default voice: give prompt_wav or speaker as the target voice")
-    if prompt_wav is None:  # a saved voice (checked before any audio is read): its flow prompt is the target
-        target = tts._voice(None, None, None, None, speaker)[0]
-    else:
-        target = tts.voice_from_audio(prompt_wav)
-    return conversion_request(tts.engine.frontend, tts.source_aligner, source, target, source_text=source_text,
-                              seed=seed, sample_rate=tts.sample_rate, flow_frames=flow_frames(tts))
+    if prompt_wav is None:  # its flow prompt is the target
+        return tts._voice(None, None, None, None, speaker)[0]
+    return tts.voice_from_audio(prompt_wav)
+
+
+def live_conversion(tts, target, sample_rate: int, *, seed: int | None, max_seconds: float) -> LiveConversion:
+    """A ``LiveConversion`` into ``target`` (a ``SpeakerPrompt``) of at most ``max_seconds`` of source (bounded
+    further by the flow's noise buffer with the voice's prompt, as ``conversion_request``)."""
+    check_seed(seed)
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
+        raise InputError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}")
+    tokens_per_s = 16000 / _HOP_16K
+    room = flow_frames(tts) // tts.engine.config.token_mel_ratio - target.flow_prompt_speech.shape[1]
+    seconds = min(float(max_seconds), MAX_SOURCE_SECONDS, room / tokens_per_s)
+    if seconds < 1:
+        raise AudioError("this voice's prompt leaves no room for a source in this model's flow: choose a shorter voice")
+    request = SynthesisRequest(mode="vc", voice=target, source_tokens=torch.zeros(1, 0, dtype=torch.long),
+                               live_source=True, seed=seed, max_tokens=int(seconds * tokens_per_s) + 1)
+    return LiveConversion(tts.engine.scheduler.submit, tts.engine.frontend.speech_tokens, tts.mark, request,
+                          sample_rate=sample_rate, max_seconds=seconds)
 
 
 def flow_frames(tts) -> int:

@@ -16,7 +16,7 @@ from cadenza.engine.job_board import DONE, JobBoard
 from cadenza.engine.lm_decode import DecodeStep
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.scheduled_job import Job
-from cadenza.errors import RequestCancelledError
+from cadenza.errors import InputError, RequestCancelledError
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,11 @@ class LMWorker:
         """One LM step: deliver bistream text, then one decode step of every job with LM work."""
         board = self.board
         for job in active:
+            items = inboxes.get(id(job), ())
             try:
-                for item in inboxes.get(id(job), ()) if job.decoder is not None else ():
+                if job.decoder is None:
+                    self._source_tokens(job, items)
+                for item in items if job.decoder is not None else ():
                     if isinstance(item, BaseException):
                         raise item
                     if item is DONE:
@@ -136,6 +139,22 @@ class LMWorker:
                     self._accept(job, logp[i].clone())
                 except Exception as exc:
                     board.end([job], exc)
+
+    def _source_tokens(self, job: Job, items: list) -> None:
+        """A live voice conversion's source tokens as they arrive (``SynthesisRequest.live_source``): they are its
+        speech tokens, no LM runs; ``DONE`` ends them."""
+        for item in items:
+            if isinstance(item, BaseException):
+                raise item
+            if job.lm_done:
+                continue  # nothing is added after the end
+            if item is DONE:
+                self._finished(job)
+            elif len(job.ids) + len(item) > job.request.max_tokens:
+                raise InputError(f"the live source passed the {job.request.max_tokens} speech tokens this stream can "
+                                 "render")
+            else:
+                job.ids.extend(item)
 
     def _accept(self, job: Job, logp: torch.Tensor) -> None:
         token = job.decoder.accept(logp)

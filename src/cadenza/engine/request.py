@@ -30,7 +30,8 @@ class SynthesisRequest:
 
     ``text_ids`` [1, T] text to speak; ``lm_prompt_text`` [1, Tp] (prompt transcript or instruct text) and
     ``lm_prompt_speech`` [1, Ps] condition the LM; ``voice`` conditions the flow; ``source_tokens`` [1, S] skips the
-    LM (voice conversion).
+    LM (voice conversion). ``live_source``: more source tokens arrive after submission, as the source is recorded
+    (``StreamHandle.feed_source`` / ``end_source``; live voice conversion), at most ``max_tokens`` in all.
     """
 
     mode: str
@@ -39,6 +40,7 @@ class SynthesisRequest:
     lm_prompt_text: torch.Tensor = field(default_factory=lambda: torch.zeros(1, 0, dtype=torch.long))
     lm_prompt_speech: torch.Tensor = field(default_factory=lambda: torch.zeros(1, 0, dtype=torch.long))
     source_tokens: torch.Tensor | None = None
+    live_source: bool = False
     speed: float = 1.0
     seed: int | None = None
     min_tokens: int = 0
@@ -51,3 +53,5 @@ class SynthesisRequest:
         # synthesis of the same seed produce the same speech tokens.
         self.generator, self.seed = make_generator(self.seed)
         self.vocoder_generator, _ = make_generator(self.seed ^ 0x5DEECE66D)
+        if self.live_source and (self.source_tokens is None or self.max_tokens <= 0):
+            raise ValueError("a live source needs source_tokens (those known so far) and max_tokens > 0")

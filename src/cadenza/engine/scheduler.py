@@ -88,8 +88,8 @@ class Scheduler:
         job = Job(request=request, stream=stream, decoder=decoder,
                   first_chunk_tokens=self._first_chunk_tokens(request), flow_session=session,
                   needs_priming=stream and self._primed is not None and session is None)
-        if decoder is None:
-            job.ids, job.lm_done = list(request.source_tokens[0].tolist()), True
+        if decoder is None:  # voice conversion: its tokens are given (a live source's more as it is recorded)
+            job.ids, job.lm_done = list(request.source_tokens[0].tolist()), not request.live_source
         self.board.enqueue(job, self._ensure_workers)
         return StreamHandle(self.board, job)
 

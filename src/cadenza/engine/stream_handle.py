@@ -24,7 +24,8 @@ class JobChannel(Protocol):
 class StreamHandle:
     """Iterate for float32 audio chunks. ``close()``/``cancel()`` (or dropping the iterator) frees the request.
 
-    For bi-streaming requests, ``feed_text(ids)`` and ``end_text()`` deliver the text as it arrives.
+    For bi-streaming requests, ``feed_text(ids)`` and ``end_text()`` deliver the text as it arrives; for a live
+    voice conversion ``feed_source(ids)`` and ``end_source()`` its source's speech tokens.
     """
 
     def __init__(self, channel: JobChannel, job: Job) -> None:
@@ -38,6 +39,14 @@ class StreamHandle:
         self._channel.feed(self._job, ids)
 
     def end_text(self) -> None:
+        self._channel.feed(self._job, DONE)
+
+    def feed_source(self, ids: list[int]) -> None:
+        """More speech token ids of a live voice conversion's source (``SynthesisRequest.live_source``)."""
+        self._channel.feed(self._job, list(ids))
+
+    def end_source(self) -> None:
+        """A live source ended: its last chunk is made."""
         self._channel.feed(self._job, DONE)
 
     def fail(self, exc: BaseException) -> None:

@@ -9,7 +9,7 @@ chunks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -74,6 +74,12 @@ class StreamSchedule:
         """Bit-for-bit the reference's streaming (parity mode)."""
         return cls(crossfade="hamming", incremental=False, final_full_attention=True, speed_method="mel",
                    first_hop_on_grid=True)
+
+
+def steady_hops(schedule: StreamSchedule) -> StreamSchedule:
+    """``schedule`` with every hop one attention chunk (``token_hop_len``), none growing: for a source that arrives
+    in real time (live voice conversion), where a longer hop only waits longer for its tokens."""
+    return replace(schedule, token_max_hop_len=schedule.token_hop_len)
 
 
 def crossfade_windows(n: int, kind: str) -> tuple[np.ndarray, np.ndarray]:

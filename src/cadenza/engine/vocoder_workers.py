@@ -14,7 +14,7 @@ from cadenza.engine.job_board import DONE, JobBoard
 from cadenza.engine.pipeline_state import PipelineState
 from cadenza.engine.primed_prompts import PrimedPrompts
 from cadenza.engine.scheduled_job import Job
-from cadenza.engine.stream_schedule import StreamSchedule
+from cadenza.engine.stream_schedule import StreamSchedule, steady_hops
 from cadenza.engine.token2wav import StreamSynthesis, Token2Wav, flow_ahead_many, flow_mels, vocode_many
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 
@@ -144,7 +144,9 @@ class VocoderWorker:
     def _start_synthesis(self, job: Job) -> bool:
         try:
             session, job.flow_session = job.flow_session, None
-            job.synth = StreamSynthesis(self.model, job.request.voice, self.schedule,
+            # A live source keeps its hops at one attention chunk: longer ones would make it lag further behind.
+            schedule = steady_hops(self.schedule) if job.request.live_source else self.schedule
+            job.synth = StreamSynthesis(self.model, job.request.voice, schedule,
                                         lambda k, g=job.request.vocoder_generator: g, flow_session=session,
                                         speed=job.request.speed,
                                         split_chunks=self.config.flow_ahead and self.state.room_beside_lm)
@@ -163,7 +165,7 @@ class VocoderWorker:
     def _soon_ready(self, job: Job, frames: int) -> bool:
         """Whether a job still in the LM gets a flow chunk of ``frames`` frames within the wait allowance."""
         synth = job.synth
-        if job.done or job.lm_done or not job.stream or synth is None:
+        if job.done or job.lm_done or not job.stream or synth is None or job.request.live_source:
             return False
         if self.state.first_audio_pending and job.chunks_out > 0:
             return False  # paused by the LM worker until someone's first audio is out: it will not come closer

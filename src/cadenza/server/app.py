@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cadenza.api.protocol import SpeechModel
 from cadenza.server import (
     admin,
+    live_conversion,
     lora_admin,
     markup_api,
     openai_speech,
@@ -196,6 +197,7 @@ def create_app(models: SpeechModel | Mapping[str, SpeechModel], voices: VoiceSto
     app.include_router(admin.router)  # the admin key, not the API key
     app.include_router(lora_admin.router)  # the admin key too
     app.include_router(websocket.router)  # checks the key itself (before accepting the connection)
+    app.include_router(live_conversion.router)  # so does this one
     app.add_middleware(BodyLimit, max_bytes=config.max_upload_bytes + FORM_OVERHEAD_BYTES,
                        larger={lora_admin.PATH: config.max_lora_bytes + lora_admin.MAX_CONFIG_BYTES
                                + FORM_OVERHEAD_BYTES})

@@ -41,9 +41,7 @@ import time
 
 import anyio
 from fastapi import APIRouter, WebSocket
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from starlette.websockets import WebSocketDisconnect
 
 from cadenza.alignment.timer import WordTimer
 from cadenza.alignment.words import without_markup
@@ -53,7 +51,6 @@ from cadenza.audio.wav_stream import pcm16
 from cadenza.engine.long_form import SegmentStream
 from cadenza.engine.silence import keep_silence, with_silences
 from cadenza.errors import InputError, TextError
-from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
 from cadenza.server.engine_stream import SEGMENTS_IN_FLIGHT, EngineStream, Slot
 from cadenza.server.errors import APIError
 from cadenza.server.fields import voice_ref
@@ -63,8 +60,6 @@ from cadenza.server.state import ServedModel, ServerState
 from cadenza.server.ws_protocol import (
     CLOSE_BAD_DATA,
     CLOSE_BUSY,
-    CLOSE_OK,
-    CLOSE_POLICY,
     Deadlines,
     SessionClosed,
     SessionConfig,
@@ -74,6 +69,7 @@ from cadenza.server.ws_protocol import (
     input_error_close,
     receive_json,
     send_error,
+    serve_session,
 )
 from cadenza.text.duration import estimate_speech_seconds
 from cadenza.text.lexicon import Lexicon
@@ -87,39 +83,7 @@ router = APIRouter()
 
 @router.websocket(WS_PATH)
 async def speech_stream(ws: WebSocket) -> None:
-    state: ServerState = ws.app.state.cadenza
-    offered = ws.scope.get("subprotocols") or ()
-    if not authorized(websocket_authorization(ws.headers.get("authorization"), offered), state.config.api_key):
-        state.metrics.count_request(WS_PATH, CLOSE_POLICY)
-        error = APIError(401, "missing or invalid API key (send 'Authorization: Bearer <key>', or from a browser the "
-                         "subprotocol 'cadenza.key.<base64url of the key>')",
-                         code="invalid_api_key")
-        if "websocket.http.response" in ws.scope.get("extensions", {}) and hasattr(ws, "send_denial_response"):
-            await ws.send_denial_response(JSONResponse(error.body(), status_code=401))
-        else:
-            await ws.close(CLOSE_POLICY)
-        return
-    await ws.accept(subprotocol=WS_PROTOCOL if WS_PROTOCOL in offered else None)  # a browser needs one selected
-    code = CLOSE_OK
-    try:
-        await _session(ws, state)
-    except SessionClosed as close:
-        code = close.code
-        if close.error is not None:
-            await send_error(ws, close.error)
-    except WebSocketDisconnect:
-        code = 1001
-        state.metrics.count_disconnect()
-    except Exception as exc:  # noqa: BLE001 - never let a session take the server down
-        error = state.error(exc)
-        code = close_code(error, exc)
-        await send_error(ws, error)
-    state.metrics.count_request(WS_PATH, code)
-    if code != 1001:
-        try:
-            await ws.close(code)
-        except (RuntimeError, WebSocketDisconnect, OSError):
-            pass  # already closed by the client
+    await serve_session(ws, WS_PATH, _session)
 
 
 async def _session(ws: WebSocket, state: ServerState) -> None:

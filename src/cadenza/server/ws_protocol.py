@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
 from fastapi import WebSocket
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
 from cadenza.errors import InputError
+from cadenza.server.auth import WS_PROTOCOL, authorized, websocket_authorization
 from cadenza.server.errors import APIError
 from cadenza.server.fields import STRICT, Text, VoiceRef
 from cadenza.text.lexicon import MAX_ENTRIES
@@ -117,3 +120,42 @@ class Deadlines:
         if time.monotonic() >= self.session_at - 0.05:
             return bad_message(f"the session lasted {self.session_s:g} s, the longest allowed: session closed")
         return bad_message(f"no text for {self.idle_s:g} s before input.done: session closed")
+
+
+async def serve_session(ws: WebSocket, path: str, session: Callable[[WebSocket, object], Awaitable[None]]) -> None:
+    """Run one WebSocket session at ``path``: refuse a client without the API key (401 before the upgrade where the
+    server can, else close 1008), accept, run ``session(ws, state)``, and end it: a ``SessionClosed``'s error and
+    code, a disconnect (1001), any other failure as the error it maps to (never taking the server down)."""
+    state = ws.app.state.cadenza
+    offered = ws.scope.get("subprotocols") or ()
+    if not authorized(websocket_authorization(ws.headers.get("authorization"), offered), state.config.api_key):
+        state.metrics.count_request(path, CLOSE_POLICY)
+        error = APIError(401, "missing or invalid API key (send 'Authorization: Bearer <key>', or from a browser the "
+                         "subprotocol 'cadenza.key.<base64url of the key>')",
+                         code="invalid_api_key")
+        if "websocket.http.response" in ws.scope.get("extensions", {}) and hasattr(ws, "send_denial_response"):
+            await ws.send_denial_response(JSONResponse(error.body(), status_code=401))
+        else:
+            await ws.close(CLOSE_POLICY)
+        return
+    await ws.accept(subprotocol=WS_PROTOCOL if WS_PROTOCOL in offered else None)  # a browser needs one selected
+    code = CLOSE_OK
+    try:
+        await session(ws, state)
+    except SessionClosed as close:
+        code = close.code
+        if close.error is not None:
+            await send_error(ws, close.error)
+    except WebSocketDisconnect:
+        code = 1001
+        state.metrics.count_disconnect()
+    except Exception as exc:  # noqa: BLE001 - never let a session take the server down
+        error = state.error(exc)
+        code = close_code(error, exc)
+        await send_error(ws, error)
+    state.metrics.count_request(path, code)
+    if code != 1001:
+        try:
+            await ws.close(code)
+        except (RuntimeError, WebSocketDisconnect, OSError):
+            pass  # already closed by the client
