@@ -288,3 +288,41 @@ def test_sigterm_unwinds_every_command_but_training():
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_live_vc_converts_standard_input_as_it_arrives(builtin_tts, tmp_path):
+    """`vc --source-wav - --live-rate 16000` (a pipe from a microphone): converted audio comes out while the source is
+    still open, as long as the source once it ends; the live flags are checked before the model loads."""
+    import select
+
+    import torch
+
+    from cadenza.audio.resample import resample
+
+    line = builtin_tts.synthesize("Please close the window before you leave the house tonight.", seed=3)
+    pcm = (resample(torch.from_numpy(line.samples), line.sample_rate, 16000).numpy() * 32767).astype("<i2").tobytes()
+    argv = [sys.executable, "-m", "cadenza", "vc", "--source-wav", "-", "--live-rate", "16000", "--seed", "1", "-o",
+            "-"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        proc.stdin.write(pcm[:64001])  # 2 s and an odd byte
+        proc.stdin.flush()
+        head, deadline = b"", time.monotonic() + 240
+        while len(head) < 44 + 4800:  # the WAV header and 0.1 s of audio, before the source has ended
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                head += os.read(proc.stdout.fileno(), 65536)
+        proc.stdin.write(pcm[64001:])
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err
+    audio = np.frombuffer((head + rest)[44:], dtype="<i2")
+    assert head[:4] == b"RIFF" and np.abs(audio).max() > 1000
+    assert audio.size == len(pcm) // 2 // 640 * 960  # one 40 ms hop of output per 40 ms token of source
+    for flags in (["--source-wav", "-"], ["--source-wav", str(tmp_path / "x.wav"), "--live-rate", "16000"],
+                  ["--source-wav", "-", "--live-rate", "16000", "--source-text", "Hi."]):
+        proc = subprocess.run([sys.executable, "-m", "cadenza", "vc", *flags, "-o", str(tmp_path / "y.wav")],
+                              input=b"", capture_output=True, timeout=300)
+        assert proc.returncode == 2 and "live conversion reads --source-wav - with --live-rate" in proc.stderr.decode()
+    proc = subprocess.run(argv, input=pcm[:3200], capture_output=True, timeout=300)
+    assert proc.returncode == 2 and "too short: 0.10 s" in proc.stderr.decode(), proc.stderr.decode()[-2000:]

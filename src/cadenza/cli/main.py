@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "built-in one: keeps the words of a voice its tokenizer never heard)")
     vc.add_argument("--timestamps", metavar="JSON", help="with --source-text: write each of its words' start and end "
                                                      "(s) in the output to this file")
+    vc.add_argument("--live-rate", type=int, metavar="HZ", help="live: read --source-wav - as raw 16-bit mono PCM at "
+                                                                 "HZ from standard input, converting as it arrives")
     vc.add_argument("--seed", type=seed)
     vc.add_argument("-o", "--output", type=output_audio, required=True)
     add_precision_arguments(vc)
@@ -407,6 +409,13 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 
 
 def _vc(args) -> None:
+    if args.live_rate is not None or args.source_wav == STDIO:  # before the model loads
+        if args.live_rate is None or args.source_wav != STDIO or args.source_text or args.timestamps:
+            raise CadenzaError("live conversion reads --source-wav - with --live-rate HZ (raw 16-bit mono PCM on "
+                               "standard input), without --source-text or --timestamps")
+        from cadenza.cli.live_vc import run_live
+
+        return run_live(_load(args), args, _write_stdout, STDIO)
     if args.timestamps is not None:  # before the model loads
         if args.source_text is None:
             raise CadenzaError("--timestamps needs --source-text: the words timed are the source's")
