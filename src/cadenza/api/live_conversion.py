@@ -2,16 +2,19 @@
 
 The speech tokenizer is an offline model (the release's S3 tokenizer and the built-in frame classifier both attend
 over their whole input), so ``LiveTokenizer`` reads the source in overlapping windows: each window starts
-``LEFT_CONTEXT_TOKENS`` before the first token it commits and ends ``LOOKAHEAD_TOKENS`` after the last, so every
-committed token saw 2 s of the past and 0.24 s of the future. On the built-in model, 20 test sentences read by its
-teacher and converted into its default voice lost no more words read this way than read whole (Whisper base WER
-0.243 with 2 s / 0.4 s, 0.212 with 1 s / 0.2 s, against 0.221 whole; 2026-12-07, AMD EPYC Zen 4).
+``LEFT_CONTEXT_TOKENS`` before the ``STEP_TOKENS`` it commits and ends ``LOOKAHEAD_TOKENS`` after them, so every
+committed token saw 2 s of the past and at least 0.24 s of the future, and the ids do not depend on how the source
+was cut. On the built-in model this loses no words against reading the source whole: 30 unseen sentences converted
+into its default voice read Whisper base WER 0.441 live, 0.435 whole (``benchmarks/live_voice_conversion.py --asr``;
+20 of its teacher's readings: 0.243 with 2 s / 0.4 s windows, 0.212 with 1 s / 0.2 s, 0.221 whole; 2026-12-07, AMD
+EPYC Zen 4).
 
 The tokens go to the engine as a live source (``SynthesisRequest.live_source``): its flow renders them an attention
 chunk (25 tokens, 1 s) at a time, hops that do not grow (``steady_hops``). The converted audio for a moment of the
 source therefore comes out about 1.4 s after that moment was pushed plus the time to compute it: the rest of its
-1 s chunk, the flow's 3-token look-ahead (0.12 s) and the tokenizer's (0.24 s); ``benchmarks/live_voice_conversion.py``
-measures it. Only a model that runs faster than real time keeps up (the built-in one does on one core; a released
+1 s chunk, the flow's 3-token look-ahead (0.12 s), the tokenizer's (0.24 s and its 0.2 s step) and HiFT's 0.16 s
+held back; ``benchmarks/live_voice_conversion.py`` measures it (the built-in model on two cores: a player starting
+2.0 s after the source plays without a gap). Only a model that runs faster than real time keeps up (the built-in one does on one core; a released
 CosyVoice 2 model needs a GPU).
 
 ``LiveConversion`` is what a caller holds: ``push`` source samples (any rate, from one thread), ``end``, and iterate
