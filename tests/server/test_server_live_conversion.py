@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import numpy as np
 import pytest
 import torch
@@ -133,3 +134,57 @@ def test_idle_source_times_out_and_the_key_is_required(tts, live, source):
         with connect(f"{live.ws_url}{PATH}", open_timeout=30):
             pass
     assert info.value.response.status_code == 401
+
+
+def test_concurrent_live_sessions_each_say_what_they_say_alone(tts, live, source):
+    """Four live sessions at once (two sources, four seeds), their frames sent at a live pace, each answer what it
+    answers alone (to a 16-bit step or two: streams whose flow or HiFT runs in one batch may round differently);
+    afterwards no admission slot or engine request is held."""
+    import threading
+    import time
+
+    sources = [source[:24000], source[8000:40000]]
+    jobs = [(k % 2, 20 + k) for k in range(4)]
+
+    def one(job, paced: bool) -> bytes:
+        index, seed = job
+        frames = _frames(sources[index], 800)
+        if paced:  # 50 ms of source every 10 ms: slower than the engine, faster than a microphone
+            frames = [f for frame in frames for f in (frame, None)]
+        events, audio = [], b""
+        with connect(f"{live.ws_url}{PATH}", additional_headers=AUTH, open_timeout=30) as ws:
+            ws.send(json.dumps({**ALICE, "seed": seed}))
+            for frame in frames:
+                if frame is None:
+                    time.sleep(0.01)
+                else:
+                    ws.send(frame)
+            ws.send(json.dumps({"type": "input.done"}))
+            try:
+                while True:
+                    message = ws.recv(timeout=120)
+                    if isinstance(message, bytes):
+                        audio += message
+                    else:
+                        events.append(json.loads(message))
+            except ConnectionClosed as closed:
+                assert closed.rcvd.code == 1000, events
+        return audio
+
+    alone = [one(job, paced=False) for job in jobs]
+    together: list[bytes | None] = [None] * len(jobs)
+
+    def run(k: int) -> None:
+        together[k] = one(jobs[k], paced=True)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    for a, b in zip(alone, together):
+        a, b = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
+        assert a.size == b.size and np.abs(a - b).max() <= 2
+    assert _free(tts)
+    health = httpx.get(f"{live.url}/health", timeout=30).json()
+    assert health["inflight"] == 0 and health["active"] == 0 and health["queued"] == 0, health

@@ -170,6 +170,38 @@ def test_voice_conversion_is_a_cosyvoice2_mode(live):
     assert r.status_code == 200 and abs(len(r.content) / 2 / 24000 - 2.0) < 0.1, r.text
 
 
+def test_live_voice_conversion_is_a_cosyvoice2_mode(live):
+    """The live WebSocket refuses a VoxCPM 2 model (naming ``model``) and a VoxCPM 2 voice for a CosyVoice 2 model
+    (naming ``voice``), each before any audio is taken; a CosyVoice 2 voice converts."""
+    from websockets.exceptions import ConnectionClosed
+
+    samples, sr = speech_prompt(2.0)
+    mono = samples if samples.ndim == 1 else samples.mean(axis=1)
+    for config, param, words in (({"model": "vx2", "voice": "vera"}, "model", "no voice conversion"),
+                                 ({"model": "cv2", "voice": "vera"}, "voice", "VoxCPM 2"),
+                                 ({"model": "cv2", "voice": "carl", "sample_rate": sr}, None, None)):
+        events, audio = [], b""
+        with connect(f"{live.ws_url}/v1/audio/voice-conversion/stream", additional_headers=AUTH) as ws:
+            ws.send(json.dumps({"type": "session.config", **config}))
+            ws.send(pcm16(mono))
+            ws.send(json.dumps({"type": "input.done"}))
+            try:
+                while True:
+                    message = ws.recv(timeout=120)
+                    if isinstance(message, bytes):
+                        audio += message
+                    else:
+                        events.append(json.loads(message))
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code
+        if param is None:
+            assert code == 1000 and events[-1]["type"] == "audio.done", events
+            assert abs(len(audio) / 2 / 24000 - 2.0) < 0.1
+        else:
+            assert code == 1007 and events[-1]["error"]["param"] == param, events
+            assert words in events[-1]["error"]["message"], events
+
+
 def test_the_request_model_selects_the_model(live, cv2):
     _error(_speech(live, model="nope"), 404, "model")
     r = _speech(live, model="tts-1", voice="carl")  # OpenAI's own names: the default (first) model
