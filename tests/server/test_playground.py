@@ -313,3 +313,24 @@ def test_a_recording_is_converted_into_the_picked_voice(page, tmp_path):
     WebDriverWait(page, 10, poll_frequency=0.05).until(lambda d: (d.execute_script(duration) or 0) > 2.5,
                                                        message="the converted WAV did not load in <audio>")
     assert _console_errors(page) == []
+
+
+def test_live_conversion_from_the_microphone(page):
+    """Convert as I speak (Chromium's fake microphone: a beep each second): microphone frames go over WS
+    /v1/audio/voice-conversion/stream while recording; Stop ends the source and the converted audio, played as it
+    came, is as long as what was sent."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find_element(By.ID, "voice")).select_by_value("")  # the model's own voice
+    page.find_element(By.ID, "live-run").click()
+    _wait(page, lambda s: s["liveSentSeconds"] > 3.0, "three seconds of microphone")
+    stats = _wait(page, lambda s: s["liveReceivedSeconds"] > 0.5, "converted audio while still recording")
+    assert stats["liveConversions"] == 0
+    page.find_element(By.ID, "live-run").click()  # stop
+    stats = _wait(page, lambda s: s["liveConversions"] == 1 or s["lastError"] is not None, "the live conversion")
+    assert stats["lastError"] is None, stats
+    assert abs(stats["liveReceivedSeconds"] - stats["liveSentSeconds"]) < 0.1, stats
+    assert "Done" in page.find_element(By.ID, "live-message").text
+    assert page.find_element(By.ID, "live-run").text == "Convert as I speak"
+    assert _console_errors(page) == []

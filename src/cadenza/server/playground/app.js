@@ -4,12 +4,16 @@
 //   WS /v1/audio/speech/stream         Play: 16-bit PCM frames scheduled with Web Audio as they arrive
 //   POST /v1/audio/speech             Play at speed != 1 (the WebSocket has no speed), and Download (any format)
 //   POST /v1/audio/voice-conversion   Convert: a recording said in the picked voice (models with voice_conversion)
+//   WS /v1/audio/voice-conversion/stream   Convert as I speak: the microphone as 16-bit PCM frames, the converted
+//                                          audio played as it comes
 // The API key lives in this browser's localStorage; requests send it as "Authorization: Bearer", the WebSocket as
 // the subprotocol "cadenza.key.<base64url of the key>" (browsers cannot set headers on a WebSocket).
 // For tests and the curious, window.cadenzaPlayground.stats mirrors what the page shows.
 
 const KEY_STORAGE = "cadenza.apiKey";
 const WS_PATH = "/v1/audio/speech/stream";
+const LIVE_PATH = "/v1/audio/voice-conversion/stream";
+const LIVE_FRAME = 4096;      // microphone samples per frame sent (~85 ms at 48 kHz)
 const LEAD_S = 0.05;          // schedule each chunk at least this far ahead of the audio clock
 const PEAK_BLOCK_S = 0.01;    // waveform resolution: one min/max pair per 10 ms
 const MIN_WAVE_S = 5;         // the waveform spans at least this many seconds, then compresses
@@ -31,6 +35,9 @@ const stats = {
   models: 0,
   conversions: 0,     // recordings converted (Convert), and the last one's length in seconds
   convertedSeconds: null,
+  liveConversions: 0, // live conversions finished (Convert as I speak): microphone seconds sent, audio back
+  liveSentSeconds: 0,
+  liveReceivedSeconds: 0,
 };
 
 let models = [];
@@ -39,6 +46,7 @@ let session = null;     // the playback in progress: {socket?, abort?, player, w
 let audioContext = null;
 let recorded = null;    // Blob of the last recording
 let recorder = null;
+let live = null;        // the live conversion in progress: {socket, stream, source, processor, player}
 
 // ---- errors and status --------------------------------------------------------------------------------------------
 
@@ -416,10 +424,7 @@ async function play() {
   await context().resume();
   setState("connecting");
   if (speed !== 1) return playHttp(text, fields, speed);  // the WebSocket has no speed: whole segments over HTTP
-  const protocols = ["cadenza"];
-  if (apiKey()) protocols.push(`cadenza.key.${base64url(apiKey())}`);
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(`${scheme}//${location.host}${WS_PATH}`, protocols);
+  const socket = new WebSocket(...socketUrl(WS_PATH));
   socket.binaryType = "arraybuffer";
   const current = { socket, player: null, done: false, failed: false };
   session = current;
@@ -571,6 +576,103 @@ async function convert() {
   }
 }
 
+function socketUrl(path) {
+  const protocols = ["cadenza"];
+  if (apiKey()) protocols.push(`cadenza.key.${base64url(apiKey())}`);
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return [`${scheme}//${location.host}${path}`, protocols];
+}
+
+async function liveConvert() {
+  if (live) return endLive(live);
+  stop();
+  clearError();
+  const ctx = context();
+  await ctx.resume();
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true } });
+  } catch (error) {
+    showError(new ApiError(`cannot record: ${error.message}`, "audio"));
+    return;
+  }
+  const { fields } = speechFields();
+  const config = { type: "session.config", model: fields.model, sample_rate: ctx.sampleRate };
+  if (fields.voice) config.voice = fields.voice;
+  if (fields.seed !== undefined) config.seed = fields.seed;
+  const socket = new WebSocket(...socketUrl(LIVE_PATH));
+  socket.binaryType = "arraybuffer";
+  const current = { socket, stream, source: null, processor: null, player: null, ending: false, done: false, failed: false };
+  live = current;
+  Object.assign(stats, { liveSentSeconds: 0, liveReceivedSeconds: 0 });
+  $("live-run").textContent = "Stop";
+  $("live-message").textContent = "Connecting…";
+  socket.addEventListener("open", () => socket.send(JSON.stringify(config)));
+  socket.addEventListener("message", (event) => {
+    if (typeof event.data !== "string") {
+      if (!current.player) return;  // audio comes after audio.start
+      const bytes = new Uint8Array(event.data);
+      current.player.push(bytes);
+      stats.liveReceivedSeconds += bytes.length / 2 / current.player.sampleRate;
+      render();
+      return;
+    }
+    const message = JSON.parse(event.data);
+    if (message.type === "audio.start") {
+      current.player = startPlayer(message.sample_rate);
+      // A ScriptProcessorNode hands over the microphone's samples on the main thread, which is all this needs (an
+      // AudioWorklet would need a module of its own); its output stays silent.
+      current.source = ctx.createMediaStreamSource(stream);
+      current.processor = ctx.createScriptProcessor(LIVE_FRAME, 1, 1);
+      current.processor.addEventListener("audioprocess", (e) => {
+        if (current.ending || socket.readyState !== WebSocket.OPEN) return;
+        const samples = e.inputBuffer.getChannelData(0);
+        const pcm = new Int16Array(samples.length);
+        for (let i = 0; i < samples.length; i++) pcm[i] = Math.max(-32768, Math.min(32767, Math.round(samples[i] * 32767)));
+        socket.send(pcm.buffer);
+        stats.liveSentSeconds += samples.length / ctx.sampleRate;
+      });
+      current.source.connect(current.processor);
+      current.processor.connect(ctx.destination);
+      $("live-message").textContent = "Listening… (Stop to finish)";
+    } else if (message.type === "audio.done") {
+      current.done = true;
+      stats.liveConversions += 1;
+      $("live-message").textContent = `Done: ${message.audio_seconds.toFixed(2)} s converted.`;
+    } else if (message.type === "error") {
+      current.failed = true;
+      const { message: text, param } = message.error;
+      showError(new ApiError(text, param));
+    }
+  });
+  socket.addEventListener("close", (event) => {
+    releaseMicrophone(current);
+    if (live === current) live = null;
+    $("live-run").textContent = "Convert as I speak";
+    if (!current.done) $("live-message").textContent = "";
+    if (!current.done && !current.failed) {
+      showError(new ApiError(event.code === 1006 && !current.player
+        ? "the server refused the connection (is the API key right?)"
+        : `the connection closed before the conversion was done (code ${event.code})`));
+    }
+    render();
+  });
+}
+
+function releaseMicrophone(current) {
+  if (current.processor) current.processor.disconnect();
+  if (current.source) current.source.disconnect();
+  for (const track of current.stream.getTracks()) track.stop();
+}
+
+function endLive(current) {
+  // No more microphone: the server converts what it has and ends with audio.done.
+  current.ending = true;
+  releaseMicrophone(current);
+  if (current.socket.readyState === WebSocket.OPEN) current.socket.send(JSON.stringify({ type: "input.done" }));
+  $("live-message").textContent = "Finishing…";
+}
+
 // ---- voices: upload, record, delete -------------------------------------------------------------------------------
 
 async function record() {
@@ -683,9 +785,12 @@ function init() {
   });
   $("voice-form").addEventListener("submit", saveVoice);
   $("convert-run").addEventListener("click", convert);
+  $("live-run").addEventListener("click", liveConvert);
   if (!navigator.mediaDevices || !window.MediaRecorder) {
-    $("record").disabled = true;
-    $("record").title = "recording needs a secure page (https, or localhost)";
+    for (const id of ["record", "live-run"]) {
+      $(id).disabled = true;
+      $(id).title = "recording needs a secure page (https, or localhost)";
+    }
   }
   waveform.draw();
   refresh();
