@@ -72,7 +72,7 @@ def test_an_oversized_prompt_transcript_or_instruction_is_refused_before_the_wor
     def no_work(*args, **kwargs):
         raise AssertionError("the prompt must not be read")
 
-    monkeypatch.setattr(tts, "_load_prompt", no_work)
+    monkeypatch.setattr(tts, "voice_from_audio", no_work)
     prompt = (speech_like(1.4), SR)
     with pytest.raises(TextError, match="prompt_text is 2001 characters; at most 2000"):
         tts.synthesize("Hi.", prompt_wav=prompt, prompt_text="a" * 2001)
