@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import threading
@@ -100,3 +101,20 @@ def wait_until(predicate, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def drain_ws(ws, timeout: float = 120) -> tuple[list[dict], bytes, int | None]:
+    """Everything a WebSocket server sends until it closes: (its JSON messages, its binary messages joined, the close
+    code)."""
+    from websockets.exceptions import ConnectionClosed
+
+    events, audio = [], b""
+    try:
+        while True:
+            message = ws.recv(timeout=timeout)
+            if isinstance(message, bytes):
+                audio += message
+            else:
+                events.append(json.loads(message))
+    except ConnectionClosed as closed:
+        return events, audio, closed.rcvd.code if closed.rcvd else None

@@ -19,7 +19,7 @@ from cadenza.audio.wav_stream import pcm16
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
-from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until
+from test_server_harness import CONSENT, LiveServer, drain_ws, speech_prompt, wait_until
 
 KEY = "live-vc-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -47,7 +47,6 @@ def source() -> np.ndarray:
 
 def _session(live, config: dict, frames: list[bytes], done: bool = True) -> tuple[list[dict], bytes, int | None]:
     """Send ``config``, the frames, ``input.done``; everything the server sends until it closes."""
-    events, audio = [], b""
     with connect(f"{live.ws_url}{PATH}", additional_headers=AUTH, open_timeout=30) as ws:
         try:
             ws.send(json.dumps(config))
@@ -55,14 +54,9 @@ def _session(live, config: dict, frames: list[bytes], done: bool = True) -> tupl
                 ws.send(frame)
             if done:
                 ws.send(json.dumps({"type": "input.done"}))
-            while True:
-                message = ws.recv(timeout=120)
-                if isinstance(message, bytes):
-                    audio += message
-                else:
-                    events.append(json.loads(message))
-        except ConnectionClosed as closed:
-            return events, audio, closed.rcvd.code if closed.rcvd else None
+        except ConnectionClosed:
+            pass  # the server ended the session early: what it sent says why
+        return drain_ws(ws)
 
 
 def _frames(samples: np.ndarray, size: int = 1600) -> list[bytes]:
@@ -151,7 +145,6 @@ def test_concurrent_live_sessions_each_say_what_they_say_alone(tts, live, source
         frames = _frames(sources[index], 800)
         if paced:  # 50 ms of source every 10 ms: slower than the engine, faster than a microphone
             frames = [f for frame in frames for f in (frame, None)]
-        events, audio = [], b""
         with connect(f"{live.ws_url}{PATH}", additional_headers=AUTH, open_timeout=30) as ws:
             ws.send(json.dumps({**ALICE, "seed": seed}))
             for frame in frames:
@@ -160,15 +153,8 @@ def test_concurrent_live_sessions_each_say_what_they_say_alone(tts, live, source
                 else:
                     ws.send(frame)
             ws.send(json.dumps({"type": "input.done"}))
-            try:
-                while True:
-                    message = ws.recv(timeout=120)
-                    if isinstance(message, bytes):
-                        audio += message
-                    else:
-                        events.append(json.loads(message))
-            except ConnectionClosed as closed:
-                assert closed.rcvd.code == 1000, events
+            events, audio, code = drain_ws(ws)
+        assert code == 1000, events
         return audio
 
     alone = [one(job, paced=False) for job in jobs]

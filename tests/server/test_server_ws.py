@@ -14,7 +14,7 @@ from cadenza.audio.wav_stream import pcm16
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
-from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until
+from test_server_harness import CONSENT, LiveServer, drain_ws, speech_prompt, wait_until
 
 KEY = "ws-test-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -33,20 +33,6 @@ def live(tts, tmp_path_factory):
 
 def _connect(live):
     return connect(f"{live.ws_url}/v1/audio/speech/stream", additional_headers=AUTH, open_timeout=30)
-
-
-def _drain(ws) -> tuple[list[dict], bytes, int | None]:
-    """All messages until the server closes: (JSON events, audio bytes, close code)."""
-    events, audio = [], b""
-    try:
-        while True:
-            message = ws.recv(timeout=120)
-            if isinstance(message, bytes):
-                audio += message
-            else:
-                events.append(json.loads(message))
-    except ConnectionClosed as closed:
-        return events, audio, closed.rcvd.code if closed.rcvd else None
 
 
 def _python_bistream(tts, live, seed: int, pieces: list[str] = PIECES) -> bytes | None:
@@ -77,7 +63,7 @@ def test_bistream_session(tts, live):
         for piece in PIECES:
             ws.send(json.dumps({"type": "input.text", "text": piece}))
         ws.send(json.dumps({"type": "input.done"}))
-        events, audio, code = _drain(ws)
+        events, audio, code = drain_ws(ws)
     assert code == 1000 and events[-1]["type"] == "audio.done", events
     assert events[-1]["audio_seconds"] == pytest.approx(len(audio) / 2 / 24000, abs=1e-3)
     assert _same_speech(audio, expected)
@@ -99,7 +85,7 @@ def test_whitespace_pieces_keep_the_words_apart(tts, live):
         for piece in split:
             ws.send(json.dumps({"type": "input.text", "text": piece}))
         ws.send(json.dumps({"type": "input.done"}))
-        events, audio, code = _drain(ws)
+        events, audio, code = drain_ws(ws)
     assert code == 1000 and events[-1]["type"] == "audio.done", events
     assert _same_speech(audio, expected)
 
@@ -121,7 +107,7 @@ def test_protocol_errors(tts, live, messages, match):
     with _connect(live) as ws:
         for m in messages:
             ws.send(m if isinstance(m, str) else json.dumps(m))
-        events, _, code = _drain(ws)
+        events, _, code = drain_ws(ws)
     errors = [e for e in events if e["type"] == "error"]
     assert code == 1007 and len(errors) == 1 and match in errors[0]["error"]["message"], events
     assert wait_until(lambda: tts.engine.scheduler.load == (0, 0))
@@ -130,7 +116,7 @@ def test_protocol_errors(tts, live, messages, match):
 def test_binary_messages_are_refused(live):
     with _connect(live) as ws:
         ws.send(b"\x00\x01")
-        events, _, code = _drain(ws)
+        events, _, code = drain_ws(ws)
     assert code == 1007 and "binary" in events[-1]["error"]["message"]
 
 
@@ -161,7 +147,7 @@ def test_disconnect_and_idle_timeout_free_the_request(tts, live):
         ws.recv(timeout=60)
         ws.send(json.dumps({"type": "input.text", "text": "Hello"}))  # fewer tokens than the LM's text group
         assert wait_until(lambda: sched.load == (1, 0)), sched.load
-        events, _, code = _drain(ws)
+        events, _, code = drain_ws(ws)
     assert code == 1007 and "no text for 1 s" in events[-1]["error"]["message"]
     assert wait_until(lambda: sched.load == (0, 0)), sched.load
 
@@ -183,6 +169,6 @@ def test_sessions_without_text_hold_nothing_and_empty_pieces_do_not_keep_them_op
                 time.sleep(0.3)
         except ConnectionClosed:
             pass
-        events, _, code = _drain(ws)
+        events, _, code = drain_ws(ws)
     assert code == 1007 and "no text for 1 s" in events[-1]["error"]["message"]
     assert time.monotonic() - started < 3.0

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 from cadenza.server import ServerConfig, create_app
 from cadenza.voices import VoiceStore
 
-from test_server_harness import CONSENT, LiveServer, speech_prompt, wait_until, wav_bytes
+from test_server_harness import CONSENT, LiveServer, drain_ws, speech_prompt, wait_until, wav_bytes
 
 KEY = "ws-markup-key-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -54,14 +54,10 @@ def _session(live, texts: list, **config) -> tuple[list[dict], bytes, int | None
             for text in texts:
                 ws.send(json.dumps({"type": "input.text", **({"text": text} if isinstance(text, str) else text)}))
             ws.send(json.dumps({"type": "input.done"}))
-            while True:
-                message = ws.recv(timeout=120)
-                if isinstance(message, bytes):
-                    audio += message
-                else:
-                    messages.append(json.loads(message))
         except ConnectionClosed as closed:
             return messages, audio, closed.rcvd.code if closed.rcvd else None
+        events, audio, code = drain_ws(ws)
+        return messages + events, audio, code
 
 
 def _http(live, text: str, seed: int, **fields) -> httpx.Response:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
+
+from cadenza.cli.args import STDIO
+from cadenza.cli.audio_output import AudioOutput
 
 FRAME_BYTES = 3200  # read at most 100 ms of 16 kHz audio at a time: a live source is passed on as it comes
 
@@ -27,33 +30,23 @@ def pcm16_pieces(stream: BinaryIO, frame_bytes: int = FRAME_BYTES) -> Iterator[n
             yield np.frombuffer(data[:cut], dtype="<i2").astype(np.int16)
 
 
-def run_live(tts, args, write_stdout: Callable[[bytes], None], stdio: str) -> None:
-    """Convert standard input into ``args.output`` (``stdio``: standard output) as it arrives."""
-    from cadenza.audio.file_writer import AudioFileWriter
-    from cadenza.audio.wav_stream import pcm16, wav_header
-
+def run_live(tts, args) -> None:
+    """Convert standard input into ``args.output`` as it arrives."""
     live = tts.live_conversion(args.live_rate, args.prompt_wav, seed=args.seed, speaker=args.speaker)
-    sink = None if args.output == stdio else AudioFileWriter(args.output, tts.sample_rate)
-    start, first, samples = time.perf_counter(), None, 0
+    start, first, sink = time.perf_counter(), None, None
     try:
+        sink = AudioOutput(args.output, tts.sample_rate)
         live.feed_from(pcm16_pieces(sys.stdin.buffer))
-        if sink is None:
-            write_stdout(wav_header(tts.sample_rate))
         for piece in live:
             first = first if first is not None or not piece.size else time.perf_counter() - start
-            samples += piece.size
-            if sink is not None:
-                sink.write(piece)
-            elif piece.size:
-                write_stdout(pcm16(piece))
-        if sink is not None:
-            sink.commit()
+            sink.write(piece)
+        sink.commit()
     except BaseException:
         if sink is not None:
             sink.abort()
         raise
     finally:
         live.close()
-    where = "standard output" if sink is None else args.output
-    print(f"wrote {where}: {samples / tts.sample_rate:.2f} s from {live.seconds_received:.2f} s of source, first "
+    where = "standard output" if args.output == STDIO else args.output
+    print(f"wrote {where}: {sink.samples / tts.sample_rate:.2f} s from {live.seconds_received:.2f} s of source, first "
           f"audio {first or 0:.2f} s after the start", file=sys.stderr)

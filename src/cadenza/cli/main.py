@@ -29,6 +29,7 @@ from cadenza.cli.args import (
     watermark_argument,
 )
 from cadenza.cli.assemble import add_assemble_parser, run_assemble
+from cadenza.cli.audio_output import AudioOutput, write_stdout
 from cadenza.cli.data import add_data_parser, run_data
 from cadenza.cli.detect import add_detect_parser, run_detect
 from cadenza.cli.evaluate import add_eval_parser, run_eval
@@ -192,24 +193,12 @@ def _save(audio, output: str) -> None:
     if output == STDIO:
         from cadenza.audio.wav_stream import pcm16, wav_header
 
-        _write_stdout(wav_header(audio.sample_rate, len(audio.samples)) + pcm16(audio.samples))
+        write_stdout(wav_header(audio.sample_rate, len(audio.samples)) + pcm16(audio.samples))
         return
     try:
         audio.save(output)
     except CadenzaError as exc:
         raise CadenzaError(f"-o/--output: {exc}") from exc
-
-
-def _write_stdout(data: bytes) -> None:
-    """Write ``data`` to standard output now (a player reading the pipe hears it). A reader that has gone
-    (``| head -c``, a closed player) ends the command with one line on stderr instead of a traceback."""
-    try:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail a second time.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise CadenzaError("-o -: standard output was closed before the audio ended") from None
 
 
 def _save_words(words: list, seconds: float, path: str) -> None:
@@ -350,9 +339,6 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
     with ``stream``, else whole (its header then says the exact length)."""
     from tqdm import tqdm
 
-    from cadenza.audio.file_writer import AudioFileWriter
-    from cadenza.audio.wav_stream import pcm16, wav_header
-
     if timestamps is not None:
         kwargs = dict(kwargs, timestamps=True)
     start = time.perf_counter()
@@ -368,26 +354,19 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
             bar.total = total
             bar.update(done - bar.n)
 
-        samples, sink = 0, None
         pieces = (tts.synthesize_stream(text, **kwargs) if stream
                   else tts.synthesize_iter(text, progress=progress if bar is not None else None, **kwargs))
+        sink = None
         try:
-            if output == STDIO:  # a streamed WAV: the header says "until the end", each chunk goes out as it comes
-                _write_stdout(wav_header(tts.sample_rate))
-            else:  # before any synthesis: an output that cannot be written fails now
-                sink = AudioFileWriter(output, tts.sample_rate)
+            sink = AudioOutput(output, tts.sample_rate)  # before any synthesis: an output that cannot be written fails
             for piece in pieces:
                 if timestamps is not None:  # a TimedChunk: the audio and the words it settled
                     words += piece.words
                     piece = piece.audio
                 first = first if first is not None or not piece.size else time.perf_counter() - start
-                n_pieces, samples = n_pieces + 1, samples + piece.size
-                if sink is not None:
-                    sink.write(piece)
-                elif piece.size:
-                    _write_stdout(pcm16(piece))
-            if sink is not None:
-                sink.commit()
+                n_pieces += 1
+                sink.write(piece)
+            sink.commit()
         except BaseException:
             if sink is not None:
                 sink.abort()
@@ -397,7 +376,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
                 pieces.close()
             if bar is not None:
                 bar.close()
-        elapsed, seconds = time.perf_counter() - start, samples / tts.sample_rate
+        elapsed, seconds = time.perf_counter() - start, sink.samples / tts.sample_rate
         if stream:
             print(f"first chunk after {first or 0:.2f} s, {n_pieces} chunks", file=sys.stderr)
     if timestamps is not None:
@@ -415,7 +394,7 @@ def _vc(args) -> None:
                                "standard input), without --source-text or --timestamps")
         from cadenza.cli.live_vc import run_live
 
-        return run_live(_load(args), args, _write_stdout, STDIO)
+        return run_live(_load(args), args)
     if args.timestamps is not None:  # before the model loads
         if args.source_text is None:
             raise CadenzaError("--timestamps needs --source-text: the words timed are the source's")

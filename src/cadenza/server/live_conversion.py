@@ -33,7 +33,7 @@ from typing import Literal
 import anyio
 import numpy as np
 from fastapi import APIRouter, WebSocket
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.api.live_conversion import MAX_RATE, MIN_RATE
@@ -52,7 +52,7 @@ from cadenza.server.ws_protocol import (
     bad_message,
     close_code,
     deliver,
-    receive_json,
+    receive_config,
     serve_session,
 )
 
@@ -78,7 +78,7 @@ async def live_conversion(ws: WebSocket) -> None:
 async def _session(ws: WebSocket, state: ServerState) -> None:
     cfg = state.config
     deadlines = Deadlines(cfg.ws_idle_timeout_s, cfg.ws_max_session_s)
-    config = await _config(ws, deadlines)
+    config = await receive_config(ws, deadlines, LiveConfig)
     try:
         served = state.model(config.model)
     except APIError as exc:
@@ -119,20 +119,6 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         if stream is not None:
             stream.cancel()
         slot.release()
-
-
-async def _config(ws: WebSocket, deadlines: Deadlines) -> LiveConfig:
-    try:
-        data = await receive_json(ws, deadlines.timeout())
-    except TimeoutError:
-        raise bad_message(f"no session.config within {deadlines.idle_s:g} s: session closed") from None
-    try:
-        return LiveConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise bad_message(f"the first message must be a valid session.config: {param}: {first.get('msg')}",
-                          param) from exc
 
 
 async def _run(ws: WebSocket, state: ServerState, live, stream: EngineStream, slot, deadlines: Deadlines,

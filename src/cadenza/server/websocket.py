@@ -41,7 +41,6 @@ import time
 
 import anyio
 from fastapi import APIRouter, WebSocket
-from pydantic import ValidationError
 
 from cadenza.alignment.timer import WordTimer
 from cadenza.alignment.words import without_markup
@@ -67,6 +66,7 @@ from cadenza.server.ws_protocol import (
     close_code,
     deliver,
     input_error_close,
+    receive_config,
     receive_json,
     send_error,
     serve_session,
@@ -89,16 +89,7 @@ async def speech_stream(ws: WebSocket) -> None:
 async def _session(ws: WebSocket, state: ServerState) -> None:
     cfg = state.config
     deadlines = Deadlines(cfg.ws_idle_timeout_s, cfg.ws_max_session_s)
-    try:
-        data = await receive_json(ws, deadlines.timeout())
-    except TimeoutError:
-        raise bad_message(f"no session.config within {cfg.ws_idle_timeout_s:g} s: session closed") from None
-    try:
-        config = SessionConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise bad_message(f"the first message must be a valid session.config: {param}: {first.get('msg')}", param) from exc
+    config = await receive_config(ws, deadlines, SessionConfig)
     seed = config.seed if config.seed is not None else secrets.randbits(62)
     instructions = config.instructions if config.instructions and config.instructions.strip() else None
     try:

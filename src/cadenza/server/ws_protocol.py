@@ -12,7 +12,7 @@ from typing import Literal
 import anyio
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS
@@ -85,6 +85,22 @@ async def receive_json(ws: WebSocket, timeout: float) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise bad_message("every message is a JSON object with a string 'type'", "type")
     return data
+
+
+async def receive_config(ws: WebSocket, deadlines: Deadlines, model: type[BaseModel]):
+    """A session's first message, validated as ``model`` (its ``session.config``): a bad one, or none before the
+    idle deadline, ends the session naming the field."""
+    try:
+        data = await receive_json(ws, deadlines.timeout())
+    except TimeoutError:
+        raise bad_message(f"no session.config within {deadlines.idle_s:g} s: session closed") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        raise bad_message(f"the first message must be a valid session.config: {param}: {first.get('msg')}",
+                          param) from exc
 
 
 async def deliver(sending) -> None:
