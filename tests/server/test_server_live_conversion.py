@@ -174,3 +174,34 @@ def test_concurrent_live_sessions_each_say_what_they_say_alone(tts, live, source
     assert _free(tts)
     health = httpx.get(f"{live.url}/health", timeout=30).json()
     assert health["inflight"] == 0 and health["active"] == 0 and health["queued"] == 0, health
+
+
+def test_a_busy_server_refuses_and_a_dropped_client_frees_its_slot(tts, tmp_path):
+    """With one synthesis slot, a second live session while the first is open is refused busy (1013); a client that
+    drops its connection mid-source frees the slot and the engine, and the next session is served."""
+    store = VoiceStore(tmp_path / "voices")
+    store.add("alice", speech_prompt(), "Just by listening.", CONSENT)
+    config = ServerConfig(api_key=KEY, max_concurrency=1, ws_idle_timeout_s=5.0)
+    second_source = (np.sin(np.arange(16000) / 5) * 8000).astype("<i2")
+    with LiveServer(create_app(tts, store, config)) as server:
+        url = f"{server.ws_url}{PATH}"
+        with connect(url, additional_headers=AUTH, open_timeout=30) as first:
+            first.send(json.dumps(ALICE))
+            assert json.loads(first.recv(timeout=60))["type"] == "audio.start"
+            first.send(second_source.tobytes())
+            with connect(url, additional_headers=AUTH, open_timeout=30) as second:
+                second.send(json.dumps(ALICE))
+                events, _, code = drain_ws(second)
+            assert code == 1013 and "busy" in events[-1]["error"]["message"], events
+        # the first client went away without input.done: its slot and its engine request are freed
+        assert _free(tts)
+        assert wait_until(lambda: httpx.get(f"{server.url}/health", timeout=30).json()["inflight"] == 0)
+        with connect(url, additional_headers=AUTH, open_timeout=30) as third:
+            third.send(json.dumps(ALICE))
+            for frame in _frames(second_source):
+                third.send(frame)
+            third.send(json.dumps({"type": "input.done"}))
+            events, audio, code = drain_ws(third)
+        assert code == 1000 and events[-1]["type"] == "audio.done", events
+        assert abs(len(audio) / 2 / tts.sample_rate - 1.0) < 0.05
+    store.close()
