@@ -110,13 +110,8 @@ class LMWorker:
             try:
                 if job.decoder is None:
                     self._source_tokens(job, items)
-                for item in items if job.decoder is not None else ():
-                    if isinstance(item, BaseException):
-                        raise item
-                    if item is DONE:
-                        job.decoder.end_text()
-                    else:
-                        job.decoder.feed_text(item)
+                else:
+                    self._text(job, items)
             except Exception as exc:
                 board.end([job], exc)
             if job.decoder is not None and job.decoder.finished and not job.lm_done:
@@ -139,6 +134,17 @@ class LMWorker:
                     self._accept(job, logp[i].clone())
                 except Exception as exc:
                     board.end([job], exc)
+
+    @staticmethod
+    def _text(job: Job, items: list) -> None:
+        """Bi-streaming text as it arrives, into the job's decoder; ``DONE`` ends it."""
+        for item in items:
+            if isinstance(item, BaseException):
+                raise item
+            if item is DONE:
+                job.decoder.end_text()
+            else:
+                job.decoder.feed_text(item)
 
     def _source_tokens(self, job: Job, items: list) -> None:
         """A live voice conversion's source tokens as they arrive (``SynthesisRequest.live_source``): they are its
