@@ -121,6 +121,11 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
         slot.release()
 
 
+def source_error(exc: AudioError) -> SessionClosed:
+    """A bad source (silent, too short, too long, not audio): 1007 naming ``audio``."""
+    return SessionClosed(CLOSE_BAD_DATA, APIError(400, str(exc), param="audio", code="invalid_value"))
+
+
 async def _run(ws: WebSocket, state: ServerState, live, stream: EngineStream, slot, deadlines: Deadlines,
                rate: int) -> None:
     times: dict[str, float] = {"start": time.perf_counter()}
@@ -130,7 +135,7 @@ async def _run(ws: WebSocket, state: ServerState, live, stream: EngineStream, sl
         try:
             await anyio.to_thread.run_sync(live.push, samples, limiter=state.limiter)
         except AudioError as exc:
-            raise SessionClosed(CLOSE_BAD_DATA, APIError(400, str(exc), param="audio", code="invalid_value")) from exc
+            raise source_error(exc) from exc
         try:
             slot.grow(live.seconds_received - slot.cost)  # the output is as long as the source
         except APIError as exc:
@@ -165,14 +170,16 @@ async def _run(ws: WebSocket, state: ServerState, live, stream: EngineStream, sl
             try:
                 await anyio.to_thread.run_sync(live.end, limiter=state.limiter)
             except AudioError as exc:
-                raise SessionClosed(CLOSE_BAD_DATA, APIError(400, str(exc), param="audio",
-                                                             code="invalid_value")) from exc
+                raise source_error(exc) from exc
             return  # nothing more is read: the rest of the session is sending
 
     async def send() -> None:
-        while (chunk := await stream.next()) is not None:
-            times.setdefault("first_chunk", time.perf_counter())
-            await deliver(ws.send_bytes(pcm16(chunk)))
+        try:
+            while (chunk := await stream.next()) is not None:
+                times.setdefault("first_chunk", time.perf_counter())
+                await deliver(ws.send_bytes(pcm16(chunk)))
+        except AudioError as exc:  # the source's fault, reported to the engine by a push (receive says it too)
+            raise source_error(exc) from exc
 
     async def guarded(fn, tg) -> None:
         try:
