@@ -41,7 +41,8 @@ Each training process gets one CPU thread (`--threads`), so on a 2-core machine 
               fine-tuned on them                                  -> WORK/runs/hift_joe_flowmel
   frame_tokenizer_r2 (--more-tokenizer [CONFIG]): the shipped frame tokenizer continued on corpus_v3
               (frame_tokenizer_voices: heard in other voices too; frame_tokenizer_flite: with three flite voices,
-              corpus_f -> data_f)                                 -> WORK/runs/CONFIG
+              corpus_f -> data_f; frame_tokenizer_kokoro: with four Kokoro voices too, corpus_k -> data_k)
+                                                                  -> WORK/runs/CONFIG
   flow_phoneme_voices (--voices-flow): a flow round on data_f (joe, three flite voices) -> WORK/runs/flow_phoneme_voices
   corpus_r + flow_phoneme_speed, corpus_r2 + flow_phoneme_speed_fast (--speed-flow): 6,000 sentences read 0.5-2.1x
               as fast as their tokens (data_r), a flow round on them from the newest flow, then 4,000 more read up to
@@ -294,6 +295,19 @@ class Recipe:
         self.extract_once("data_f", "extracted.ok", "extract_data_f",
                           f"{ARRAYS_EXTRACTOR}={w / 'corpus_f' / 'arrays.jsonl'}")
 
+    def kokoro_data(self) -> None:
+        """WORK/corpus_k (kokoro_corpus.py: four Kokoro voices labelled with Kokoro's own durations, in the tools
+        environment, plus corpus_f's rows) prepared into WORK/data_k with the labels; each step skipped once done."""
+        w = self.work
+        self.flite_data()
+        if not (w / "corpus_k" / "arrays.jsonl").is_file():
+            self.run([self.tools_python, str(HERE / "kokoro_corpus.py"), "--out", str(w / "corpus_k"), "--sentences",
+                      str(w / "corpus_v3" / "manifest.jsonl"), "--with-corpus", str(w / "corpus_f"), "--phonemes",
+                      str(SHIPPED / "CosyVoice-BlankEN" / "phonemes.json")], "corpus_k")
+        self.prepare(w / "corpus_k" / "manifest.jsonl", "data_k")
+        self.extract_once("data_k", "extracted.ok", "extract_data_k",
+                          f"{ARRAYS_EXTRACTOR}={w / 'corpus_k' / 'arrays.jsonl'}")
+
     def v2(self, install: bool, v1_model: Path | None, from_shipped: bool = False, more_flow: bool = False,
            more_hift: str | None = None, rates_flow: bool = False, flow_mel_hift: bool = False,
            more_tokenizer: str | None = None, voices_flow: bool = False, speed_flow: bool = False,
@@ -370,6 +384,9 @@ class Recipe:
             if more_tokenizer == "frame_tokenizer_flite":  # joe's second corpus and three flite voices
                 self.flite_data()
                 data = "data_f"
+            if more_tokenizer == "frame_tokenizer_kokoro":  # and four Kokoro voices
+                self.kokoro_data()
+                data = "data_k"
             self.train_through("frame_tokenizer", more_tokenizer, data)
         if voices_flow:
             self.flite_data()
@@ -422,7 +439,8 @@ def main() -> None:
     p.add_argument("--more-tokenizer", nargs="?", const="frame_tokenizer_r2", default=None, metavar="CONFIG",
                    help="with --design v2: the shipped frame tokenizer continued on WORK/corpus_v3 (configs/CONFIG.yaml, "
                         "default frame_tokenizer_r2; frame_tokenizer_voices: heard in other voices too; "
-                        "frame_tokenizer_flite: with three of flite's voices, needs Debian's flite)")
+                        "frame_tokenizer_flite: with three of flite's voices, needs Debian's flite; "
+                        "frame_tokenizer_kokoro: and four Kokoro voices, with the tools environment's Kokoro)")
     p.add_argument("--voices-flow", action="store_true",
                    help="with --design v2: a flow round on joe's second corpus plus three flite voices "
                         "(configs/flow_phoneme_voices.yaml; measured, not shipped: docs/cadenza-tiny.md)")

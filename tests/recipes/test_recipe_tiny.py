@@ -296,6 +296,24 @@ def test_flite_phone_timings_label_our_phonemes(monkeypatch):
     assert same == pytest.approx(4 / 5)  # h, l, o, ʊ of h ɛ l o ʊ
 
 
+def test_kokoro_durations_label_our_phonemes(monkeypatch):
+    """kokoro_corpus.py: Kokoro's per-phoneme durations (600 samples at 24 kHz) become one label per 40 ms frame,
+    each phoneme ending where its durations add up to (and the stress mark's time going to its syllable)."""
+    monkeypatch.syspath_prepend(str(RECIPE))
+    kc = _module("kokoro_corpus")
+    symbols = ["^", "$", " ", ".", "ˈ", "h", "a", "i"]
+    index = {s: i for i, s in enumerate(symbols)}
+    phonemes = ["h", "ˈ", "a", "i", "."]
+    # units of 600 samples (0.625 of a 40 ms frame): ^ 4, h 4, ˈ 0, a 8, i 4, . 4, $ 0: the phonemes end at frames
+    # 2.5, 5, 10, 12.5 and 15 (rounded half to even: 2 and 12), "$" keeps a frame past the audio's 15 and is cut
+    durations = np.array([4, 4, 0, 8, 4, 4, 0], dtype=np.float64)
+    labels = kc.kokoro_labels(phonemes, durations, index, tokens=15)
+    S = len(symbols)
+    assert labels == ([index["^"]] * 2 + [index["h"]] * 3 + [S + index["a"]] * 5 + [S + index["i"]] * 2
+                      + [index["."]] * 3), labels
+    assert len(kc.kokoro_labels(phonemes, durations, index, tokens=17)) == 17  # audio a little longer: padded
+
+
 def test_corpus_preparation_and_extraction_run_once(tmp_path, monkeypatch):
     """aligned_data / flite_data: prepare the corpus's manifest (two parts), extract labels (and x-vectors) into the
     data folder, each step once: a second call runs nothing."""
