@@ -36,6 +36,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -128,6 +129,24 @@ def labels_from_ends(units: list[tuple[str, int]], ends: np.ndarray, index: dict
         labels.extend([st * S + index[sym]] * (stop - start))
         start = stop
     return labels
+
+
+def write_corpus(out: Path, rows: list[dict], with_corpus: Path | None) -> int:
+    """``manifest.jsonl`` and ``arrays.jsonl`` of rendered ``rows`` (``id``, ``voice``, ``text``, ``speech_tokens``,
+    ``text_ids``; audio at ``wavs/<voice>/<id>.wav``) and of ``with_corpus``'s rows (paths relative to ``out``), so
+    one ``cadenza data prepare`` covers every voice. Returns the number of rows written."""
+    manifest = [{"audio": f"wavs/{r['voice']}/{r['id']}.wav", "text": r["text"], "speaker": r["voice"], "id": r["id"]}
+                for r in rows]
+    arrays = [{"id": r["id"], "speech_tokens": r["speech_tokens"], "text_ids": r["text_ids"]} for r in rows]
+    if with_corpus is not None:
+        rel = Path(os.path.relpath(with_corpus.resolve(), out.resolve()))
+        for line in (with_corpus / "manifest.jsonl").read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            manifest.append({**row, "audio": str(rel / row["audio"])})
+        arrays += [json.loads(line) for line in (with_corpus / "arrays.jsonl").read_text().splitlines()]
+    (out / "manifest.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in manifest))
+    (out / "arrays.jsonl").write_text("".join(json.dumps(r) + "\n" for r in arrays))
+    return len(manifest)
 
 
 def _init_worker(model_path: str) -> None:

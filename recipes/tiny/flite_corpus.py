@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -36,7 +35,12 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from aligned_corpus import BREAKS, STRESS, labels_from_ends  # joe's labels: the same stress and break rules
+from aligned_corpus import (  # joe's labels: the same stress and break rules
+    BREAKS,
+    STRESS,
+    labels_from_ends,
+    write_corpus,
+)
 
 PAUSE = "|"
 TOKEN_RATE = 25  # speech tokens per second
@@ -196,23 +200,11 @@ def build(out: Path, sentences: Path, voices: list[str], per_voice: int, workers
                          "path": str(out / "wavs" / voice / f"{uid}.wav")})
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = [r for r in pool.map(render, jobs, chunksize=32) if r is not None]
-    manifest, arrays = [], []
-    for r in rows:
-        manifest.append({"audio": f"wavs/{r['voice']}/{r['id']}.wav", "text": r["text"], "speaker": r["voice"],
-                         "id": r["id"]})
-        arrays.append({"id": r["id"], "speech_tokens": r["speech_tokens"], "text_ids": r["text_ids"]})
-    if with_corpus is not None:  # e.g. joe's corpus: one prepare covers every voice
-        rel = Path(os.path.relpath(with_corpus.resolve(), out.resolve()))
-        for line in (with_corpus / "manifest.jsonl").read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            manifest.append({**row, "audio": str(rel / row["audio"])})
-        arrays += [json.loads(line) for line in (with_corpus / "arrays.jsonl").read_text().splitlines()]
-    (out / "manifest.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in manifest))
-    (out / "arrays.jsonl").write_text("".join(json.dumps(r) + "\n" for r in arrays))
+    total = write_corpus(out, rows, with_corpus)
     agreement = {v: round(float(np.mean([r["agreement"] for r in rows if r["voice"] == v] or [0])), 3)
                  for v in voices}
     (out / "alignment.json").write_text(json.dumps({"utterances": len(rows), "same_spelling": agreement}, indent=1))
-    print(f"{len(rows)} flite utterances, {len(manifest)} rows in all; same spelling: {agreement}")
+    print(f"{len(rows)} flite utterances, {total} rows in all; same spelling: {agreement}")
 
 
 def main() -> None:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import random
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from aligned_corpus import frame_labels
+from aligned_corpus import frame_labels, write_corpus
 
 DURATIONS = "/encoder/Clip_output_0"
 UNIT = 600  # samples at 24 kHz per duration unit
@@ -118,18 +117,8 @@ def build(out: Path, sentences: Path, voices: list[str], per_voice: int, workers
     model = durations_model(out / "kokoro_durations.onnx")
     with ProcessPoolExecutor(max_workers=workers, initializer=_init, initargs=(str(model),)) as pool:
         rows = [r for r in pool.map(render, jobs, chunksize=16) if r is not None]
-    manifest = [{"audio": f"wavs/{r['voice']}/{r['id']}.wav", "text": r["text"], "speaker": r["voice"], "id": r["id"]}
-                for r in rows]
-    arrays = [{"id": r["id"], "speech_tokens": r["speech_tokens"], "text_ids": r["text_ids"]} for r in rows]
-    if with_corpus is not None:
-        rel = Path(os.path.relpath(with_corpus.resolve(), out.resolve()))
-        for line in (with_corpus / "manifest.jsonl").read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            manifest.append({**row, "audio": str(rel / row["audio"])})
-        arrays += [json.loads(line) for line in (with_corpus / "arrays.jsonl").read_text().splitlines()]
-    (out / "manifest.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in manifest))
-    (out / "arrays.jsonl").write_text("".join(json.dumps(r) + "\n" for r in arrays))
-    print(f"{len(rows)} Kokoro utterances of {len(jobs)}, {len(manifest)} rows in all")
+    total = write_corpus(out, rows, with_corpus)
+    print(f"{len(rows)} Kokoro utterances of {len(jobs)}, {total} rows in all")
 
 
 def main() -> None:
