@@ -184,3 +184,25 @@ def test_closing_early_frees_the_engine(tiny, source16k):
     while tiny.engine.scheduler.load != (0, 0) and time.time() < deadline:
         time.sleep(0.02)
     assert tiny.engine.scheduler.load == (0, 0)
+
+
+def test_a_conversion_dropped_without_closing_frees_the_engine(tiny, source16k):
+    """A live conversion let go of mid-source (no ``close``, no ``end``) gives its engine slot back once it is
+    collected; one still being iterated is kept alive by its iteration."""
+    import gc
+
+    live = tiny.live_conversion(16000, seed=0)
+    live.push(source16k[:32000])
+    assert tiny.engine.scheduler.load[0] + tiny.engine.scheduler.load[1] == 1
+    del live
+    gc.collect()
+    deadline = time.time() + 30
+    while tiny.engine.scheduler.load != (0, 0) and time.time() < deadline:
+        time.sleep(0.02)
+    assert tiny.engine.scheduler.load == (0, 0)
+    live = tiny.live_conversion(16000, seed=0)
+    live.feed_from([source16k])
+    chunks = iter(live)
+    del live
+    gc.collect()
+    assert sum(c.size for c in chunks) == source16k.size // TOKEN_SAMPLES * tiny.engine.token2wav.hop

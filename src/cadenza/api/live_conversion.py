@@ -24,6 +24,7 @@ the converted float32 chunks (from another thread, or after ``feed_from`` pushed
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -145,6 +146,8 @@ class LiveConversion:
         self._tokens = LiveTokenizer(speech_tokens)
         self._handle = submit(request, stream=True)
         self._chunks = mark.stream(iter(self._handle))
+        # Dropped without close() (nothing can push into it any more): its engine slot is freed all the same.
+        self._release = weakref.finalize(self, self._handle.cancel)
         self._received, self._peak, self._pieces = 0, 0.0, 0
         self._ended = False
         self._lock = threading.Lock()
@@ -218,12 +221,12 @@ class LiveConversion:
             self._handle.fail(exc if isinstance(exc, Exception) else InputError("the live source was interrupted"))
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return self._chunks
+        yield from self._chunks  # a generator of its own: whoever iterates keeps the conversion alive
 
     def cancel(self) -> None:
         """Stop the conversion (any thread): the iteration ends with ``RequestCancelledError``."""
         self._ended = True
-        self._handle.cancel()
+        self._release()  # the handle's cancel, once
 
     def close(self) -> None:
         """``cancel``, and close the iteration (from the consumer's thread)."""
