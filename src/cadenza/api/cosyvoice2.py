@@ -96,9 +96,9 @@ class Cadenza:
         ``voices_dir`` opens a saved-voice store; ``scheduler``: limits and worker layout of the request scheduler
         (default ``SchedulerConfig()``); ``speed_method``: how ``speed != 1`` changes the rate (one of
         ``SPEED_METHODS``, explained at ``StreamSchedule.speed_method`` and in docs/controls.md, "Speed"); default:
-        what the folder's ``cadenza.json`` names, else ``"auto"``. ``stream_schedule``: how streams are cut into chunks (default ``StreamSchedule()``;
-        ``StreamSchedule.reference()`` streams as the reference does, bit for bit; docs/design.md, "CosyVoice 2
-        streaming schedule"); its speed method gives way to ``speed_method`` and then to the folder's own.
+        what the folder's ``cadenza.json`` names, else ``"auto"``. ``stream_schedule``: how streams are cut into
+        chunks (default ``StreamSchedule()``; ``StreamSchedule.reference()``: exactly the reference's; docs/design.md
+        "CosyVoice 2 streaming schedule"); its speed method gives way to ``speed_method``, then to the folder's own.
 
         ``dtype``: ``float32`` (default; the parity mode, bit for bit the reference's arithmetic), ``"bfloat16"``
         (flow and HiFT in bfloat16, the LM in float32), ``"auto"`` (bfloat16 where the CPU has AMX / AVX-512 BF16
@@ -463,7 +463,7 @@ class Cadenza:
         prompt = self._conditioning(voice, None)[0]
         return Plan([conversion.conversion_request(
             self.engine.frontend, self.source_aligner, source, prompt, source_text=source_text, seed=seed,
-            sample_rate=self.sample_rate, max_seconds=max_seconds, flow_frames=conversion.flow_frames(self))], 0)
+            sample_rate=self.sample_rate, max_seconds=max_seconds, capacity=self.engine.speech_capacity(prompt))], 0)
 
     def submit(self, request: SynthesisRequest, stream: bool = True):
         return self.engine.scheduler.submit(request, stream=stream)

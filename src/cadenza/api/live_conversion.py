@@ -14,8 +14,8 @@ chunk (25 tokens, 1 s) at a time, hops that do not grow (``steady_hops``). The c
 source therefore comes out about 1.4 s after that moment was pushed plus the time to compute it: the rest of its
 1 s chunk, the flow's 3-token look-ahead (0.12 s), the tokenizer's (0.24 s and its 0.2 s step) and HiFT's 0.16 s
 held back; ``benchmarks/live_voice_conversion.py`` measures it (the built-in model on two cores: a player starting
-2.0 s after the source plays without a gap). Only a model that runs faster than real time keeps up (the built-in one does on one core; a released
-CosyVoice 2 model needs a GPU).
+2.0 s after the source plays without a gap). Only a model that runs faster than real time keeps up (the built-in
+one does on one core; a released CosyVoice 2 model needs a GPU).
 
 ``LiveConversion`` is what a caller holds: ``push`` source samples (any rate, from one thread), ``end``, and iterate
 the converted float32 chunks (from another thread, or after ``feed_from`` pushed an iterable in the background).

@@ -18,7 +18,7 @@ import torch
 
 from cadenza.api.arguments import MAX_PROMPT_TEXT_CHARS, check_seed, check_text_arg
 from cadenza.api.audio import PromptAudio, read_prompt_audio
-from cadenza.api.live_conversion import LiveConversion
+from cadenza.api.live_conversion import TOKEN_SAMPLES, LiveConversion
 from cadenza.audio.prompt import validate_prompt_audio
 from cadenza.audio.resample import resample
 from cadenza.engine.request import SynthesisRequest
@@ -31,7 +31,7 @@ MAX_SOURCE_SECONDS = 300.0  # the release flow's 15,000 noise frames at 50 Hz; w
 TOKENIZER_WINDOW_S = 30.0
 SOURCE_WORDING = {"what": "source audio", "shorten": "convert it in parts"}  # its errors name it as the source
 WHOLE_FLOW_TOKENS = 750  # 30 s at 25 Hz: up to this the flow renders the whole source at once, as before
-_HOP_16K = 640  # one 25 Hz speech token at 16 kHz
+TOKENS_PER_S = 16000 / TOKEN_SAMPLES
 _SEARCH_S = 5.0
 
 
@@ -39,14 +39,15 @@ def tokenizer_windows(n: int, window_s: float = TOKENIZER_WINDOW_S, wav16k: torc
                       ) -> list[tuple[int, int]]:
     """``[start, end)`` sample bounds covering ``n`` samples at 16 kHz in windows of at most ``window_s``, each cut
     at a token boundary (a multiple of 640 samples) where ``wav16k`` is quietest in the window's last 5 s."""
-    window, search = int(window_s * 16000) // _HOP_16K * _HOP_16K, int(_SEARCH_S * 16000) // _HOP_16K * _HOP_16K
+    window = int(window_s * 16000) // TOKEN_SAMPLES * TOKEN_SAMPLES
+    search = int(_SEARCH_S * 16000) // TOKEN_SAMPLES * TOKEN_SAMPLES
     bounds, start = [], 0
     while n - start > window:
         lo, hi = start + window - search, start + window
         cut = hi
         if wav16k is not None:
-            frames = wav16k[lo:hi].reshape(-1, _HOP_16K).pow(2).mean(dim=1)
-            cut = lo + int(frames.argmin()) * _HOP_16K  # the quietest frame opens the next window
+            frames = wav16k[lo:hi].reshape(-1, TOKEN_SAMPLES).pow(2).mean(dim=1)
+            cut = lo + int(frames.argmin()) * TOKEN_SAMPLES  # the quietest frame opens the next window
         bounds.append((start, cut))
         start = cut
     bounds.append((start, n))
@@ -105,23 +106,21 @@ class SourceAligner:
 
 def conversion_request(frontend, aligner: SourceAligner, source: PromptAudio, target, *, source_text: str | None = None,
                        seed: int | None = None, sample_rate: int, max_seconds: float = MAX_SOURCE_SECONDS,
-                       flow_frames: int | None = None) -> SynthesisRequest:
+                       capacity: int | None = None) -> SynthesisRequest:
     """The engine request that says what ``source`` says in the voice of ``target`` (a ``SpeakerPrompt``: its flow
     prompt). ``source``: a path, encoded bytes or ``(samples, rate)`` at any rate, at most ``max_seconds`` long;
-    ``source_text``: what it says (phoneme models only, see ``SourceAligner``); ``flow_frames``: the most mel frames
-    the model's flow renders in one utterance (its noise buffer), which bounds the source with the voice's prompt.
+    ``source_text``: what it says (phoneme models only, see ``SourceAligner``); ``capacity``: the speech tokens the
+    model's flow renders after the voice's prompt (``CosyVoice2Engine.speech_capacity``), which bounds the source.
     Raises ``InputError``/``AudioError``/``TextError`` for bad arguments before any model work."""
     check_seed(seed)
     check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)  # a transcript's bounds
     wav, sr = read_prompt_audio(source, sample_rate)
     validate_prompt_audio(wav, sr, max_seconds=min(max_seconds, MAX_SOURCE_SECONDS), **SOURCE_WORDING)
-    if flow_frames is not None:  # the flow's noise is a fixed buffer: the voice's prompt and the source share it
-        tokens_per_s = 16000 / _HOP_16K
-        room = (flow_frames // frontend.config.token_mel_ratio - target.flow_prompt_speech.shape[1]) / tokens_per_s
-        if wav.numel() / sr > room:
-            raise AudioError(f"the source audio is too long for this model with this voice: {wav.numel() / sr:.2f} s, "
-                             f"at most {max(room, 0):.1f} s (its flow renders {flow_frames} mel frames at most, the "
-                             "voice's prompt included): convert it in parts")
+    if capacity is not None and wav.numel() / sr > capacity / TOKENS_PER_S:
+        raise AudioError(f"the source audio is too long for this model with this voice: {wav.numel() / sr:.2f} s, "
+                         f"at most {max(capacity / TOKENS_PER_S, 0):.1f} s (its flow renders "
+                         f"{frontend.config.flow.cfm.noise_frames} mel frames at most, the voice's prompt included): "
+                         "convert it in parts")
     wav16k = resample(wav, sr, 16000)
     tokens = source_tokens(frontend, wav16k) if source_text is None else aligner.tokens(wav16k, source_text)
     return SynthesisRequest(mode="vc", voice=target, source_tokens=tokens, seed=seed)
@@ -140,7 +139,7 @@ def convert_voice_request(tts, source: PromptAudio, prompt_wav: PromptAudio | No
     check_text_arg(source_text, "source_text", optional=True, max_chars=MAX_PROMPT_TEXT_CHARS)
     target = conversion_target(tts, prompt_wav, speaker)
     return conversion_request(tts.engine.frontend, tts.source_aligner, source, target, source_text=source_text,
-                              seed=seed, sample_rate=tts.sample_rate, flow_frames=flow_frames(tts))
+                              seed=seed, sample_rate=tts.sample_rate, capacity=tts.engine.speech_capacity(target))
 
 
 def conversion_target(tts, prompt_wav: PromptAudio | None, speaker: str | None, voice=None):
@@ -166,17 +165,10 @@ def live_conversion(tts, target, sample_rate: int, *, seed: int | None, max_seco
     check_seed(seed)
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
         raise InputError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}")
-    tokens_per_s = 16000 / _HOP_16K
-    room = flow_frames(tts) // tts.engine.config.token_mel_ratio - target.flow_prompt_speech.shape[1]
-    seconds = min(float(max_seconds), MAX_SOURCE_SECONDS, room / tokens_per_s)
+    seconds = min(float(max_seconds), MAX_SOURCE_SECONDS, tts.engine.speech_capacity(target) / TOKENS_PER_S)
     if seconds < 1:
         raise AudioError("this voice's prompt leaves no room for a source in this model's flow: choose a shorter voice")
     request = SynthesisRequest(mode="vc", voice=target, source_tokens=torch.zeros(1, 0, dtype=torch.long),
-                               live_source=True, seed=seed, max_tokens=int(seconds * tokens_per_s) + 1)
+                               live_source=True, seed=seed, max_tokens=int(seconds * TOKENS_PER_S) + 1)
     return LiveConversion(tts.engine.scheduler.submit, tts.engine.frontend.speech_tokens, tts.mark, request,
                           sample_rate=sample_rate, max_seconds=seconds)
-
-
-def flow_frames(tts) -> int:
-    """The most mel frames ``tts``'s flow renders in one utterance (its fixed noise buffer)."""
-    return int(tts.engine.model.flow.decoder.rand_noise.size(2))

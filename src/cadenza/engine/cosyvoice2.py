@@ -56,6 +56,12 @@ class CosyVoice2Engine:
         return SpeakerPrompt(empty, empty, empty, torch.zeros(1, 0, self.config.mel.num_mels),
                              torch.zeros(1, self.config.flow.spk_embed_dim))
 
+    def speech_capacity(self, voice: SpeakerPrompt) -> int:
+        """Speech tokens one utterance may have after ``voice``'s prompt: the flow's noise is a fixed buffer of
+        ``noise_frames`` mel frames, which the prompt and the speech share."""
+        cfg = self.config
+        return cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]
+
     def check_text_ids(self, ids, what: str = "text_ids") -> torch.Tensor:
         t = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
         if t.numel() == 0:
@@ -82,8 +88,7 @@ class CosyVoice2Engine:
         cfg = self.config
         n_text = text_ids.shape[1]
         min_tokens = int(n_text * cfg.lm.min_token_text_ratio)
-        # The flow's fixed noise covers noise_frames mel frames of prompt + speech: generation must stay inside it.
-        capacity = cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]
+        capacity = self.speech_capacity(voice)  # generation must stay inside the flow's fixed noise
         if min_tokens > capacity:
             raise TextError(f"text too long for one request: it needs at least {min_tokens} speech tokens but the "
                             f"model can make {capacity} after this prompt; split the text")
@@ -102,8 +107,7 @@ class CosyVoice2Engine:
         """A request whose text arrives later (its length limits are applied as the text comes in)."""
         speed_in_range(speed)
         voice = voice or self.empty_voice()
-        cfg = self.config
-        capacity = cfg.flow.cfm.noise_frames // cfg.token_mel_ratio - voice.flow_prompt_speech.shape[1]
+        capacity = self.speech_capacity(voice)
         empty = torch.zeros(1, 0, dtype=torch.long)
         return SynthesisRequest(
             mode=mode, voice=voice, text_ids=None,
