@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -26,14 +27,17 @@ def write_stdout(data: bytes) -> None:
 
 
 class AudioOutput:
-    """``write`` float32 chunks in order, then ``commit``; ``abort`` on an error (a file is then not left behind).
-    Opened before any synthesis, so an output that cannot be written fails first."""
+    """``with AudioOutput(...) as out:`` ``out.write`` float32 chunks in order; leaving the block commits them, an
+    error aborts (a file is then not left behind). Opened before any synthesis, so an output that cannot be written
+    fails first. ``first_s``: seconds from ``started`` (a ``time.perf_counter()``) to the first chunk with audio."""
 
-    def __init__(self, output: str, sample_rate: int) -> None:
+    def __init__(self, output: str, sample_rate: int, started: float | None = None) -> None:
         from cadenza.audio.file_writer import AudioFileWriter
         from cadenza.audio.wav_stream import wav_header
 
         self.samples = 0
+        self.started = time.perf_counter() if started is None else started
+        self.first_s: float | None = None
         self._file = None if output == STDIO else AudioFileWriter(output, sample_rate)
         if self._file is None:
             write_stdout(wav_header(sample_rate))
@@ -41,16 +45,21 @@ class AudioOutput:
     def write(self, piece: np.ndarray) -> None:
         from cadenza.audio.wav_stream import pcm16
 
+        if self.first_s is None and piece.size:
+            self.first_s = time.perf_counter() - self.started
         self.samples += piece.size
         if self._file is not None:
             self._file.write(piece)
         elif piece.size:
             write_stdout(pcm16(piece))
 
-    def commit(self) -> None:
-        if self._file is not None:
-            self._file.commit()
+    def __enter__(self) -> AudioOutput:
+        return self
 
-    def abort(self) -> None:
-        if self._file is not None:
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._file is None:
+            return
+        if kind is None:
+            self._file.commit()
+        else:
             self._file.abort()

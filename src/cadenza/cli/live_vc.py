@@ -6,7 +6,6 @@ with ``-o -``, a WAV stream on standard output (``... | aplay``)."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -33,20 +32,13 @@ def pcm16_pieces(stream: BinaryIO, frame_bytes: int = FRAME_BYTES) -> Iterator[n
 def run_live(tts, args) -> None:
     """Convert standard input into ``args.output`` as it arrives."""
     live = tts.live_conversion(args.live_rate, args.prompt_wav, seed=args.seed, speaker=args.speaker)
-    start, first, sink = time.perf_counter(), None, None
     try:
-        sink = AudioOutput(args.output, tts.sample_rate)
-        live.feed_from(pcm16_pieces(sys.stdin.buffer))
-        for piece in live:
-            first = first if first is not None or not piece.size else time.perf_counter() - start
-            sink.write(piece)
-        sink.commit()
-    except BaseException:
-        if sink is not None:
-            sink.abort()
-        raise
+        with AudioOutput(args.output, tts.sample_rate) as sink:
+            live.feed_from(pcm16_pieces(sys.stdin.buffer))
+            for piece in live:
+                sink.write(piece)
     finally:
         live.close()
     where = "standard output" if args.output == STDIO else args.output
     print(f"wrote {where}: {sink.samples / tts.sample_rate:.2f} s from {live.seconds_received:.2f} s of source, first "
-          f"audio {first or 0:.2f} s after the start", file=sys.stderr)
+          f"audio {sink.first_s or 0:.2f} s after the start", file=sys.stderr)

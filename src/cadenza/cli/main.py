@@ -347,7 +347,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
         elapsed, seconds, words = time.perf_counter() - start, audio.duration, audio.words
         _save(audio, output)
     else:
-        first, words, n_pieces = None, [], 0
+        words, n_pieces = [], 0
         bar = tqdm(desc="segments", unit="seg", disable=None) if progress_bar and not stream else None
 
         def progress(done: int, total: int) -> None:
@@ -356,21 +356,14 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
 
         pieces = (tts.synthesize_stream(text, **kwargs) if stream
                   else tts.synthesize_iter(text, progress=progress if bar is not None else None, **kwargs))
-        sink = None
         try:
-            sink = AudioOutput(output, tts.sample_rate)  # before any synthesis: an output that cannot be written fails
-            for piece in pieces:
-                if timestamps is not None:  # a TimedChunk: the audio and the words it settled
-                    words += piece.words
-                    piece = piece.audio
-                first = first if first is not None or not piece.size else time.perf_counter() - start
-                n_pieces += 1
-                sink.write(piece)
-            sink.commit()
-        except BaseException:
-            if sink is not None:
-                sink.abort()
-            raise
+            with AudioOutput(output, tts.sample_rate, start) as sink:  # an output that cannot be written fails first
+                for piece in pieces:
+                    if timestamps is not None:  # a TimedChunk: the audio and the words it settled
+                        words += piece.words
+                        piece = piece.audio
+                    n_pieces += 1
+                    sink.write(piece)
         finally:
             if hasattr(pieces, "close"):  # a reader gone from stdout (or an error) stops the synthesis too
                 pieces.close()
@@ -378,7 +371,7 @@ def _run(tts, text, kwargs: dict, stream: bool, output: str, progress_bar: bool 
                 bar.close()
         elapsed, seconds = time.perf_counter() - start, sink.samples / tts.sample_rate
         if stream:
-            print(f"first chunk after {first or 0:.2f} s, {n_pieces} chunks", file=sys.stderr)
+            print(f"first chunk after {sink.first_s or 0:.2f} s, {n_pieces} chunks", file=sys.stderr)
     if timestamps is not None:
         _save_words(words, seconds, timestamps)
     rtf = elapsed / seconds if seconds else float("nan")
