@@ -96,7 +96,9 @@ class SourceAligner:
 
         posteriors = self._classifier()
         ids = self.frontend.text_ids(transcript, "source text")[0].tolist()
-        frames = source_tokens(self.frontend, wav16k).shape[1]  # the tokenizer's count (the output's length)
+        # As many as the speech tokenizer gives (the output's length): one per whole 40 ms, window by window and so in
+        # all (the windows are cut at token boundaries); counted, not run a second time for it.
+        frames = wav16k.numel() // TOKEN_SAMPLES
         probs = np.concatenate(windowed(lambda w: posteriors(w.numpy()), wav16k), axis=0)
         labels = torch.from_numpy(aligned_labels(probs, ids, posteriors.symbols))
         if labels.numel() < frames:  # the classifier's frame count can differ by one at the end
