@@ -45,18 +45,17 @@ def test_blocks_plan_exactly_what_the_whole_text_plans(tiny):
 def test_a_long_text_streams_what_the_whole_plan_streams_and_plans_as_it_goes(tiny, monkeypatch):
     text = _book(260)
     assert len(text) > planning.LAZY_PLAN_CHARS
-    cut = []
-    real_blocks = planning.text_blocks
+    planned = []
+    real_segments = tiny.segments
 
-    def counting(text, block_chars):
-        for block in real_blocks(text, block_chars):
-            cut.append(len(block))
-            yield block
+    def counting(block, normalize=True, max_tokens=None):
+        planned.append(len(block))
+        return real_segments(block, normalize, max_tokens)
 
-    monkeypatch.setattr(planning, "text_blocks", counting)
+    monkeypatch.setattr(tiny, "segments", counting)
     lazy = tiny.synthesize_stream(text, seed=1)
     head = [next(lazy) for _ in range(4)]
-    assert len(cut) == 1 and sum(cut) < len(text) / 3  # the first block only, before any audio
+    assert len(planned) == 1 and sum(planned) < len(text) / 3  # the first block only, before any audio
     lazy.close()
     # the same requests planned whole, streamed and marked as synthesize_stream does: the same audio
     eager = tiny.mark.stream(stream_segments(tiny.engine.scheduler.submit, tiny.requests(text, seed=1)))
@@ -65,10 +64,30 @@ def test_a_long_text_streams_what_the_whole_plan_streams_and_plans_as_it_goes(ti
     np.testing.assert_array_equal(np.concatenate(head), np.concatenate(expected))
 
 
-def test_errors_come_before_any_audio_for_the_first_block_and_in_place_for_later_ones(tiny):
-    """The first block is planned at the call (its errors too); a later block's when its turn comes, after the audio
-    before it (tests/engine/test_stream_planned.py), so the call itself succeeds."""
+def test_errors_in_the_first_block_come_before_any_audio(tiny):
+    """The first block is planned at the call, its errors too (a later block's other errors come when its turn
+    comes, after the audio before it: tests/engine/test_stream_planned.py)."""
     with pytest.raises(TextError, match="script"):
         tiny.synthesize_stream("我有三个苹果。" + " word" * planning.LAZY_PLAN_CHARS, seed=0)
-    later = tiny.synthesize_stream(_book(260) + "\n\n我有三个苹果。", seed=0)
-    later.close()
+
+
+def test_a_later_block_in_another_script_is_refused_before_any_audio(tiny, monkeypatch):
+    """A book with a paragraph the model cannot read far into it is refused at the call, as a short text is, not
+    after minutes of audio; only the blocks with a letter of another script are planned for that."""
+    book = _book(260)
+    planned = []
+    real_segments = tiny.segments
+
+    def counting(block, normalize=True, max_tokens=None):
+        planned.append(block)
+        return real_segments(block, normalize, max_tokens)
+
+    monkeypatch.setattr(tiny, "segments", counting)
+    with pytest.raises(TextError, match="'我' .* another script"):
+        tiny.synthesize_stream(book + "\n\nShe said 我有三个苹果 and left.\n\nThe end.", seed=0)
+    assert len(planned) == 1 and "我" in planned[0]  # only the block with the letter, before the first is
+    # a letter normalisation makes readable (the micro sign becomes Greek mu), or Latin ones, pass
+    planned.clear()
+    fine = tiny.synthesize_stream(book + "\n\nTake 5 µg of it at the café, Zoë.", seed=0)
+    assert len(planned) == 2
+    fine.close()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cadenza.errors import CheckpointError, TextError
+from cadenza.text.lexicon import Lexicon, LexiconEntry
 from cadenza.text.phonemes import (
     PHONEMES_FILE,
     PhonemeTable,
@@ -150,6 +151,22 @@ def test_an_english_phoneme_model_refuses_other_scripts_by_name(text, script):
         tok.encode(text)
     assert tok.encode("Zoë and José met at café α.")  # accented Latin, and Greek letters (read by their names)
     assert tok.encode("Say <|ph:kədˈɛnzə|> now.")  # IPA spans are symbols, not text
+
+
+def test_check_script_refuses_what_encode_refuses_without_reading_the_text():
+    """A book's later paragraphs are checked before its first audio (api/request_batches.check_scripts): the check
+    agrees with ``encode``, so what the model's lexicon respells and phoneme spans pass, and it runs no espeak-ng."""
+    plain = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS))
+    for text in ("I love 東京 a lot.", "Привет!", "x" * 50_000 + " 你"):
+        with pytest.raises(TextError, match="another script"):
+            plain.check_script(text)
+    plain.check_script("Zoë and José met at café α, then " + "ordinary words " * 10_000)
+    plain.check_script("Say <|ph:kədˈɛnzə|> now.")
+    respelled = PhonemeTokenizer(PhonemeTable(symbols=SYMBOLS, lexicon=Lexicon([LexiconEntry("東京", "Tokyo")])))
+    respelled.check_script("I love 東京 a lot.")
+    assert respelled.encode("I love 東京 a lot.") == respelled.encode("I love Tokyo a lot.")
+    with pytest.raises(TextError, match="'大'"):
+        respelled.check_script("I love 東京 and 大阪.")
 
 
 def test_a_segment_ends_as_a_sentence():

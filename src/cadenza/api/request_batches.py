@@ -19,6 +19,7 @@ from cadenza.models.voxcpm2.request_text import is_speakable as speakable
 from cadenza.models.voxcpm2.request_text import split_description
 from cadenza.text import normalize as normalize_text
 from cadenza.text.blocks import text_blocks
+from cadenza.text.phonemes import other_script_at
 
 # A longer text is streamed as it is planned, a block at a time (its first audio waits for its first block only).
 LAZY_PLAN_CHARS, PLAN_BLOCK_CHARS = 20_000, 8_000
@@ -44,18 +45,33 @@ def request_batches(tts, text: str | None = None, *, block_chars: int | None = N
     elif block_chars is None:
         batches = [[eng.frontend.text_ids(s) for s in tts.segments(text, normalize)]]
     else:  # a block of only marks or rules speaks nothing
+        blocks = list(text_blocks(check_speakable(text), block_chars))  # cuts only: ~1 ms a million characters
+        check_scripts(tts, blocks, normalize)
         batches = ([eng.frontend.text_ids(s) for s in tts.segments(block, normalize)] if is_speakable(block) else []
-                   for block in text_blocks(check_speakable(text), block_chars))
+                   for block in blocks)
     for ids in batches:
         yield [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
                          seed=None if seed is None else seed + k + j, speed=speed) for j, t in enumerate(ids)]
         k += len(ids)
 
 
+def check_scripts(tts, blocks: list[str], normalize: bool) -> None:
+    """Refuse now, before any audio, a block with a letter the model cannot read (another script, for a phoneme
+    model), which would otherwise end a book's stream where that block's audio was to begin, minutes into it. Only a
+    block with such a letter in its raw text is planned here (a few milliseconds a million characters otherwise)."""
+    check = getattr(tts.engine.frontend.tokenizer, "check_script", None)
+    if check is None:
+        return
+    for block in blocks:
+        if other_script_at(block) is not None and is_speakable(block):
+            for segment in tts.segments(block, normalize):  # as it will be read: normalised, then the lexicon
+                check(segment)
+
+
 def stream_long_text(tts, text: str, **kwargs) -> Iterator[np.ndarray]:
     """``tts.synthesize_stream(text)`` for a text of any length, planned as it is spoken (``stream_planned``): the
-    arguments, the voice and the first block are checked now, before any audio; a later block's error is raised where
-    its audio would have begun. A text planned whole gives the same segments (one sentence per segment, the built-in
+    arguments, the voice, the first block and every block's script are checked now, before any audio; a later
+    block's other error is raised where its audio would have begun. A text planned whole gives the same segments (one sentence per segment, the built-in
     model) or the same but for segments that would have spanned a block's end (``text/blocks.py``)."""
     batches = request_batches(tts, text, block_chars=PLAN_BLOCK_CHARS, **kwargs)
     first = next(batches)

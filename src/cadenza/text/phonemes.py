@@ -210,6 +210,15 @@ class PhonemeTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._ids(text))
 
+    def check_script(self, text: str) -> None:
+        """Raise the ``TextError`` that ``encode(text)`` would for a letter of another script, without reading the
+        text: what the lexicon respells and phoneme spans are not letters to read."""
+        if not self.table.language.startswith("en") or other_script_at(text) is None:
+            return
+        if self.table.lexicon:
+            text = self.table.lexicon.apply(text, self.table.symbols, description=False)
+        check_latin_letters(PHONEME_SPAN.sub(" ", text), self.table.language)
+
     def _read_ids(self, text: str) -> tuple[int, ...]:
         return tuple(self.index[s] for s in self.symbols(text))
 
@@ -269,13 +278,27 @@ def _latin_or_greek(letter: str) -> bool:
     return "LATIN" in name or "GREEK" in name or name.startswith("MODIFIER")
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def other_script_at(text: str) -> int | None:
+    """Index of the first letter of ``text`` that is neither Latin nor Greek, else None. Only non-ASCII characters
+    are looked at (every ASCII letter is Latin), so a million characters of English take milliseconds."""
+    for m in _NON_ASCII.finditer(text):
+        c = m.group()
+        if c.isalpha() and not _latin_or_greek(c):
+            return m.start()
+    return None
+
+
 def check_latin_letters(text: str, language: str) -> None:
     """Raise ``TextError`` naming the first letter of ``text`` that is not Latin (or Greek: espeak-ng names Greek
     letters). espeak-ng's English voice reads other scripts as their script's name ("你好" -> "Chinese letter
     Chinese letter", Arabic letter by letter), which an English model then says instead of the text."""
-    for i, c in enumerate(text):
-        if c.isalpha() and not _latin_or_greek(c):
-            raise TextError(f"this model reads {language} (Latin letters); {c!r} ({unicodedata.name(c, 'unnamed')}) at "
+    i = other_script_at(text)
+    if i is not None:
+        c = text[i]
+        raise TextError(f"this model reads {language} (Latin letters); {c!r} ({unicodedata.name(c, 'unnamed')}) at "
                             f"character {i} of {text[:60]!r} is another script: use a model for its language "
                             "(e.g. CosyVoice2-0.5B)")
 
