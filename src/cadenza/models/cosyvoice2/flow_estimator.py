@@ -22,6 +22,7 @@ from torch import nn
 from cadenza.layers.masks import attention_mask, mask_to_bias
 from cadenza.layers.per_sample_masks import per_sample_attention_mask
 from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
+from cadenza.layers.timestep_embedding import SinusoidalTimeEmbedding, TimestepMLP
 from cadenza.models.cosyvoice2.config import EstimatorConfig
 from cadenza.models.cosyvoice2.flow_estimator_blocks import (
     CONV_KERNEL,
@@ -31,8 +32,6 @@ from cadenza.models.cosyvoice2.flow_estimator_blocks import (
     CausalResnetBlock1D,
     ChunkCausalKeys,
     Downsample1D,
-    SinusoidalPosEmb,
-    TimestepEmbedding,
     Upsample1D,
 )
 
@@ -48,8 +47,8 @@ class CausalConditionalDecoder(nn.Module):
         self.static_chunk_size = cfg.static_chunk_size
         self.num_decoding_left_chunks = cfg.num_decoding_left_chunks
         time_embed_dim = channels[0] * TIME_EMBED_MULT
-        self.time_embeddings = SinusoidalPosEmb(cfg.in_channels)
-        self.time_mlp = TimestepEmbedding(cfg.in_channels, time_embed_dim)
+        self.time_embeddings = SinusoidalTimeEmbedding(cfg.in_channels, float32_frequencies=True)
+        self.time_mlp = TimestepMLP(cfg.in_channels, time_embed_dim)
 
         def transformer_stack(dim: int) -> nn.ModuleList:
             return nn.ModuleList(

@@ -14,7 +14,6 @@ one, with it the input frames continue the cached stream (see ``layers/stream_ca
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -25,39 +24,6 @@ from cadenza.layers.stream_cache import RowStreamCaches, StreamCache
 
 FF_MULT = 4  # diffusers FeedForward default: inner width = 4 x dim
 CONV_KERNEL = 3  # every causal conv of the U-Net
-
-
-class SinusoidalPosEmb(nn.Module):
-    """Matcha's timestep embedding: t ``[B]`` -> ``[B, dim]`` = ``[sin(1000 t w_k), cos(1000 t w_k)]``,
-    ``w_k = exp(-k ln(10000) / (dim/2 - 1))``."""
-
-    def __init__(self, dim: int, scale: float = 1000.0) -> None:
-        super().__init__()
-        if dim % 2:
-            raise ValueError(f"SinusoidalPosEmb needs an even dim, got {dim}")
-        self.dim = dim
-        self.scale = scale
-
-    def forward(self, t: torch.Tensor) -> torch.Tensor:
-        if t.ndim < 1:
-            t = t.unsqueeze(0)
-        half = self.dim // 2
-        freqs = torch.exp(torch.arange(half, device=t.device).float() * -(math.log(10000) / (half - 1)))
-        emb = self.scale * t.unsqueeze(1) * freqs.unsqueeze(0)
-        return torch.cat((emb.sin(), emb.cos()), dim=-1)
-
-
-class TimestepEmbedding(nn.Module):
-    """``Linear(in, d) -> SiLU -> Linear(d, d)`` (diffusers names ``linear_1`` / ``linear_2``)."""
-
-    def __init__(self, in_channels: int, time_embed_dim: int) -> None:
-        super().__init__()
-        self.linear_1 = nn.Linear(in_channels, time_embed_dim)
-        self.act = nn.SiLU()
-        self.linear_2 = nn.Linear(time_embed_dim, time_embed_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_2(self.act(self.linear_1(x)))
 
 
 class CausalConv1d(nn.Conv1d):
