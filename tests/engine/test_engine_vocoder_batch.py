@@ -18,6 +18,7 @@ from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.scheduler import SchedulerConfig
 from cadenza.engine.stream_schedule import StreamSchedule
 from cadenza.engine.token2wav import StreamSynthesis, flow_mels, vocode_many
+from cadenza.engine.vocoder_workers import VocoderWorker
 from cadenza.models.cosyvoice2.flow_incremental import IncrementalFlow
 from cadenza.models.cosyvoice2.model import CosyVoice2Model
 from cadenza.models.cosyvoice2.nsf_source import draw_source_noise
@@ -126,6 +127,42 @@ def test_concurrent_streams_equal_sequential_ones(model, vocoder_workers):
         for i, expected in enumerate(sequential):
             assert results[i].shape == expected.shape
             np.testing.assert_allclose(results[i], expected, atol=1e-4, rtol=0)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("batch_streams", [True, False])
+def test_unbatched_streams_are_bit_exact_whatever_runs_beside_them(model, batch_streams, monkeypatch):
+    """``batch_streams=False``: four concurrent streams, which meet in batched flow / HiFT calls when batching is on
+    (checked: the same setup batches), give bit for bit the audio each gives alone."""
+    batches: list[int] = []
+    real = VocoderWorker._vocoder_batch
+
+    def counting(self, work):
+        batches.append(len(work))
+        return real(self, work)
+
+    monkeypatch.setattr(VocoderWorker, "_vocoder_batch", counting)
+    config = SchedulerConfig(max_active=4, vocoder_workers=1, flow_batch_wait_steps=60, batch_streams=batch_streams)
+    engine = CosyVoice2Engine(model, frontend=None, speakers=SpeakerStore(None), schedule=StreamSchedule(),
+                              scheduler_config=config)
+    try:
+        def request(i: int):
+            text = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(i))
+            req = engine.build(text_ids=text, voice=None, mode="test", seed=30 + i)
+            req.min_tokens = req.max_tokens = 80  # one chunk schedule: every chunk can batch
+            return req
+
+        sequential = [np.concatenate(list(engine.stream(request(i)))) for i in range(4)]
+        assert not batches
+        handles = [engine.scheduler.submit(request(i)) for i in range(4)]
+        together = [np.concatenate(list(handle)) for handle in handles]
+        if batch_streams:
+            assert batches and max(batches) > 1
+        else:
+            assert not batches
+            for got, expected in zip(together, sequential):
+                np.testing.assert_array_equal(got, expected)
     finally:
         engine.close()
 

@@ -249,7 +249,7 @@ def test_cadenza_serve_command(model_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", _SERVE, "serve", "--model", str(model_dir), "--port", str(port),
                              "--voices-dir", str(tmp_path / "voices"), "--log-level", "warning",
                              "--max-active", "3", "--max-queued", "5", "--vocoder-workers", "1", "--threads", "1",
-                             "--first-audio-pause", "contended"],
+                             "--first-audio-pause", "contended", "--no-stream-batching"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -263,7 +263,8 @@ def test_cadenza_serve_command(model_dir, tmp_path):
         assert wait_until(up, timeout=60) and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
         health = httpx.get(f"{url}/health").json()
         # the engine settings given on the command line
-        assert (health["max_active"], health["max_queued"], health["first_audio_pause"]) == (3, 5, "contended")
+        assert (health["max_active"], health["max_queued"], health["first_audio_pause"],
+                health["batch_streams"]) == (3, 5, "contended", False)
         assert httpx.get(f"{url}/v1/audio/voices").status_code == 401
         auth = {"Authorization": "Bearer cli-key-0123456"}
         assert httpx.get(f"{url}/v1/audio/voices", headers=auth).json() == []

@@ -88,6 +88,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
                    help="MiB the streamed flow's caches of all requests may hold together (CosyVoice 2); past it the "
                         "largest are freed and those streams recompute (same audio, slower): a number, 'auto' (half "
                         "the memory free at start) or 'none' (default %(default)s)")
+    p.add_argument("--no-stream-batching", dest="batch_streams", action="store_false",
+                   help="run every stream's flow and HiFT calls alone instead of batching equal ones across "
+                        "requests: a seed then gives the same audio bit for bit whatever else runs (batched, it "
+                        "differs by round-off: about -35 dB in bfloat16), for a little less throughput")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch intra-op threads the workers share (default: torch's, usually the cores)")
     p.add_argument("--voices-dir", default=None, help=f"saved voices (default ${VOICES_ENV} or "
@@ -164,7 +168,7 @@ def run_serve(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     scheduler = SchedulerConfig(max_active=args.max_active, max_queued=args.max_queued,
                                 vocoder_workers=args.vocoder_workers, first_audio_pause=args.first_audio_pause,
-                                flow_cache_budget_mb=args.flow_cache_budget_mb)
+                                flow_cache_budget_mb=args.flow_cache_budget_mb, batch_streams=args.batch_streams)
     specs = model_specs(args.model or ([os.environ[MODEL_ENV]] if os.environ.get(MODEL_ENV) else [None]))
     models: dict = {}
     mark = watermark_argument(args)  # before any model loads: a bad key file fails fast

@@ -33,6 +33,13 @@ class SchedulerConfig:
     # the audio is the same bit for bit), so that chunk is quicker once its last token comes. Not while a request
     # awaits its first audio.
     flow_ahead: bool = True
+    # CosyVoice 2: streams of one vocoder worker whose next flow / HiFT calls have as many frames run as one batch (HiFT
+    # ~14 % cheaper at two streams in bfloat16 on a CPU). A batched call rounds differently from a lone one,
+    # so a stream's audio then depends on what it met: by ~1e-5 in float32, by bfloat16's own step (about -35 dB)
+    # where the flow and HiFT run in bfloat16 (``dtype="auto"`` on a CPU with AMX / AVX-512 BF16, the CLI's
+    # default). False: every call alone, so a seed gives the same audio bit for bit whatever else runs. (VoxCPM 2
+    # always steps its requests together: float rounding only, ~1e-7 relative, engine/voxcpm2_scheduler.py.)
+    batch_streams: bool = True
     # Batched LM decoding on an accelerator (docs/performance.md, "GPU"): every active request's keys and values in
     # one preallocated pool (``layers/kv_pool.py``), so a decode step of B requests is one batched attention instead
     # of B, and on CUDA that step is replayed from CUDA graphs (``engine/lm_decode.py``). None = on when the model is

@@ -105,7 +105,7 @@ class VocoderWorker:
             return self._pick_flow_ahead(mine)
         ready.sort(key=lambda r: (r[0].chunks_out > 0, r[0].seq))
         first = ready[0][0]
-        frames = self._flow_frames(*ready[0])
+        frames = self._flow_frames(*ready[0]) if self.config.batch_streams else None
         if frames is None:
             first.ready_since = None
             return ready[:1]
@@ -139,6 +139,8 @@ class VocoderWorker:
             if n and frames in (None, (f := job.synth.flow_ahead_frames(n))):
                 frames = f
                 work.append((job, n, FLOW_AHEAD))
+                if not self.config.batch_streams:
+                    break
         return work or None
 
     def _start_synthesis(self, job: Job) -> bool:

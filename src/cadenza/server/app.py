@@ -157,7 +157,8 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
         return JSONResponse({"status": "ok", "model": default.name, "sample_rate": default.sample_rate,
                              "active": active, "queued": queued, "inflight": state.admission.inflight,
                              "max_active": limits.max_active, "max_queued": limits.max_queued,
-                             "first_audio_pause": limits.first_audio_pause, "models": models})
+                             "first_audio_pause": limits.first_audio_pause, "batch_streams": limits.batch_streams,
+                             "models": models})
 
     return protected, public
 
