@@ -71,3 +71,40 @@ def test_a_failure_leaves_the_target_as_it_was(tmp_path):
         AudioFileWriter(tmp_path / "missing" / "x.wav", SR)
     with pytest.raises(AudioError, match="cannot write .m4a"):
         AudioFileWriter(tmp_path / "x.m4a", SR)
+
+
+def test_a_link_is_followed_and_stays_a_link(tmp_path):
+    """The file a link ends at is replaced (atomically, beside it); the link itself is left as it is."""
+    real, link = tmp_path / "real.wav", tmp_path / "link.wav"
+    real.write_bytes(b"old")
+    link.symlink_to("real.wav")
+    with AudioFileWriter(link, 16000) as writer:
+        writer.write(np.full(1600, 0.25, np.float32))
+    assert link.is_symlink() and sf.info(str(real)).frames == 1600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.wav", "real.wav"]  # no temporary file left
+
+
+def test_a_descriptor_path_is_written_in_place_never_renamed_over(tmp_path):
+    """``/dev/stdout``-like paths (here a link to this process's own descriptor of an open file) are written
+    through: the open file gets the audio and the link survives, where renaming over it lost the audio."""
+    opened = tmp_path / "redirected.wav"
+    with open(opened, "wb") as handle:
+        link = tmp_path / "fakestdout"
+        link.symlink_to(f"/proc/self/fd/{handle.fileno()}")
+        with AudioFileWriter(link, 16000) as writer:
+            writer.write(np.full(800, -0.5, np.float32))
+    assert link.is_symlink()
+    assert sf.info(str(opened)).frames == 800
+
+
+def test_wav_into_a_pipe_is_refused_with_what_to_do_instead(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    drained = threading.Thread(target=lambda: open(fifo, "rb").read())  # a reader, so opening for writing returns
+    drained.start()
+    with pytest.raises(InputError, match="pipe.*-o -"):
+        AudioFileWriter(fifo, 16000)
+    drained.join(timeout=10)

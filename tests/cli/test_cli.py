@@ -326,3 +326,19 @@ def test_live_vc_converts_standard_input_as_it_arrives(builtin_tts, tmp_path):
         assert proc.returncode == 2 and "live conversion reads --source-wav - with --live-rate" in proc.stderr.decode()
     proc = subprocess.run(argv, input=pcm[:3200], capture_output=True, timeout=300)
     assert proc.returncode == 2 and "too short: 0.10 s" in proc.stderr.decode(), proc.stderr.decode()[-2000:]
+
+
+def test_dev_stdout_is_standard_output_redirected_or_piped(tmp_path):
+    """``-o /dev/stdout`` is ``-o -``: redirected into a file, that file gets the WAV (the device was once replaced
+    by a regular file holding it, the redirect left empty); piped, a reader gets it (libsndfile cannot seek a pipe)."""
+    argv = [sys.executable, "-m", "cadenza", "synth", "--text", "Hello there.", "--seed", "2", "-o", "/dev/stdout"]
+    redirected = tmp_path / "out.wav"
+    with open(redirected, "wb") as handle:
+        proc = subprocess.run(argv, stdout=handle, stderr=subprocess.PIPE, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.islink("/dev/stdout") or not os.path.isfile("/dev/stdout")
+    whole, sr = sf.read(redirected, dtype="int16")
+    assert sr == 24000 and whole.size > 12000
+    piped = subprocess.run(argv, capture_output=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert np.array_equal(sf.read(io.BytesIO(piped.stdout), dtype="int16")[0], whole)

@@ -1,14 +1,17 @@
 """``AudioFileWriter``: synthesised audio written to a file a piece at a time, so a text of any length needs memory
 for the pieces in flight only (``cadenza synth --text-file BOOK.txt -o book.flac``), and the file appears whole or
 not at all: the pieces go to a temporary file beside the target, renamed over it by ``commit``; ``abort`` (or an
-exception inside ``with``) removes it. A target that is not a regular file (``/dev/stdout``, a FIFO) is written
-directly. The formats and their encodings are ``save_audio``'s (``io.OUTPUT_FORMATS``): the same bytes as writing
+exception inside ``with``) removes it. A link is followed to the file it ends at, which is replaced there (the link
+stays a link). A target that names an open descriptor (``/dev/stdout``, ``/proc/self/fd/1``, or a link to one) or is
+not a regular file (a FIFO, a device) is written directly: renaming a file over ``/dev/stdout`` would lose the audio
+and break the device for every later process. The formats and their encodings are ``save_audio``'s (``io.OUTPUT_FORMATS``): the same bytes as writing
 the whole signal at once, except where a format's encoder frames differ with the write sizes (Vorbis, Opus, MP3).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -43,12 +46,16 @@ class AudioFileWriter:
             self._resampler = soxr.ResampleStream(self.in_rate, self.rate, 1, dtype="float32", quality="HQ")
         self.samples_written = 0  # input samples (at ``sample_rate``)
         try:
-            direct = self.target.exists() and not self.target.is_file()  # /dev/stdout, a FIFO: never renamed over
-            self._tmp = None if direct else self.target.parent / f".{self.target.name}.{secrets.token_hex(6)}.tmp"
+            direct, self._final = written_in_place(self.target)
+            self._tmp = None if direct else self._final.parent / f".{self._final.name}.{secrets.token_hex(6)}.tmp"
             self._file = sf.SoundFile(os.fspath(self._tmp or self.target), "w", samplerate=self.rate, channels=1,
                                       subtype=encoding, format=container)
         except (OSError, ValueError, sf.LibsndfileError) as exc:
-            raise InputError(f"cannot write {str(path)[:200]}: {_reason(exc)}") from exc
+            reason = _reason(exc)
+            if "pipe write" in reason:
+                reason = (f"{container} needs a file it can seek in, and this is a pipe: write a file, or use "
+                          "`cadenza synth -o -` (a WAV stream)")
+            raise InputError(f"cannot write {str(path)[:200]}: {reason}") from exc
 
     @property
     def seconds(self) -> float:
@@ -82,7 +89,7 @@ class AudioFileWriter:
         try:
             self._file.close()
             if self._tmp is not None:
-                os.replace(self._tmp, self.target)
+                os.replace(self._tmp, self._final)
                 self._tmp = None
         except (OSError, ValueError, sf.LibsndfileError) as exc:
             self.abort()
@@ -106,6 +113,34 @@ class AudioFileWriter:
             self.commit()
         else:
             self.abort()
+
+
+# Paths that name an already open descriptor of the process.
+_DESCRIPTOR = re.compile(r"/dev/(?:stdout|stderr|stdin|fd/\d+)|/proc/(?:self|thread-self|\d+)/fd/\d+")
+_MAX_LINKS = 40  # as the kernel's own limit on a chain of links
+
+
+def written_in_place(path: Path) -> tuple[bool, Path]:
+    """(whether to write ``path`` directly, the regular file to replace otherwise): direct for a path that names an
+    open descriptor (``/dev/stdout``; also through links, e.g. ``out -> /proc/self/fd/1``) or ends at something that
+    is not a regular file; else the file a chain of links ends at (``path`` itself when it is no link)."""
+    at = Path(os.path.abspath(path))
+    for _ in range(_MAX_LINKS):
+        if _DESCRIPTOR.fullmatch(str(at)):
+            return True, at
+        if not at.is_symlink():
+            break
+        at = Path(os.path.abspath(at.parent / os.readlink(at)))
+    else:
+        raise OSError(f"too many levels of links under {str(path)[:200]}")
+    return (at.exists() and not at.is_file()), at
+
+
+def names_stdout(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is standard output by name (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, or a link
+    to one)."""
+    direct, at = written_in_place(Path(path).expanduser())
+    return direct and str(at) in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", f"/proc/{os.getpid()}/fd/1")
 
 
 def _reason(exc: BaseException) -> str:

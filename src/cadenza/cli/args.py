@@ -114,8 +114,12 @@ def output_audio(value: str) -> str:
         return value
     if not value.strip():
         raise argparse.ArgumentTypeError("the output path is empty")
+    from cadenza.audio.file_writer import names_stdout
+
     path = Path(value).expanduser()
     try:
+        if path.suffix.lower() in ("", ".wav") and names_stdout(path):
+            return STDIO  # -o /dev/stdout is -o -: a WAV stream, which a pipe takes and a redirected file gets whole
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{value!r} is a folder: name the audio file to write")
         parent = path.parent
