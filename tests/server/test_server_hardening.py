@@ -77,7 +77,27 @@ def test_the_audio_of_one_request_is_cut_at_the_limit(tts, tmp_path):
         samples = np.frombuffer(r.content, dtype="<i2").size
         full = tts.synthesize("Hi.", prompt_wav=(tone(2.0), PROMPT_SR), prompt_text=TRANSCRIPT,
                               seed=3).samples.size
-    assert samples == 12_000 < full  # exactly max_audio_seconds at 24 kHz
+        assert samples == 12_000 < full  # exactly max_audio_seconds at 24 kHz
+        # and the answer says so where it can: a header on a whole answer, a flag on the SSE done event
+        whole = httpx.post(f"{server.url}/v1/audio/speech", json={**SPEECH, "input": "Hi.", "stream": False},
+                           timeout=120)
+        assert whole.status_code == 200 and whole.headers["X-Audio-Truncated"] == "true"
+        assert np.frombuffer(whole.content, dtype="<i2").size == 12_000
+        sse = httpx.post(f"{server.url}/v1/audio/speech", json={**SPEECH, "input": "Hi.", "stream_format": "sse"},
+                         timeout=120)
+        done = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")][-1]
+        assert done["type"] == "speech.audio.done" and done["truncated"] is True
+
+
+def test_the_estimate_counts_the_speaking_rate(tts, open_server):
+    """Text that fits the limit at speed 1 but not at half speed is refused before any work (it was made and cut at
+    the limit with a 200)."""
+    c, sched = open_server.client, tts.engine.scheduler
+    text = "Hello there. " * 60  # about 50 s at speed 1; the limit is 60 s
+    steps = sched.state.lm_steps
+    err = api_error(c.post("/v1/audio/speech", json={**SPEECH, "input": text, "speed": 0.5}), 400, "input")
+    assert err["code"] == "audio_above_max_duration" and "at speed 0.5" in err["message"]
+    assert sched.state.lm_steps == steps
 
 
 def test_admission_counts_work_not_only_requests():
@@ -110,6 +130,18 @@ def test_a_long_websocket_text_fills_the_work_budget(open_server):
         err = api_error(open_server.client.post("/v1/audio/speech", json=long), 429)
         assert "of audio in the making" in err["message"]
         assert open_server.client.post("/v1/audio/speech", json=SPEECH).status_code == 200
+    assert wait_until(lambda: open_server.state.admission.work == 0)
+
+
+def test_a_websocket_at_half_speed_counts_twice_the_seconds(open_server):
+    """The same ~50 s of text that a session at speed 1 may speak (the limit is 60 s) is refused at speed 0.5, where
+    it would make ~100 s and be cut at the limit."""
+    with connect(f"{open_server.ws_url}/v1/audio/speech/stream", open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "alice", "seed": 1, "speed": 0.5}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "audio.start"
+        ws.send(json.dumps({"type": "input.text", "text": "word " * 150}))
+        error = json.loads(ws.recv(timeout=60))
+        assert error["type"] == "error" and error["error"]["code"] == "audio_above_max_duration", error
     assert wait_until(lambda: open_server.state.admission.work == 0)
 
 

@@ -101,20 +101,21 @@ def test_bad_forms_are_specific_400s(live, source):
     assert api_error(r, 400)
 
 
-def test_busy_server_answers_429_not_a_queue(tts, tmp_path, source):
-    """Admission counts the source's length as work: a source longer than the server's whole budget is refused at
-    once, after decoding and before any model work."""
+def test_a_source_longer_than_one_request_may_make_is_refused_not_cut(tts, tmp_path, source):
+    """The output is as long as the source, so a source past ``max_audio_seconds`` (below ``max_conversion_seconds``)
+    is refused with the figure, after decoding and before any model work, instead of coming back cut at the limit
+    with a 200."""
     samples, sr = source
     config = ServerConfig(max_inflight_audio_seconds=2.0, max_audio_seconds=2.0)
     with VoiceStore(tmp_path) as store, LiveServer(create_app(tts, store, config)) as server:
-        files = {"audio": ("s.wav", wav_bytes(np.tile(samples, 2), sr), "audio/wav")}
-        files_voice = {"audio": ("alice.wav", wav_bytes(tone(2.0)), "audio/wav")}
-        r = httpx.post(f"{server.url}/v1/audio/voices", files=files_voice,
+        r = httpx.post(f"{server.url}/v1/audio/voices", files={"audio": ("alice.wav", wav_bytes(tone(2.0)), "audio/wav")},
                        data={"name": "alice", "transcript": TRANSCRIPT, "consent": CONSENT})
         assert r.status_code == 201, r.text
+        steps = tts.engine.scheduler.state.lm_steps
+        files = {"audio": ("s.wav", wav_bytes(np.tile(samples, 2), sr), "audio/wav")}
         r = httpx.post(f"{server.url}{ENDPOINT}", files=files, data={"voice": "alice"}, timeout=60)
-        err = api_error(r, 429)
-        assert err["code"] == "server_busy" and "of audio in the making" in err["message"]
+        err = api_error(r, 400, "audio")
+        assert "2 s" in err["message"] and tts.engine.scheduler.state.lm_steps == steps
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,9 @@ from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
 from cadenza.server.state import ServerState
 
+# Set on an answer cut at the server's max_audio_seconds (docs/server.md, "Limits").
+TRUNCATED_HEADER = "X-Audio-Truncated"
+
 log = logging.getLogger(__name__)
 
 
@@ -131,4 +134,6 @@ async def whole_response(state: ServerState, stream: EngineStream, request: Requ
         return enc.encode(audio) + enc.finish()
 
     data = await anyio.to_thread.run_sync(encode, limiter=state.limiter)
+    if stream.truncated:  # cut at max_audio_seconds: the estimate let it through, the model ran on
+        headers = {**headers, TRUNCATED_HEADER: "true"}
     return Response(data, media_type=MEDIA_TYPES[response_format], headers=headers)

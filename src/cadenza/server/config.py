@@ -126,6 +126,12 @@ class ServerConfig:
             raise ValueError(f"model_name must be 1-64 letters, digits, '.', '_' or '-', got {self.model_name!r}")
 
     @property
+    def conversion_source_seconds(self) -> float:
+        """The longest source a voice conversion takes: ``max_conversion_seconds``, and no more than one request may
+        make (``max_audio_seconds``: the output is as long as the source, and would be cut there)."""
+        return min(self.max_conversion_seconds, self.max_audio_seconds)
+
+    @property
     def hosts(self) -> tuple[str, ...]:
         """The allowed ``Host`` names in effect (lower case)."""
         if self.allowed_hosts is None:

@@ -67,17 +67,19 @@ async def require_json(request: Request) -> None:
                        f"{media[:60] or 'none'!r})", code="unsupported_media_type")
 
 
-def bound_text(state: ServerState, segments: list[str], param: str = "input") -> float:
-    """Seconds of audio the normalised ``segments`` should make; a 400 naming ``param`` when the text or that
-    estimate is over the server's limits (before any synthesis work)."""
+def bound_text(state: ServerState, segments: list[str], param: str = "input", speed: float = 1.0) -> float:
+    """Seconds of audio the normalised ``segments`` should make at ``speed``; a 400 naming ``param`` when the text or
+    that estimate is over the server's limits (before any synthesis work: past ``max_audio_seconds`` the audio would
+    be cut there)."""
     cfg = state.config
     n_chars = sum(len(s) for s in segments)
     if n_chars > cfg.max_normalized_chars:
         raise APIError(400, f"{param} reads out to {n_chars} characters (numbers and symbols spelled out); the limit "
                        f"is {cfg.max_normalized_chars}", param=param, code="string_above_max_length")
-    seconds = sum(estimate_speech_seconds(s) for s in segments)
+    seconds = sum(estimate_speech_seconds(s) for s in segments) / speed
     if seconds > cfg.max_audio_seconds:
-        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio; one request may make at most "
+        at = "" if speed == 1.0 else f" at speed {speed:g}"
+        raise APIError(400, f"{param} would make about {seconds:.0f} s of audio{at}; one request may make at most "
                        f"{cfg.max_audio_seconds:g} s: split it into several requests", param=param,
                        code="audio_above_max_duration")
     return seconds

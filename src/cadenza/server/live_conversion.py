@@ -96,7 +96,7 @@ async def _session(ws: WebSocket, state: ServerState) -> None:
                            param="voice", code="missing_field")
         voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
         return served.tts.live_conversion(config.sample_rate, seed=seed, voice=voice,
-                                          max_seconds=cfg.max_conversion_seconds)
+                                          max_seconds=cfg.conversion_source_seconds)
 
     try:
         slot = state.admission.acquire(1.0)  # the source's seconds are added as they arrive
@@ -202,6 +202,6 @@ async def _run(ws: WebSocket, state: ServerState, live, stream: EngineStream, sl
     if first is not None:
         state.metrics.observe_first_chunk(WS_PATH, first)
     state.metrics.observe_synthesis(WS_PATH, time.perf_counter() - times["start"], audio_s)
-    await deliver(ws.send_json({"type": "audio.done", "audio_seconds": round(audio_s, 3),
-                                "source_seconds": round(live.seconds_received, 3),
-                                "first_chunk_seconds": None if first is None else round(first, 3)}))
+    done = {"type": "audio.done", "audio_seconds": round(audio_s, 3), "source_seconds": round(live.seconds_received, 3),
+            "first_chunk_seconds": None if first is None else round(first, 3)}
+    await deliver(ws.send_json({**done, "truncated": True} if stream.truncated else done))

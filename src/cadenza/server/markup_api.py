@@ -69,7 +69,7 @@ def plan_document(state: ServerState, served: ServedModel, text: str, *, input_f
         where = "lexicon" if str(exc).startswith("lexicon entry") else param
         raise APIError(400, str(exc), param=where, code="invalid_ssml" if ssml and where == param
                        else "invalid_value") from None
-    seconds = bound_text(state, markup.script_text(script), param) + markup.pause_seconds(script)
+    seconds = bound_text(state, markup.script_text(script), param, speed) + markup.pause_seconds(script)
     if seconds > state.config.max_audio_seconds:
         raise APIError(400, f"{param} would make about {seconds:.0f} s of audio with its breaks; one request may make "
                        f"at most {state.config.max_audio_seconds:g} s", param=param,

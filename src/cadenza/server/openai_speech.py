@@ -84,7 +84,7 @@ def _plan(state: ServerState, served: ServedModel, body: SpeechRequest, seed: in
     if planned is not None:
         return planned
     segments = served.tts.segments(body.input, max_tokens=state.config.max_segment_tokens)
-    seconds = bound_text(state, segments)
+    seconds = bound_text(state, segments, speed=body.speed)
     ref = request_voice(served, None if body.voice is None else voice_ref(body.voice))
     voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
     instructions = body.instructions if body.instructions and body.instructions.strip() else None
@@ -200,8 +200,9 @@ async def _sse(state: ServerState, stream: EngineStream, step, first, finish: Fi
                 completed = True
                 return
         n_out = stream.samples // frame_samples
-        yield _event({"type": "speech.audio.done",
-                      "usage": {"input_tokens": n_text, "output_tokens": n_out, "total_tokens": n_text + n_out}})
+        done_event = {"type": "speech.audio.done",
+                      "usage": {"input_tokens": n_text, "output_tokens": n_out, "total_tokens": n_text + n_out}}
+        yield _event({**done_event, "truncated": True} if stream.truncated else done_event)
         completed = True
     finally:
         finish(completed)

@@ -67,7 +67,7 @@ def _decode(state: ServerState, served: ServedModel, data: bytes, voice_ref: str
     if ref is None and not served.capabilities.default_voice:
         raise UnknownSpeakerError("this model has no default voice: name a saved voice (field 'voice')")
     voice = None if ref is None else served.prompts.resolve(ref, reveal_names=False)
-    wav, sr = decode_upload(data, state.config.max_upload_bytes, state.config.max_conversion_seconds, **SOURCE_WORDING)
+    wav, sr = decode_upload(data, state.config.max_upload_bytes, state.config.conversion_source_seconds, **SOURCE_WORDING)
     return voice, wav, sr
 
 
@@ -109,7 +109,7 @@ async def convert_voice(request: Request) -> Response:
             slot.grow(wav.numel() / rate - PLANNING_COST_S)  # the output is as long as the source: 429 before work
             plan = await anyio.to_thread.run_sync(
                 lambda: served.tts.conversion_plan((wav.numpy(), rate), voice, source_text=source_text, seed=seed,
-                                                   max_seconds=state.config.max_conversion_seconds),
+                                                   max_seconds=state.config.conversion_source_seconds),
                 limiter=state.limiter)
         except APIError:
             raise

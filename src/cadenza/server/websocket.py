@@ -336,7 +336,7 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
                     continue
                 deadlines.text_arrived()
                 times.setdefault("first_text", time.perf_counter())
-                seconds += estimate_speech_seconds(text)
+                seconds += estimate_speech_seconds(text) / synthesis.speed
                 if synthesis.handle is None and not tts.speakable("".join(received)):
                     pending.append(text)
                     continue
@@ -407,5 +407,6 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
     if first is not None:
         state.metrics.observe_first_chunk(WS_PATH, first)
     state.metrics.observe_synthesis(WS_PATH, time.perf_counter() - start, audio_s)
-    await deliver(ws.send_json({"type": "audio.done", "audio_seconds": round(audio_s, 3),
-                              "first_chunk_seconds": None if first is None else round(first, 3)}))
+    done = {"type": "audio.done", "audio_seconds": round(audio_s, 3),
+            "first_chunk_seconds": None if first is None else round(first, 3)}
+    await deliver(ws.send_json({**done, "truncated": True} if stream.truncated else done))
