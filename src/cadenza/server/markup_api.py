@@ -96,12 +96,36 @@ def _answer(voice_id: str, lexicon: Lexicon) -> JSONResponse:
     return JSONResponse({"object": "audio.voice.lexicon", "voice_id": voice_id, **lexicon.to_json()})
 
 
+def check_readable(served: ServedModel, lexicon: Lexicon) -> None:
+    """A 400 naming the first entry a model that speaks the voice could not read (a phoneme symbol it lacks, a
+    respelling in a script it does not read): each entry's word is read through the lexicon as a request's text
+    would be, so a saved lexicon never makes the voice's later requests fail on that word. Blocking."""
+    frontend = getattr(served.tts.engine, "frontend", None)
+    for entry in lexicon.entries:
+        try:
+            script = markup.make_script(served.tts, entry.word, input_format="text", lexicon=Lexicon([entry]))
+            if frontend is not None:
+                for segment in markup.script_text(script):
+                    frontend.text_ids(segment)
+        except InputError as exc:  # TextError included
+            message = str(exc).removeprefix(f"lexicon entry {entry.word!r}: ")
+            raise APIError(400, f"entry {entry.word!r}: {message} (model {served.name})", param="entries",
+                           code="invalid_lexicon") from None
+
+
 @router.put("/v1/audio/voices/{voice}/lexicon", dependencies=[Depends(require_json)])
 async def put_lexicon(voice: str, body: LexiconBody, request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
     lexicon = parse_lexicon(body.entries, "entries")
 
     def put() -> str:
+        try:
+            family = state.voices.get(voice).family
+        except UnknownSpeakerError as exc:
+            raise _voice_error(voice) from exc
+        for served in state.models.values():
+            if served.capabilities.family == family:
+                check_readable(served, lexicon)
         try:
             return lexicons_of(state.voices).put(voice, lexicon).id
         except UnknownSpeakerError as exc:
