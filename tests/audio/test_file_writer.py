@@ -108,3 +108,21 @@ def test_wav_into_a_pipe_is_refused_with_what_to_do_instead(tmp_path):
     with pytest.raises(InputError, match="pipe.*-o -"):
         AudioFileWriter(fifo, 16000)
     drained.join(timeout=10)
+
+
+def test_stereo_a_folder_and_a_missing_folder_are_refused_clearly(tmp_path):
+    """Several channels were flattened into one long mono track; libsndfile's "System error." named no cause."""
+    from cadenza.api.audio import Audio
+
+    stereo = np.zeros((2, 100), np.float32)
+    with pytest.raises(AudioError, match=r"shape \(2, 100\): expected mono"):
+        Audio(stereo, 24000).save(tmp_path / "s.wav")
+    assert not list(tmp_path.iterdir())  # nothing half-written
+    Audio(stereo[:1], 24000).save(tmp_path / "one.wav")  # [1, samples] is mono
+    assert sf.info(str(tmp_path / "one.wav")).frames == 100
+    with pytest.raises(InputError, match="it is a folder"):
+        Audio(stereo[0], 24000).save(tmp_path)
+    with pytest.raises(InputError, match="the folder .*no' does not exist"):
+        Audio(stereo[0], 24000).save(tmp_path / "no" / "x.wav")
+    with open(tmp_path / "t.wav", "w") as text_mode, pytest.raises(AudioError, match="binary mode"):
+        Audio(stereo[0], 24000).save(text_mode)

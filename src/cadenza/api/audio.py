@@ -67,6 +67,8 @@ class Audio:
         ``InputError`` naming ``path`` when it cannot be written, ``AudioError`` for a format not written."""
         fmt = output_format(f"audio.{str(format).lstrip('.')}") if format is not None else None
         if not isinstance(path, (str, os.PathLike)):
+            if isinstance(path, io.TextIOBase):
+                raise AudioError("the file to save into must be opened in binary mode ('wb'), not text mode")
             save_audio(path, self.samples, self.sample_rate, fmt or ".wav")
             return
         with AudioFileWriter(path, self.sample_rate, fmt) as writer:

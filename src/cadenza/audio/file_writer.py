@@ -47,9 +47,16 @@ class AudioFileWriter:
         self.samples_written = 0  # input samples (at ``sample_rate``)
         try:
             direct, self._final = written_in_place(self.target)
+            if self._final.is_dir():
+                raise InputError(f"cannot write {str(path)[:200]}: it is a folder; name the audio file to write")
+            if not direct and not self._final.parent.is_dir():
+                raise InputError(f"cannot write {str(path)[:200]}: the folder {str(self._final.parent)[:200]!r} "
+                                 "does not exist")
             self._tmp = None if direct else self._final.parent / f".{self._final.name}.{secrets.token_hex(6)}.tmp"
             self._file = sf.SoundFile(os.fspath(self._tmp or self.target), "w", samplerate=self.rate, channels=1,
                                       subtype=encoding, format=container)
+        except InputError:
+            raise
         except (OSError, ValueError, sf.LibsndfileError) as exc:
             reason = _reason(exc)
             if "pipe write" in reason:
@@ -62,7 +69,12 @@ class AudioFileWriter:
         return self.samples_written / self.in_rate
 
     def write(self, samples: np.ndarray) -> None:
-        data = np.asarray(samples, np.float32).reshape(-1)
+        """Append mono samples ``[n]`` (or ``[1, n]``); several channels are an ``AudioError``, not one long track."""
+        data = np.asarray(samples, np.float32)
+        if data.ndim == 2 and data.shape[0] == 1:
+            data = data[0]
+        if data.ndim != 1:
+            raise AudioError(f"cannot save audio of shape {data.shape}: expected mono [samples] or [1, samples]")
         check_finite_output(data)
         self.samples_written += data.size
         if self._resampler is not None:
