@@ -244,20 +244,21 @@ def _av_encode(fmt: str, codec: str, seconds: float, rate: int = 48000, layout: 
 
 @pytest.fixture(scope="module")
 def decode_with_av():
-    pytest.importorskip("fastapi")
-    from cadenza.server.encoding import decode_with_av
+    """The one decode path (``decode_audio``) on the uploads only FFmpeg reads, and on the bombs libsndfile reads."""
+    pytest.importorskip("av")
+    from cadenza.audio.io import decode_audio
 
-    return decode_with_av
+    return lambda data, max_seconds: decode_audio(data, None, max_seconds=max_seconds)
 
 
 def test_av_fallback_stops_at_the_limit(decode_with_av, bomb):
-    with pytest.raises(AudioError, match=r"uploaded audio is too long: 60\.\d\d s, the limit is 30 s"):
+    with pytest.raises(AudioError, match=r"is too long: 60\.\d\d s, the limit is 30 s"):
         decode_with_av(_av_encode("ipod", "aac", 60), 30.0)  # m4a states its duration
-    with pytest.raises(AudioError, match=r"uploaded audio is too long: 1800\.00 s"):
+    with pytest.raises(AudioError, match=r"is too long: 1800\.00 s"):
         decode_with_av(bomb.read_bytes(), 30.0)
-    with pytest.raises(AudioError, match="uploaded audio is too long: more than 30 s"):
+    with pytest.raises(AudioError, match="is too long: more than 30 s"):
         decode_with_av(_flac_without_length(bomb.read_bytes()), 30.0)
-    with pytest.raises(AudioError, match="uploaded audio is too long: more than 30 s"):
+    with pytest.raises(AudioError, match="is too long: more than 30 s"):
         decode_with_av(_av_encode("webm", "libopus", 40), 30.0)
 
 
@@ -269,7 +270,7 @@ def test_av_fallback_inputs(decode_with_av):
         assert abs(_rms(samples[24000:72000]) - 0.3 / 2**0.5) < 0.01, (fmt, layout)
     m4a = _av_encode("ipod", "aac", 2)
     for data, match in [
-        (b"this is not audio" * 10, "not a supported format"),
+        (b"this is not audio" * 10, "not a supported audio format"),
         (m4a[: len(m4a) // 2], "holds no audio stream|cannot decode"),
         (_encode(_sine(4000, 1.0), 4000), "sample rate 4000 Hz"),
         (_encode(np.zeros((1600, 33), np.float32), 16000), "has 33 channels; at most 32"),

@@ -1,14 +1,19 @@
-"""Reading and writing audio: any format libsndfile decodes in; WAV, FLAC, Ogg Vorbis / Opus or MP3 out.
+"""Reading and writing audio: any format libsndfile decodes, plus M4A/MP4, WebM/Matroska and ADTS AAC through FFmpeg
+(PyAV), in; WAV, FLAC, Ogg Vorbis / Opus or MP3 out.
 
-``load_audio`` is the single entry point for user audio (paths, raw bytes from an upload, open binary files). It
-down-mixes to mono by the channel mean (as the reference's ``load_wav`` does), scales integer formats to [-1, 1]
-(soundfile's float conversion), and resamples with soxr (see ``resample.py`` for how that differs from the
-reference). Every failure is an ``AudioError`` whose message says what is wrong with which input.
+``decode_audio`` (native rate) and ``load_audio`` (resampled) are the one decode path for all user audio (paths, raw
+bytes from an upload, open binary files): the Python API, the CLI, the voice, conversion and detect endpoints read
+through them, with the same limits and fallbacks. They down-mix to mono by the channel mean (as the reference's
+``load_wav`` does), scale integer formats to [-1, 1] (soundfile's float conversion), and ``load_audio`` resamples
+with soxr (see ``resample.py`` for how that differs from the reference). Every failure is an ``AudioError`` whose
+message says what is wrong with which input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
 import math
 import os
 from pathlib import Path
@@ -136,35 +141,145 @@ def _decode(f: sf.SoundFile, what: str, max_seconds: float | None) -> tuple[np.n
     return (out if total == len(out) else out[:total].copy()), sample_rate  # a copy frees an oversized buffer
 
 
-def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
-               max_seconds: float | None = None) -> torch.Tensor:
-    """Decode ``source`` to mono float32 at ``target_sr``. Returns ``[samples]``.
+class _ForwardReader(sf.SoundFile):
+    """A ``SoundFile`` read front to back, never seeking. soundfile seeks to where each read ended (where libsndfile
+    already is); libFLAC cannot seek to the end of a stream whose STREAMINFO gives no length (a streamed FLAC, as the
+    server writes it), so that seek failed ("Internal psf_fseek() failed") on the read that reached the end."""
+
+    def seekable(self) -> bool:
+        return False
+
+
+# Containers libsndfile does not read, by their first bytes -> (FFmpeg demuxer, name). Only these go to FFmpeg, and by
+# a named demuxer: FFmpeg never probes, so a file can never select demuxers that open other files or URLs (HLS
+# playlists, concat lists). Everything else is libsndfile's alone, with its specific errors.
+_FFMPEG_CONTAINERS = ((b"ftyp", 4, "mov", "M4A/MP4"), (b"\x1a\x45\xdf\xa3", 0, "matroska", "WebM/Matroska"))
+
+
+def _ffmpeg_container(readable: str | io.BytesIO) -> tuple[str, str] | None:
+    """``(demuxer, name)`` when ``readable`` starts like a container only FFmpeg reads, else None."""
+    try:
+        if isinstance(readable, str):
+            with open(readable, "rb") as f:
+                head = f.read(12)
+        else:
+            with readable.getbuffer() as view:
+                head = bytes(view[:12])
+    except OSError:
+        return None
+    for magic, offset, demuxer, name in _FFMPEG_CONTAINERS:
+        if head[offset:offset + len(magic)] == magic:
+            return demuxer, name
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:  # ADTS sync word and layer 0 (never MP3's)
+        return "aac", "AAC (ADTS)"
+    return None
+
+
+def _decode_ffmpeg(readable: str | io.BytesIO, demuxer: str, name: str, what: str,
+                   max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """``_decode`` for a container only FFmpeg reads: the same rate and channel limits, checked before decoding, the
+    stated duration too (but not raw ADTS's, FFmpeg's estimate from the bit rate); decoding stops as soon as more
+    than ``max_seconds`` came out, and the channels are averaged (FFmpeg's own down-mix weights them, and can exceed
+    full scale)."""
+    try:
+        import av
+    except ImportError as exc:
+        raise AudioError(f"cannot decode {what}: {name} audio is read by FFmpeg through PyAV, which is not installed "
+                         "(pip install av, or pip install 'cadenza[server]')") from exc
+    cap, parts, total, rate = None, [], 0, 0  # cap: samples that make it too long, once the rate is known
+    try:
+        with contextlib.ExitStack() as stack:
+            if isinstance(readable, str):
+                file = stack.enter_context(open(readable, "rb"))  # a file object: FFmpeg opens no path or URL
+            else:
+                file = readable
+                file.seek(0)
+            container = stack.enter_context(av.open(file, mode="r", format=demuxer))
+            if not container.streams.audio:
+                raise AudioError(f"{what} holds no audio stream")
+            stream = container.streams.audio[0]
+            if stream.codec_context is None:  # a codec FFmpeg has no decoder for
+                raise AudioError(f"cannot decode {what}: its audio codec is not supported")
+            rate = stream.codec_context.sample_rate or stream.rate or 0
+            channels = stream.codec_context.channels
+            if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+                raise AudioError(f"{what} has sample rate {rate} Hz; supported rates are "
+                                 f"{MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz")
+            if channels > MAX_CHANNELS:  # 0 (not known before decoding) is checked on each frame below
+                raise AudioError(f"{what} has {channels} channels; at most {MAX_CHANNELS} are supported")
+            if max_seconds is not None:
+                cap = math.floor(max_seconds * rate) + 1
+                if demuxer != "aac" and stream.duration and stream.time_base:
+                    seconds = float(stream.duration * stream.time_base)
+                    if seconds > max_seconds:
+                        raise _too_long(what, seconds, max_seconds)
+            resampler = av.AudioResampler(format="fltp", rate=rate)  # planar float, the stream's own layout
+            # Lazily, one codec frame at a time; None at the end flushes the resampler.
+            for frame in itertools.chain(container.decode(stream), [None]):
+                if frame is not None and not 1 <= frame.layout.nb_channels <= MAX_CHANNELS:  # may change midway
+                    raise AudioError(f"{what} has {frame.layout.nb_channels} channels; at most {MAX_CHANNELS} "
+                                     "are supported")
+                for out in resampler.resample(frame):
+                    arr = out.to_ndarray()  # [channels, samples]
+                    parts.append(arr.mean(axis=0, dtype=np.float32) if len(arr) > 1 else arr[0])
+                    total += arr.shape[1]
+                if cap is not None and total >= cap:
+                    raise _too_long(what, None, max_seconds)
+    except AudioError:
+        raise
+    except (av.error.FFmpegError, ValueError, OSError, IndexError, TypeError) as exc:
+        raise AudioError(f"cannot decode {what}: not a supported audio format, or the file is corrupt "
+                         f"(FFmpeg, {name}: {exc})") from exc
+    if not total:
+        raise AudioError(f"{what} contains no audio samples")
+    samples = np.concatenate(parts).astype(np.float32, copy=False)
+    if not np.isfinite(samples).all():
+        raise AudioError(f"{what} contains NaN or infinite samples")
+    return samples, int(rate)
+
+
+def decode_audio(source: AudioSource, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
+                 max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """Decode ``source`` to mono float32 ``[samples]`` at its own rate: ``(samples, rate)``.
 
     ``source``: a path, the raw bytes of an audio file, or a binary file object (read from its current position).
-    Any container/codec libsndfile supports (WAV, FLAC, OGG/Vorbis, Opus, MP3 with libsndfile >= 1.1, ...), at any
-    rate from 8 to 192 kHz, with 1 to ``MAX_CHANNELS`` channels (averaged to mono). ``max_bytes`` bounds the
-    encoded size, ``max_seconds`` the duration (``None``: no limit). The duration is checked on the header before
-    decoding, and decoding stops as soon as more than ``max_seconds`` came out, so a small file that expands to
-    hours of audio costs at most ``max_seconds`` of mono float32. Raises ``AudioError`` if the file is missing,
-    empty, too big, too long, not decodable, has an unsupported rate or channel count, holds no samples, or holds
-    NaN/inf samples.
+    Any container/codec libsndfile supports (WAV, FLAC -- streamed ones with no stated length too --, OGG/Vorbis,
+    Opus, MP3 with libsndfile >= 1.1, ...); M4A/MP4 (AAC, ALAC), WebM/Matroska (Opus, Vorbis) and raw ADTS AAC, which
+    libsndfile lacks, through FFmpeg (PyAV; an ``AudioError`` says to install it when it is missing). Any rate from 8
+    to 192 kHz, with 1 to ``MAX_CHANNELS`` channels (averaged to mono). ``max_bytes`` bounds the encoded size,
+    ``max_seconds`` the duration (``None``: no limit). The duration is checked on the header before decoding, and
+    decoding stops as soon as more than ``max_seconds`` came out, so a small file that expands to hours of audio costs
+    at most ``max_seconds`` of mono float32. Raises ``AudioError`` if the file is missing, empty, too big, too long,
+    not decodable, has an unsupported rate or channel count, holds no samples, or holds NaN/inf samples.
     """
-    if int(target_sr) <= 0:
-        raise ValueError(f"target_sr must be positive, got {target_sr}")
     if max_seconds is not None and not (max_seconds > 0 and math.isfinite(max_seconds)):
         raise ValueError(f"max_seconds must be positive and finite, or None; got {max_seconds}")
     what = _describe(source)
     readable = _open_source(source, max_bytes)
     try:
-        with sf.SoundFile(readable) as f:
-            mono, sample_rate = _decode(f, what, max_seconds)
+        with _ForwardReader(readable) as f:
+            return _decode(f, what, max_seconds)
     except AudioError:
         raise
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as err:
-        reason = getattr(err, "error_string", None) or str(err)  # libsndfile's reason, without the object repr
-        raise AudioError(
-            f"cannot decode {what}: not a supported audio format, or the file is corrupt ({reason})"
-        ) from err
+        container = _ffmpeg_container(readable)
+        if container is None:
+            reason = getattr(err, "error_string", None) or str(err)  # libsndfile's reason, without the object repr
+            raise AudioError(
+                f"cannot decode {what}: not a supported audio format, or the file is corrupt ({reason})"
+            ) from err
+    return _decode_ffmpeg(readable, *container, what, max_seconds)
+
+
+def load_audio(source: AudioSource, target_sr: int, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
+               max_seconds: float | None = None) -> torch.Tensor:
+    """Decode ``source`` to mono float32 at ``target_sr``. Returns ``[samples]``.
+
+    ``decode_audio`` (which formats, which limits, which errors), then resampled to ``target_sr`` with soxr.
+    """
+    if int(target_sr) <= 0:
+        raise ValueError(f"target_sr must be positive, got {target_sr}")
+    mono, sample_rate = decode_audio(source, max_bytes, max_seconds=max_seconds)
     return resample(torch.from_numpy(mono), sample_rate, int(target_sr))
 
 

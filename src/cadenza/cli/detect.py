@@ -17,7 +17,8 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``detect`` to the ``cadenza`` sub-commands (``subparsers`` from ``add_subparsers``)."""
     p = subparsers.add_parser("detect", help="look for Cadenza's provenance watermark in an audio file "
                               "(docs/provenance.md)")
-    p.add_argument("file", help="audio file (WAV, FLAC, OGG/Opus, MP3, ...; any rate; at least 0.5 s)")
+    p.add_argument("file", help="audio file (WAV, FLAC, OGG/Opus, MP3, M4A/AAC, WebM, ...: any the server "
+                   "writes or takes as a voice; any rate; at least 0.5 s)")
     p.add_argument("--key-file", help="the operator's key file (default: Cadenza's public key, which proves only "
                    "'made with Cadenza', not who made it)")
     p.add_argument("--threshold", type=float, help="score needed for found (default: the documented one)")

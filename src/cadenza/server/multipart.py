@@ -14,8 +14,7 @@ from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from cadenza.errors import AudioError
-from cadenza.server.encoding import decode_with_av
+from cadenza.audio.io import decode_audio
 from cadenza.server.errors import APIError
 from cadenza.voices.validation import decode_prompt
 
@@ -108,12 +107,8 @@ async def read_audio_file(form: FormData, fields: tuple[str, ...], limit: int) -
 
 def decode_upload(data: bytes, max_bytes: int, max_seconds: float, **wording) -> tuple[torch.Tensor, int]:
     """Blocking: an uploaded recording -> validated mono float32 ``[N]`` and its rate (``decode_prompt``'s checks:
-    at most ``max_seconds``, not silent, not too short), read by libsndfile or, for what it lacks (m4a, WebM), FFmpeg.
-    Raises ``AudioError`` naming what is wrong (``wording``: ``what`` and ``shorten``, as ``decode_prompt``'s)."""
-    try:
-        return decode_prompt(data, max_bytes, max_seconds=max_seconds, **wording)
-    except AudioError as exc:
-        if "cannot decode" not in str(exc):
-            raise
-    samples, rate = decode_with_av(data, max_seconds)
+    at most ``max_seconds``, not silent, not too short). Decoded at its own rate by ``decode_audio``, the one decode
+    path of every audio reader (libsndfile or, for what it lacks -- m4a, WebM, AAC --, FFmpeg). Raises
+    ``AudioError`` naming what is wrong (``wording``: ``what`` and ``shorten``, as ``decode_prompt``'s)."""
+    samples, rate = decode_audio(data, max_bytes, max_seconds=max_seconds)
     return decode_prompt((samples, rate), max_seconds=max_seconds, **wording)

@@ -36,7 +36,9 @@ async def detect(request: Request) -> JSONResponse:
         watermark = Watermark(DEFAULT_KEY, state.default.sample_rate)
 
     def run():
-        audio = load_audio(data, 16000, max_seconds=MAX_DETECT_SECONDS).numpy()
+        # load_audio: the decode path of every audio reader, so detect reads what the voice endpoints read (and the
+        # server's own outputs: a streamed FLAC that states no length, AAC).
+        audio = load_audio(data, 16000, state.config.max_upload_bytes, max_seconds=MAX_DETECT_SECONDS).numpy()
         return watermark.detect(audio, 16000)
 
     try:
