@@ -163,6 +163,8 @@ def test_the_python_api_takes_m4a_and_webm_prompts(speech_m4a_webm):
         assert sr == 24_000 and abs(wav.numel() / sr - 4.0) < 0.1, path
         prompt, rate = decode_prompt(path.read_bytes())  # the voice store's reader (`cadenza voices add`)
         assert abs(prompt.numel() / rate - 4.0) < 0.1, path
+    small = _av_encode("ipod", "aac", _tone(2.0, 16_000), 16_000)  # stored at its own rate, not raised to 48 kHz
+    assert decode_prompt(small)[1] == 16_000
     with cadenza.load() as tts:
         voice = tts.voice_from_audio(str(speech_m4a_webm["en.m4a"]))
         assert voice is not None

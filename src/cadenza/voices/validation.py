@@ -11,10 +11,9 @@ import re
 import unicodedata
 
 import numpy as np
-import soundfile as sf
 import torch
 
-from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, load_audio, save_wav
+from cadenza.audio.io import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, decode_audio, save_wav
 from cadenza.audio.prompt import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, mono_samples, validate_prompt_audio
 from cadenza.errors import AudioError, InputError, UnknownSpeakerError
 
@@ -108,31 +107,23 @@ def decode_prompt(audio: PromptInput, max_bytes: int = DEFAULT_MAX_AUDIO_BYTES,
                   ) -> tuple[torch.Tensor, int]:
     """Encoded audio bytes or ``(samples, sample_rate)`` -> validated mono float32 ``[N]`` at <= 48 kHz, rate.
 
-    Encoded audio is never decoded past ``max_seconds`` (``load_audio`` checks the header, then stops decoding at the
-    limit), so a small file that expands to hours of audio is refused at the cost of ``max_seconds`` of audio.
-    Raises ``AudioError`` for anything ``load_audio``/``validate_prompt_audio`` reject (undecodable, too big,
+    Encoded audio is never decoded past ``max_seconds`` (``decode_audio`` checks the header, then stops decoding at
+    the limit), so a small file that expands to hours of audio is refused at the cost of ``max_seconds`` of audio.
+    Raises ``AudioError`` for anything ``decode_audio``/``validate_prompt_audio`` reject (undecodable, too big,
     too short or long, silent, NaN); ``what`` and ``shorten`` word them (``validate_prompt_audio``).
     """
     if isinstance(audio, tuple):
         if len(audio) != 2:
             raise AudioError("prompt audio as a tuple must be (samples, sample_rate)")
         wav, sr = _from_array(*audio)
-        if sr > MAX_STORED_RATE:
-            from cadenza.audio.resample import resample
-
-            wav, sr = resample(wav, sr, MAX_STORED_RATE), MAX_STORED_RATE
-    elif isinstance(audio, (bytes, bytearray, memoryview)):
-        data = bytes(audio)
-        native = MAX_STORED_RATE  # undecodable or too big: load_audio below raises the specific error
-        if max_bytes is None or len(data) <= max_bytes:  # header only: cheap, and never on an oversized upload
-            try:
-                native = sf.info(io.BytesIO(data)).samplerate
-            except (sf.LibsndfileError, RuntimeError, ValueError, TypeError):
-                pass
-        sr = min(max(int(native), MIN_SAMPLE_RATE), MAX_STORED_RATE)
-        wav = load_audio(data, sr, max_bytes=max_bytes, max_seconds=max_seconds)
+    elif isinstance(audio, (bytes, bytearray, memoryview)):  # at its own rate, any format decode_audio reads
+        wav, sr = _from_array(*decode_audio(bytes(audio), max_bytes, max_seconds=max_seconds))
     else:
         raise AudioError(f"prompt audio must be encoded bytes or (samples, sample_rate), not {type(audio).__name__}")
+    if sr > MAX_STORED_RATE:
+        from cadenza.audio.resample import resample
+
+        wav, sr = resample(wav, sr, MAX_STORED_RATE), MAX_STORED_RATE
     validate_prompt_audio(wav, sr, min_seconds=min_seconds, max_seconds=max_seconds, what=what, shorten=shorten)
     return wav, sr
 
