@@ -112,7 +112,9 @@ def test_an_openai_voice_name_needs_a_default_voice_or_a_saved_voice_of_that_nam
      ({"audio": wav_bytes(np.zeros(PROMPT_SR * 2, np.float32))}, 400, "audio"),
      ({"audio": wav_bytes(tone(0.2))}, 400, "audio"), ({"audio": b"RIFF\x00\x00 not audio at all"}, 400, "audio"),
      ({"audio": wav_bytes(tone(31.0, sr=2000), sr=2000)}, 400, "audio"),  # 2 kHz: below the supported rates
-     ({"audio": wav_bytes(tone(3.0, sr=48000), sr=48000)}, 413, "audio")],  # 288 kB > 200 kB
+     ({"audio": wav_bytes(tone(3.0, sr=48000), sr=48000)}, 413, "audio"),  # 288 kB > 200 kB
+     # a misspelt field was silently ignored (a zero-shot voice saved without its transcript, audio not kept)
+     ({"transcription": "Just by listening."}, 400, "transcription"), ({"keepaudio": "true"}, 400, "keepaudio")],
 )
 def test_bad_uploads(live, kwargs, status, param):
     before = live.client.get("/v1/audio/voices").json()
@@ -124,6 +126,10 @@ def test_bad_uploads(live, kwargs, status, param):
 
 def test_upload_form_problems(live):
     c = live.client
+    # a field given twice: which one counts would be a guess (the last name silently won)
+    files = {"audio": ("v.wav", wav_bytes(tone(1.5)), "audio/wav")}
+    twice = c.post("/v1/audio/voices", files=files, data={"name": ["t13", "t13b"], "consent": CONSENT})
+    assert "'name' is given 2 times" in _error(twice, 400, "name")["message"]
     # Only multipart carries a file; a urlencoded form (what any web page can post) is refused outright.
     assert _error(c.post("/v1/audio/voices", json={"name": "x"}), 415)["code"] == "unsupported_media_type"
     _error(c.post("/v1/audio/voices", data={"name": "x", "consent": CONSENT}), 415)

@@ -117,7 +117,7 @@ def _register(state: ServerState, served: ServedModel, name: str, config_data: b
 @router.post(PATH, status_code=201)
 async def upload_lora(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    form = await read_form(request, max_files=2, max_fields=4, not_multipart="send the adapter as multipart/form-data "
+    form = await read_form(request, fields=("name", "model", "config", "weights"), max_files=2, not_multipart="send the adapter as multipart/form-data "
                            "with fields name, config and weights (and model)")
     try:
         name = _text(form, "name")

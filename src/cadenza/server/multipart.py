@@ -40,14 +40,17 @@ class StrictMultiPartParser(MultiPartParser):
         super().on_part_end()
 
 
-async def read_form(request: Request, *, max_files: int, max_fields: int, not_multipart: str) -> FormData:
-    """The request's multipart form. 415 with the message ``not_multipart`` (what to send) when the body is not
-    multipart/form-data; 400 ``invalid_form`` when it does not parse (no boundary, too many files or fields, no
-    closing boundary), 400 ``invalid_encoding`` for a text field in another encoding; the body-size limit's 413
-    passes through. The caller closes the form (its files are spooled to disk past 1 MB)."""
+async def read_form(request: Request, *, fields: tuple[str, ...], max_files: int, not_multipart: str) -> FormData:
+    """The request's multipart form of the endpoint's ``fields``. 415 with the message ``not_multipart`` (what to
+    send) when the body is not multipart/form-data; 400 ``invalid_form`` when it does not parse (no boundary, too many
+    files or fields, no closing boundary), 400 ``invalid_encoding`` for a text field in another encoding, 400
+    naming a field the endpoint does not take (a misspelt ``transcript`` would silently be no transcript) or one
+    given twice (which one counts would be a guess); the body-size limit's 413 passes through. The caller closes the
+    form (its files are spooled to disk past 1 MB)."""
     if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         raise APIError(415, not_multipart, code="unsupported_media_type")
-    parser = StrictMultiPartParser(request.headers, request.stream(), max_files=max_files, max_fields=max_fields)
+    parser = StrictMultiPartParser(request.headers, request.stream(), max_files=max_files,
+                                   max_fields=len(fields) + 2)  # room to name a stray or doubled field
     try:
         form = await parser.parse()
     except APIError:
@@ -62,6 +65,16 @@ async def read_form(request: Request, *, max_files: int, max_fields: int, not_mu
         await form.close()
         raise APIError(400, "the multipart form ends before its closing boundary (a truncated upload?)",
                        code="invalid_form")
+    given = [name for name, _ in form.multi_items()]
+    unknown = next((name for name in given if name not in fields), None)
+    twice = next((name for name in given if given.count(name) > 1), None)
+    if unknown is not None or twice is not None:
+        await form.close()
+        if unknown is not None:
+            raise APIError(400, f"unknown form field {unknown[:64]!r}; the fields are {', '.join(fields)}",
+                           param=unknown[:64], code="unknown_parameter")
+        raise APIError(400, f"form field {twice[:64]!r} is given {given.count(twice)} times: give it once",
+                       param=twice[:64], code="invalid_value")
     return form
 
 

@@ -24,7 +24,7 @@ MAX_DETECT_SECONDS = 600.0
 @router.post("/v1/audio/detect")
 async def detect(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    form = await read_form(request, max_files=1, max_fields=2,
+    form = await read_form(request, fields=("audio",), max_files=1,
                            not_multipart="send the audio as multipart/form-data (file field 'audio')")
     try:
         data = await read_audio_file(form, ("audio",), state.config.max_upload_bytes)

@@ -24,6 +24,8 @@ from cadenza.voices import VoiceRecord
 
 router = APIRouter()
 AUDIO_FIELDS = ("audio", "audio_sample", "file")
+VOICE_FIELDS = (*AUDIO_FIELDS, "name", "consent", "transcript", "model", "cloning", "declared_by", "keep_audio",
+                "audio_retention_days")
 
 
 def _public(record: VoiceRecord) -> dict:
@@ -82,7 +84,7 @@ def _retention(form) -> tuple[bool, float | None]:
 @router.post("/v1/audio/voices", status_code=201)
 async def create_voice(request: Request) -> JSONResponse:
     state: ServerState = request.app.state.cadenza
-    form = await read_form(request, max_files=1, max_fields=12, not_multipart="send the voice as multipart/form-data "
+    form = await read_form(request, fields=VOICE_FIELDS, max_files=1, not_multipart="send the voice as multipart/form-data "
                            "with fields audio, name, consent and optional transcript")
     try:
         data = await read_audio_file(form, AUDIO_FIELDS, state.config.max_upload_bytes)
