@@ -20,6 +20,7 @@ CASES = [
     ("> A quote\n---\nAfter it.", "A quote\n\nAfter it."),
     ("Hello **world**, how are *you*?", "Hello world, how are you?"),
     ("2*3*4 and snake_case_name and a * b and ~5 and -5", "2*3*4 and snake_case_name and a * b and ~5 and -5"),
+    ("> A quote\n>5 years\n- >=3 GB", "A quote\n>5 years\n>=3 GB"),  # ">" before a digit or "=": a comparison
 ]
 
 

@@ -143,6 +143,28 @@ EN = [
     ("We met on the 5th of May.", "We met on the fifth of May."),
     ("Due on 12/25.", "Due on December twenty-fifth."),
     ("Jan 2020 was cold.", "January twenty twenty was cold."),
+    # emergency and service numbers where they are dialled; elsewhere a number
+    ("Call 911 now.", "Call nine one one now."),
+    ("In an emergency, dial 999 or 112.", "In an emergency, dial nine nine nine or one one two."),
+    ("Make a 911 call.", "Make a nine one one call."),
+    ("There were 911 entries.", "There were nine hundred eleven entries."),
+    # the 24-hour clock's hour 00
+    ("The train leaves at 00:00.", "The train leaves at zero zero hundred."),
+    ("The train leaves at 00:30.", "The train leaves at zero zero thirty."),
+    ("Open from 0:00 am.", "Open from twelve AM."),
+    ("It costs $.50 each.", "It costs fifty cents each."),
+    ("The balance is $-5.", "The balance is minus five dollars."),
+    ("Due 1 Jan.", "Due the first of January."),
+    ("It opened on 1 Jan 2024.", "It opened on the first of January, twenty twenty-four."),
+    ("3-2-1 go!", "three two one go!"),
+    ("They played 4-4-2.", "They played four four two."),
+    ("Call 1-800-FLOWERS today.", "Call one eight hundred FLOWERS today."),
+    ("Call 1-800-555-0199.", "Call one, eight hundred, five five five, zero one nine nine."),
+    ("Now 2^10 is 1024.", "Now two to the power of ten is one thousand twenty-four."),
+    ("Area is x^2, volume x^3, decay 10^-3.", "Area is x squared, volume x cubed, decay ten to the power of minus three."),
+    ("\U0001d407\U0001d41e\U0001d425\U0001d425\U0001d428 \U0001d7d0 you", "Hello two you"),  # mathematical bold
+    ("It is >5 degrees.", "It is greater than five degrees."),
+    ("Only if x < 10 and y > 3.", "Only if x less than ten and y greater than three."),
 ]
 
 ZH = [
@@ -222,6 +244,9 @@ ZH = [
     ("价格：12.5元（含税）", "价格：十二点五元（含税）"),
     ("写300-1000字。", "写三百到一千字。"),
     ("学号2021001。", "学号二零二幺零零幺。"),
+    ("价格>100元。", "价格大于一百元。"),
+    ("3-2-1发射！", "三二一发射！"),
+    ("2^10是1024。", "二的十次方是一千零二十四。"),
     ("收入$5万。", "收入五万美元。"),
 ]
 

@@ -364,7 +364,7 @@ class Cadenza:
         speed = check_speed(speed)
         voice, mode, lm_text, lm_speech = self._voice(prompt_wav, prompt_text, prompt_text_ids, instruct, speaker)
         stream = cosyvoice2_text_stream(self.engine, self.segments, voice, mode, lm_text, lm_speech, seed, speed)
-        feed_in_background(pieces, stream, is_speakable)
+        feed_in_background(pieces, stream, self.speakable)
         return iter(stream)
 
     def convert_voice(self, source_wav: PromptAudio, prompt_wav: PromptAudio | None = None, seed: int | None = None,
@@ -422,8 +422,8 @@ class Cadenza:
         return CosyVoice2Prompts(self, store, cache_size)
 
     def speakable(self, text: str) -> bool:
-        """Whether ``text`` has something to speak (not only punctuation, symbols or spaces)."""
-        return is_speakable(text)
+        """Whether ``text`` has something to speak (not only marks, spaces or tags the model cannot perform)."""
+        return self.engine.frontend.speakable(text)
 
     def _conditioning(self, voice: Voice | None, instructions: str | None):
         """(prompt, mode, LM prompt text, LM prompt speech) of a resolved voice, as ``_voice`` resolves a speaker;

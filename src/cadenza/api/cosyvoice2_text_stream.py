@@ -13,7 +13,6 @@ from collections.abc import Callable
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.text_stream import SentenceTextStream, TokenTextStream
-from cadenza.models.cosyvoice2.frontend import is_speakable
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 
 
@@ -28,7 +27,7 @@ def cosyvoice2_text_stream(engine: CosyVoice2Engine, segments: Callable[[str], l
         return TokenTextStream(engine.stream_bistream(request), engine.frontend.text_stream_encoder())
 
     def make(text: str, index: int) -> list[SynthesisRequest]:
-        if not is_speakable(text):
+        if not engine.frontend.speakable(text):
             return []
         first = None if seed is None else seed + 1000 * index
         return [engine.build(text_ids=engine.frontend.text_ids(segment), voice=voice, mode=mode,

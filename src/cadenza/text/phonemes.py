@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cadenza.errors import CheckpointError, InputError, MissingDependencyError, TextError
 from cadenza.text.lexicon import PHONEME_SPAN, Lexicon, check_phonemes
+from cadenza.text.qwen_tokenizer import COSYVOICE2_SPECIAL_TOKENS, ENDOFTEXT
 
 PHONEMES_FILE = "phonemes.json"
 # Clause punctuation kept as symbols (espeak-ng's own clause terminators): a pause the model can learn.
@@ -195,6 +196,7 @@ class PhonemeTokenizer:
     def _read(self, out: list[str], text: str) -> None:
         """Append the phonemes of ``text`` (a piece next to phoneme spans) to ``out``: clause punctuation right
         after a span stays (espeak drops a clause with no words), a word space where the text has one."""
+        text = drop_tags(text)
         lead = _CLAUSE.match(text.lstrip())
         if lead and out:
             out.append(lead.group()[0])
@@ -306,6 +308,32 @@ def check_latin_letters(text: str, language: str) -> None:
 # Emoji and pictographs (with their joiners, variation selectors, keycaps, skin tones and flag tags): espeak-ng reads
 # each by its name ("Done ✅" -> "done white heavy check mark"), which no reader of the text would say.
 _EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0E\uFE0F\u200D\u20E3\U000E0020-\U000E007F]+ ?")
+
+
+# Markup a phoneme model cannot perform and espeak-ng would read as words ("<strong>" -> "strong", "</b>" -> "slash
+# b"): CosyVoice 2's special tokens and instruct tags, any other <|...|> token (phoneme spans <|ph:...|> are taken
+# out before this runs), and HTML/XML tags (<b>, </i>, <br/>, <span class="x">; <strong>, <laughter>).
+_UNSPOKEN_TAG = re.compile(
+    "|".join(re.escape(t) for t in sorted((*COSYVOICE2_SPECIAL_TOKENS, ENDOFTEXT), key=len, reverse=True))
+    + r"|<\|[^|\n]*\|>"
+    + r"|</?[A-Za-z][A-Za-z0-9_-]*(?:\s+[A-Za-z_:][\w:.-]*(?:\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s\"'<>=]+))?)*\s*/?>"
+)
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+def drop_tags(text: str) -> str:
+    """``text`` without the markup a phoneme model cannot perform (its words stay): ``"Hello <strong>there</strong>."``
+    -> ``"Hello there."``, ``"Hello [laughter] there."`` -> ``"Hello there."``, ``"Hello<|endoftext|>world"`` ->
+    ``"Hello world"`` (a tag between two letters or digits leaves a space). Unknown ``[word]`` tags stay words."""
+    if "<" not in text and "[" not in text:
+        return text
+
+    def gap(m: re.Match) -> str:
+        before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
+        return " " if before.isalnum() and after.isalnum() else ""
+
+    dropped = _UNSPOKEN_TAG.sub(gap, text)
+    return _SPACES.sub(" ", dropped) if dropped != text else text
 
 
 def drop_emoji(text: str) -> str:

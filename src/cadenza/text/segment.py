@@ -13,7 +13,8 @@ even sizes, and cheap cuts preferred (cost = squared unused fraction of the budg
 that grows from sentence to clause to space to character, plus a smaller one for each paragraph break a segment
 spans, so paragraphs stay apart unless joining them evens the sizes out). Segments are exact slices of the input with the
 whitespace at the cut removed — no character is added, dropped or changed — except that a segment made only of
-punctuation and symbols (possible only under a tiny budget) is dropped. A single unsplittable atom longer than the
+punctuation and symbols (possible only under a tiny budget), or one the given counter reads as no tokens (a phoneme
+model's counter: markup alone, ``[laughter]``), is dropped. A single unsplittable atom longer than the
 budget (a very long tag) becomes its own, over-budget segment; a number, URL or abbreviation that does not fit the
 budget on its own is cut like ordinary text (the budget wins over keeping it whole).
 """
@@ -262,7 +263,9 @@ def split_text(
     else:
         units = splitter.pieces(0, len(text), SENTENCE)
     segments = [text[a:b].strip() for a, b in splitter.pack(units, one_sentence)]
-    return [s for s in segments if s and not _only_punctuation(s)]
+    segments = [s for s in segments if s and not _only_punctuation(s)]
+    # A segment the model's counter reads as nothing (a phoneme model: markup alone, "[laughter]") is not spoken.
+    return segments if count_tokens is None else [s for s in segments if splitter.count(s) > 0]
 
 
 _FINAL_MARKS = "。！？；…"  # a sentence end nothing that follows can undo (unlike "." before "14" in "3.14")

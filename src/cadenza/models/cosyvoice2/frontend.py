@@ -28,7 +28,7 @@ from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.loader import QWEN_DIR, CosyVoice2Files
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
 from cadenza.text.markdown_stream import MarkdownStream
-from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer
+from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer, drop_tags
 from cadenza.text.qwen_tokenizer import ENDOFPROMPT, CosyVoice2Tokenizer
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,12 @@ class CosyVoice2Frontend:
                     raise CheckpointError(f"cannot build the text tokenizer from {self.files.tokenizer_dir}: "
                                           f"{type(exc).__name__}: {exc}") from exc
             return self._tokenizer
+
+    def speakable(self, text: str) -> bool:
+        """``is_speakable`` for this model: a phoneme model drops the tags it cannot perform (``[laughter]``,
+        ``<strong>``: ``drop_tags``), so a text of only tags has nothing to speak there and is skipped where a text
+        stream or an SSML run meets it, instead of failing as a segment with no ids."""
+        return is_speakable(drop_tags(text) if self.reads_phonemes else text)
 
     @property
     def reads_phonemes(self) -> bool:

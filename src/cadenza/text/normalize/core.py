@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 
 from cadenza.errors import InputError, TextError
-from cadenza.text.normalize import abbreviations, en, zh
+from cadenza.text.normalize import abbreviations, en, operators, zh
 from cadenza.text.normalize import en_numbers as en_num
 from cadenza.text.normalize import zh_numbers as zh_num
 from cadenza.text.normalize.cleanup import clean
@@ -32,6 +32,8 @@ RENDERERS: dict[str, tuple[Renderer, Renderer | None]] = {
     "time": (en.time, zh.time),
     "time_ap": (en.time_ap, zh.time_ap),
     "phone": (en.phone, zh.phone),
+    "vanity": (en.vanity, None),
+    "dashed": (en.dashed, zh.dashed),
     "money_sym": (en.money_sym, zh.money_sym),
     "money_code": (en.money_code, zh.money_code),
     "money_suffix": (en.money_suffix, zh.money_suffix),
@@ -56,12 +58,15 @@ RENDERERS: dict[str, tuple[Renderer, Renderer | None]] = {
     "abbr": (abbreviations.render_abbr, None),
     "amp": (en.amp, zh.amp),
     "math_sym": (en.math_sym, zh.math_sym),
+    "compare": (operators.compare_en, operators.compare_zh),
+    "power": (operators.power_en, operators.power_zh),
     "number": (en.number, zh.number),
     "point": (en.point, zh.point),
 }
 assert set(RENDERERS) == set(KINDS), "every entity kind needs a renderer"
 
 _LATIN_OR_DIGIT = re.compile(f"[{LATIN}0-9]")
+_DIGIT = re.compile("[0-9]")
 
 
 def _fallback(text: str, lang: str) -> str:
@@ -85,10 +90,12 @@ def _render_plain(seg: str, offset: int, lang: str | None, index: ScriptIndex | 
         else:
             use = index.nearest(offset + start, offset + end)
         reading = (en_fn if use == "en" else zh_fn)(m)
+        # Not this kind after all and nothing to read ("<" that is no comparison): left as written, spaces too.
+        as_written = reading is None and not _DIGIT.search(m.group())
         if reading is None:
             reading = _fallback(m.group(), use)
         gap = seg[pos:start]  # empty if the previous entity swallowed a space (no entity starts with one)
-        if use == "zh" and gap.endswith(" ") and is_han(gap[-2] if len(gap) > 1 else last):
+        if use == "zh" and not as_written and gap.endswith(" ") and is_han(gap[-2] if len(gap) > 1 else last):
             gap = gap[:-1]  # 买了 3 本 -> 买了三本
         if gap:
             out.append(gap)
@@ -99,7 +106,7 @@ def _render_plain(seg: str, offset: int, lang: str | None, index: ScriptIndex | 
             if end < len(seg) and _LATIN_OR_DIGIT.match(seg[end]) and reading[-1:].isalnum():
                 reading += " "  # 42B -> forty-two B
         pos = end
-        if use == "zh" and seg[end : end + 1] == " " and is_han(seg[end + 1 : end + 2]):
+        if use == "zh" and not as_written and seg[end : end + 1] == " " and is_han(seg[end + 1 : end + 2]):
             pos = end + 1
         if reading:
             out.append(reading)

@@ -26,6 +26,17 @@ _THE_BEFORE = re.compile(r"\b[Tt]he\s+\Z")
 _DATE_CUE = re.compile(r"\b(?:on|by|until|till|before|after|since|from|due|[Dd]ated?)\s+\Z")
 _SENTENCE_START = re.compile(r"(?:\A|[.!?]\s+|\n\s*)\Z")
 _SENTENCE_FOLLOWS = re.compile(r"\s*\Z|\s*\n|\s+[A-Z]")
+# Emergency and service numbers, read digit by digit where they are dialled (after a word of calling, or before
+# "call", "operator" ...): 911, 999, 112, 000, 111, 988 and the N11 codes. Elsewhere they are numbers (911 people).
+_SERVICE_NUMBERS = frozenset({"911", "999", "112", "000", "111", "988", "211", "311", "411", "511", "611", "711",
+                              "811"})
+_DIAL_BEFORE = re.compile(
+    r"\b(?:call(?:s|ed|ing)?|dial(?:s|ed|led|ing|ling)?|phon(?:e|es|ed|ing)|ring(?:s|ing)?|rang|text(?:s|ed|ing)?)"
+    r"\s+(?:[0-9]{3}(?:,\s*|\s+or\s+))*\Z",  # "call 911, 112 or 999"
+    re.IGNORECASE,
+)
+_DIAL_AFTER = re.compile(r"[ -](?:call(?:s|ed|er|ers|ing)?|operators?|dispatch(?:ers?)?|hotline|emergency)\b",
+                         re.IGNORECASE)
 _VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅖": (2, 5), "⅗": (3, 5),
            "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8)}
 
@@ -79,7 +90,7 @@ def date_dmn(m: re.Match) -> str | None:
     if not 1 <= day <= 31:
         return None
     the = "" if _THE_BEFORE.search(m.string, max(0, m.start() - 8), m.start()) else "the "  # "the 5th of May"
-    text = the + num.ordinal(day) + " of " + m.group("dm_mon")
+    text = the + num.ordinal(day) + " of " + MONTHS[_MONTH_INDEX[m.group("dm_mon")[:3]] - 1]
     return text + ", " + num.year(int(m.group("dm_year"))) if m.group("dm_year") else text
 
 
@@ -97,15 +108,18 @@ def _ampm(m: re.Match, group: str) -> str:
 def time(m: re.Match) -> str:
     h, mi, sec = int(m.group("t_h")), int(m.group("t_m")), m.group("t_s")
     ap = _ampm(m, "t_ap")
+    # The 24-hour clock's hour "00" is said "zero zero" (00:00 -> zero zero hundred, 00:30 -> zero zero thirty);
+    # with AM/PM the hour 0 is twelve.
+    hour = "twelve" if ap and h == 0 else "zero zero" if m.group("t_h") == "00" else num.cardinal(h)
     if mi == 0:
         if ap:
-            text = num.cardinal(h)
+            text = hour
         elif 1 <= h <= 12:
-            text = num.cardinal(h) + " o'clock"
+            text = hour + " o'clock"
         else:
-            text = num.cardinal(h) + " hundred"
+            text = hour + " hundred"
     else:
-        text = num.cardinal(h) + " " + ("oh " + num.ONES[mi] if mi < 10 else num.cardinal(mi))
+        text = hour + " " + ("oh " + num.ONES[mi] if mi < 10 else num.cardinal(mi))
     if sec:
         s = int(sec)
         text += " and " + num.cardinal(s) + (" second" if s == 1 else " seconds")
@@ -132,7 +146,23 @@ def phone(m: re.Match) -> str:
     if bounds:
         return num.cardinal(bounds[0]) + " to " + num.cardinal(bounds[1])
     groups = re.findall(r"\+|[0-9]+", m.group())
-    return ", ".join("plus" if g == "+" else num.digits(g) for g in groups).replace("plus, ", "plus ")
+    words = ["plus" if g == "+" else num.digits(g) for g in groups]
+    area = groups.index("1") + 1 if groups[:1] == ["1"] or groups[:2] == ["+", "1"] else 0
+    if len(groups) - area >= 3 and groups[area] == "800":
+        words[area] = "eight hundred"  # 1-800-555-0199: one, eight hundred, ... (as it is said)
+    return ", ".join(words).replace("plus, ", "plus ")
+
+
+def vanity(m: re.Match) -> str:
+    """``1-800-FLOWERS`` -> one eight hundred FLOWERS (the words as written, read as words)."""
+    area = m.group("vn_area")
+    head = ("one " if m.group("vn_one") else "") + ("eight hundred" if area == "800" else num.digits(area))
+    return head + " " + m.group("vn_word").replace("-", " ")
+
+
+def dashed(m: re.Match) -> str:
+    """``3-2-1`` -> three two one, ``4-4-2`` -> four four two: a countdown, a formation, not a range."""
+    return " ".join(num.cardinal(n) for n in m.group("dd").split("-"))
 
 
 def scaled(int_part: str, frac: str | None, power: int) -> tuple[str, str | None]:
@@ -170,12 +200,21 @@ def money(cur: Currency, sign: str | None, int_part: str, frac: str | None, scal
     return prefix + num.number(int_part, frac) + " " + (cur.en if _is_one(int_part, frac) else cur.en_plural)
 
 
+def money_parts(m: re.Match) -> tuple[str | None, str, str | None]:
+    """(sign, whole part, fraction) of a ``money_sym`` match: ``-$5`` and ``$-5`` alike, ``$.50`` has no whole."""
+    sign = m.group("mo_sign") or m.group("mo_sign2")
+    if m.group("mo_cents") is not None:
+        return sign, "0", m.group("mo_cents")
+    return sign, m.group("mo_i"), m.group("mo_f")
+
+
 def money_sym(m: re.Match) -> str:
     cur = CURRENCY_SYMBOLS[m.group("mo_cur")][0]
+    sign, int_part, frac = money_parts(m)
     if m.group("mo2_i"):  # $10-20: one currency name at the end
-        low = _sign(m.group("mo_sign")) + _amount(m.group("mo_i"), m.group("mo_f"), m.group("mo_sc"))
+        low = _sign(sign) + _amount(int_part, frac, m.group("mo_sc"))
         return low + " to " + money(cur, None, m.group("mo2_i"), m.group("mo2_f"), m.group("mo_sc2"))
-    return money(cur, m.group("mo_sign"), m.group("mo_i"), m.group("mo_f"), m.group("mo_sc"))
+    return money(cur, sign, int_part, frac, m.group("mo_sc"))
 
 
 def money_code(m: re.Match) -> str:
@@ -337,10 +376,20 @@ def _is_year(m: re.Match, int_part: str) -> bool:
     )
 
 
+def _is_dialled(m: re.Match, int_part: str) -> bool:
+    """An emergency or service number where it is dialled: ``call 911``, ``dial 999``, ``a 112 call``."""
+    if int_part not in _SERVICE_NUMBERS or m.group("n_f") or m.group("n_sign"):
+        return False
+    before = _DIAL_BEFORE.search(m.string, max(0, m.start() - 24), m.start())
+    return bool(before or _DIAL_AFTER.match(m.string, m.end()))
+
+
 def number(m: re.Match) -> str:
     int_part, frac = m.group("n_i"), m.group("n_f")
     if _is_year(m, int_part):
         return num.year(int(int_part))
+    if _is_dialled(m, int_part):
+        return num.digits(int_part)  # call 911 -> call nine one one
     if not frac and len(int_part) > 1 and int_part[0] == "0":
         return num.digits(int_part)  # 007, zip codes
     return _sign(m.group("n_sign")) + num.number(int_part, frac)

@@ -8,8 +8,8 @@ was read by espeak-ng (and so by the built-in model) as "asterisk asterisk impor
   more ``*`` left without a partner;
 * inline code backticks (the code's text stays) and code-fence lines (```` ``` ```` / ``~~~``, with their language);
 * links and images: ``[words](url)`` and ``![alt](url)`` read as ``words`` / ``alt``;
-* at the start of a line: heading marks (``## Title``), block quotes (``>``), bullets (``-``, ``*``, ``+``, ``•``)
-  and horizontal rules (``---``, ``***``).
+* at the start of a line: heading marks (``## Title``), block quotes (``>``; not ``>`` right before a digit or
+  ``=``, a comparison: ``>5 years``), bullets (``-``, ``*``, ``+``, ``•``) and horizontal rules (``---``, ``***``).
 
 Numbered list items (``1. Buy milk``) keep their number. Tables are left as they are.
 """
@@ -24,11 +24,12 @@ _SPAN = 400
 # What a line starts with or is, shared with the streamed filter (markdown_stream.py), which reads a line at a time.
 FENCE_START = r" ?(?:```|~~~)"
 RULE_LINE = r" ?([-*_])(?: ?\1){2,} ?"
-LINE_MARK = r" ?(?:#{1,6} +|(?:> ?)+|[-*+•] +)"
+# A ">" right before a digit or "=" is a comparison (">5 years", "- >=3 GB"), not a block quote.
+LINE_MARK = r" ?(?:#{1,6} +|(?:>(?![0-9=]) ?)+|[-*+•] +)"
 _FENCE = re.compile(rf"^{FENCE_START}[^\n]*$", re.M)
 _RULE = re.compile(rf"^{RULE_LINE}$", re.M)
 _HEADING = re.compile(r"^ ?#{1,6} +([^\n]*?)(?: +#+)? *$", re.M)
-_QUOTE = re.compile(r"^ ?(?:> ?)+", re.M)
+_QUOTE = re.compile(r"^ ?(?:>(?![0-9=]) ?)+", re.M)
 _BULLET = re.compile(r"^ ?[-*+•] +", re.M)
 _IMAGE = re.compile(r"!\[([^\]\n]*)\]\([^()\n]*\)")
 _LINK = re.compile(r"\[([^\[\]\n]+)\]\([^()\s]*(?: \"[^\"\n]*\")?\)")

@@ -48,8 +48,10 @@ BRANCHES: list[tuple[str, str]] = [
     ("date_mname", rf"(?<![A-Za-z])(?P<mn_mon>{MONTHS})\.?\s(?P<mn_day>[0-9]{{1,2}})(?:st|nd|rd|th)?(?![0-9A-Za-z])"
                    rf"(?:,?\s(?P<mn_year>[0-9]{{4}})(?![0-9]))?"),
     ("date_my", rf"(?<![A-Za-z])(?P<my_mon>{MONTHS})\.?\s(?P<my_year>[0-9]{{4}})(?![0-9])"),
-    ("date_dmn", rf"(?<![0-9])(?P<dm_day>[0-9]{{1,2}})(?:st|nd|rd|th)?\s(?:of\s)?(?P<dm_mon>{MONTHS_FULL})"
-                 rf"(?![A-Za-z])(?:,?\s(?P<dm_year>[0-9]{{4}})(?![0-9]))?"),
+    # "4 July 1776", "1 Jan", "1st of Sept. 2024": an abbreviation's full stop is taken only before a year (else it
+    # may end the sentence).
+    ("date_dmn", rf"(?<![0-9])(?P<dm_day>[0-9]{{1,2}})(?:st|nd|rd|th)?\s(?:of\s)?(?P<dm_mon>{MONTHS})"
+                 rf"(?![A-Za-z])(?:\.?,?\s(?P<dm_year>[0-9]{{4}})(?![0-9]))?"),
     ("time", r"(?<![0-9:.])(?P<t_h>[01]?[0-9]|2[0-4]):(?P<t_m>[0-5][0-9])(?::(?P<t_s>[0-5][0-9]))?(?![0-9:])"
              r"(?:\s?(?P<t_ap>[AaPp])(?:\.[Mm]\.|[Mm](?![A-Za-z])))?"),
     ("time_ap", r"(?<![0-9.:])(?P<ta_h>1[0-2]|0?[1-9])\s?(?P<ta_ap>[AaPp])(?:\.[Mm]\.|[Mm](?![A-Za-z]))"),
@@ -60,7 +62,15 @@ BRANCHES: list[tuple[str, str]] = [
               r"|(?<![0-9])1[3-9][0-9](?:-?[0-9]{4}){2}(?![0-9])"
               r"|(?<![0-9])1[3-9][0-9](?: [0-9]{4}){2}(?![0-9])"
               r"|(?<![0-9])[0-9]{3}-[0-9]{4}(?![0-9])"),
-    ("money_sym", rf"{_sign('mo_sign')}(?P<mo_cur>{CUR_SYM})\s?{_num('mo')}(?:\s?(?P<mo_sc>{SCALE}))?"
+    # toll-free numbers spelt with letters: "1-800-FLOWERS", "1-888-GOT-JUNK" (capitals, as they are written)
+    # (hyphens only: "800 MB", "800 EUR" are amounts)
+    ("vanity", r"(?<![0-9A-Za-z-])(?:(?P<vn_one>1)-)?(?P<vn_area>8(?:00|33|44|55|66|77|88))-"
+               r"(?P<vn_word>(?=[A-Z-]{4})[A-Z]{2,}(?:-[A-Z]{2,})*)(?![A-Za-z0-9])"),
+    # countdowns, formations, scores: "3-2-1", "4-4-2" (three or more numbers of one or two digits)
+    ("dashed", r"(?<![0-9A-Za-z.,/-])(?P<dd>[0-9]{1,2}(?:-[0-9]{1,2}){2,})(?![0-9A-Za-z%°-]|\.[0-9])"),
+    # "$-5" (the sign after the symbol), "$.50" (no whole part)
+    ("money_sym", rf"{_sign('mo_sign')}(?P<mo_cur>{CUR_SYM})\s?(?P<mo_sign2>[-−])?"
+                  rf"(?:{_num('mo')}|\.(?P<mo_cents>[0-9]+))(?:\s?(?P<mo_sc>{SCALE}))?"
                   rf"(?:{RANGE_SEP}{CUR_SYM}?{_num('mo2')}(?:\s?(?P<mo_sc2>{SCALE}))?)?"),
     ("money_code", rf"(?<![A-Za-z])(?P<mc_cur>{CODES})\s?(?P<mc_sign>[-−])?{_num('mc')}(?:\s?(?P<mc_sc>{SCALE}))?"),
     ("money_suffix", rf"{_sign('ms_sign')}{_num('ms')}(?:\s?(?P<ms_sc>{SCALE_WORD}))?\s?"
@@ -90,6 +100,11 @@ BRANCHES: list[tuple[str, str]] = [
     ("abbr", ABBR_PATTERN),
     ("amp", r"&"),
     ("math_sym", r"(?P<sym_c>[≈≥≤≠±])(?=\s?[-−]?[0-9])"),
+    # "<", ">", "<=", ">=" (not in arrows "->", "=>", "<=>", "<>", nor "<<", ">>"); operators.py decides whether the
+    # neighbours make it a comparison
+    ("compare", r"(?<![-=<>!])(?P<cmp_op>[<>]=?)(?![<>=])"),
+    # "2^10", "x^2", "10^-3"
+    ("power", r"(?<=[^\s^])\^(?P<pw_e>[-−]?[0-9]+(?:\.[0-9]+)?(?![0-9])|[A-Za-z](?![A-Za-z]))"),
     ("number", rf"{_sign('n_sign')}(?P<n_i>{NUM_INT})(?:\.(?P<n_f>[0-9]+))?"),
     ("point", r"(?<![0-9A-Za-z])\.(?P<pt_f>[0-9]+)"),
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from cadenza.text.normalize import zh_numbers as num
-from cadenza.text.normalize.en import month_day, round_range, scaled
+from cadenza.text.normalize.en import money_parts, month_day, round_range, scaled
 from cadenza.text.normalize.units import CURRENCY_CODES, CURRENCY_SYMBOLS, SCALES, UNITS
 
 _OPS = {"+": "加", "-": "减", "−": "减", "×": "乘", "*": "乘", "÷": "除以", "/": "除以", "=": "等于"}
@@ -76,6 +76,12 @@ def phone(m: re.Match) -> str:
     return "，".join("加" if g == "+" else num.digits(g, yao=True) for g in groups).replace("加，", "加")
 
 
+def dashed(m: re.Match) -> str:
+    """``3-2-1`` -> 三二一, ``4-4-2`` -> 四四二; with two-digit numbers a pause between them (``10-9-8`` -> 十、九、八)."""
+    parts = m.group("dd").split("-")
+    return ("" if all(len(p) == 1 for p in parts) else "、").join(num.cardinal(p) for p in parts)
+
+
 def _scaled(int_part: str, frac: str | None, power: int) -> str:
     """``("2", "5", 9)`` -> 二十五亿: the amount times the scale, read in 万/亿 units."""
     return num.number(*scaled(int_part, frac, power))
@@ -93,11 +99,12 @@ def money(cur_zh: str, sign: str | None, int_part: str, frac: str | None, scale:
 
 def money_sym(m: re.Match) -> str:
     cur = CURRENCY_SYMBOLS[m.group("mo_cur")][1].zh
+    sign, int_part, frac = money_parts(m)
     if m.group("mo2_i"):
         scale = m.group("mo_sc") or m.group("mo_sc2")  # $2-3 million: both ends are millions (二百万到三百万)
-        low = money("", m.group("mo_sign"), m.group("mo_i"), m.group("mo_f"), scale)
+        low = money("", sign, int_part, frac, scale)
         return low + "到" + money(cur, None, m.group("mo2_i"), m.group("mo2_f"), m.group("mo_sc2"))
-    return money(cur, m.group("mo_sign"), m.group("mo_i"), m.group("mo_f"), m.group("mo_sc"))
+    return money(cur, sign, int_part, frac, m.group("mo_sc"))
 
 
 def money_code(m: re.Match) -> str:
