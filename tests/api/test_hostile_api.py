@@ -70,9 +70,16 @@ def _good() -> tuple[np.ndarray, int]:
     ({"text": "Hi.", "prompt_wav": (np.zeros(0, np.float32), SR)}, AudioError, "too short: 0 samples"),
     ({"text": "Hi.", "prompt_wav": (np.ones(1, np.float32), SR)}, AudioError, "too short: 1 sample"),
     ({"text": "Hi.", "prompt_wav": (np.tile(speech_like(1.0, 8000), 600), 8000)}, AudioError, "too long: 600.00 s"),
+    # another API's name for an argument: ours, named (was a TypeError naming the inner Cadenza.requests())
+    ({"text": "Hi.", "voice": "joe"}, InputError, "takes no argument 'voice' (use speaker= (a saved voice) or"),
+    ({"text": "Hi.", "prompt_audio": "me.wav"}, InputError, "takes no argument 'prompt_audio' (use prompt_wav=)"),
+    ({"text": "Hi.", "normalize": "no"}, InputError, "normalize must be True or False, not 'no'"),  # was: true
+    ({"text": "Hi.", "speaker": "NAMED", "prompt_text": "zzz"}, InputError, "a saved speaker brings its own"),
 ])
 def test_api_synthesize_hostile(tts, kwargs, error, message):
     kwargs = {k: (_good() if isinstance(v, str) and v == "GOOD" else v) for k, v in kwargs.items()}
+    if kwargs.get("speaker") == "NAMED":  # the model's own speaker (ignored without the check)
+        kwargs["speaker"] = tts.speakers[0]
     with pytest.raises(error) as info:
         tts.synthesize(**kwargs)
     assert message in str(info.value) and len(str(info.value)) < 400, str(info.value)[:400]

@@ -7,7 +7,7 @@ and the CLI use the same checks, so a value is refused the same way everywhere.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -160,3 +160,25 @@ def reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         raise InputError("reference_wav copies a voice without its transcript: for zero-shot cloning with a "
                          "transcript pass the recording as prompt_wav")
     return reference_wav
+
+
+# Arguments of other APIs that callers send to ours by habit, and what ours calls them.
+_INSTEAD = {"voice": "speaker= (a saved voice) or prompt_wav= (a recording)", "prompt_audio": "prompt_wav=",
+            "prompt_speech": "prompt_wav=", "reference_audio": "reference_wav=", "spk_id": "speaker=",
+            "zero_shot_spk_id": "speaker=", "instruct_text": "instruct=", "tts_text": "text", "stream": "synthesize_stream"}
+
+
+def refuse_unknown(unknown: dict, where: str, takes: Iterable[str]) -> None:
+    """An ``InputError`` naming the first argument in ``unknown`` (keyword arguments a method does not take) and what
+    to pass instead, rather than Python's ``TypeError`` naming an inner method the caller never called."""
+    if unknown:
+        name = next(iter(unknown))
+        hint = f" (use {_INSTEAD[name]})" if name in _INSTEAD else ""
+        raise InputError(f"{where} takes no argument {name!r}{hint}; it takes {', '.join(sorted(takes))}")
+
+
+def check_flag(value: object, what: str) -> bool:
+    """``value`` when it is ``True`` or ``False`` (a string such as ``"no"`` would count as true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{what} must be True or False, not {short_repr(value)}")
+    return bool(value)

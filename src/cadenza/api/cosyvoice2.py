@@ -27,6 +27,7 @@ from cadenza.api.arguments import (
     check_speed,
     check_text_arg,
     reference_as_prompt,
+    refuse_unknown,
 )
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
@@ -59,6 +60,8 @@ from cadenza.voices.prompts import Voice
 log = logging.getLogger(__name__)
 
 SEGMENT_TOKENS = 80  # text tokens per segment (the reference splits at 60-80)
+STREAMED_TEXT_ARGUMENTS = ("prompt_wav", "prompt_text", "prompt_text_ids", "instruct", "speaker", "seed", "speed",
+                           "reference_wav")
 
 
 class Cadenza:
@@ -174,6 +177,8 @@ class Cadenza:
             check_speaker(speaker, self.engine.speakers)
         if prompt_wav is not None and speaker is not None:
             raise InputError("give either prompt_wav or speaker, not both")
+        if speaker is not None and (prompt_text is not None or prompt_text_ids is not None):
+            raise InputError("prompt_text goes with prompt_wav: a saved speaker brings its own transcript")
         if instruct is not None and (prompt_text is not None or prompt_text_ids is not None):
             raise InputError("instruct replaces the prompt transcript: give instruct or prompt_text, not both")
         if prompt_text is not None and prompt_text_ids is not None:
@@ -285,16 +290,10 @@ class Cadenza:
             raise TextError("text has nothing to speak after normalisation")
         return pieces
 
-    def requests(self, text: str | None = None, *, text_ids: Sequence[int] | None = None, normalize: bool = True,
-                 prompt_wav: PromptAudio | None = None, prompt_text: str | None = None,
-                 prompt_text_ids: Sequence[int] | None = None, instruct: str | None = None,
-                 speaker: str | None = None, seed: int | None = None, speed: float = 1.0,
-                 reference_wav: PromptAudio | None = None) -> list[SynthesisRequest]:
-        """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``."""
-        return [r for batch in request_batches(
-            self, text, text_ids=text_ids, normalize=normalize, prompt_wav=prompt_wav, prompt_text=prompt_text,
-            prompt_text_ids=prompt_text_ids, instruct=instruct, speaker=speaker, seed=seed, speed=speed,
-            reference_wav=reference_wav) for r in batch]
+    def requests(self, text: str | None = None, **kwargs) -> list[SynthesisRequest]:
+        """One request per text segment, all with the same voice (computed once). Segment k uses ``seed + k``. The
+        arguments (``text_ids``, ``normalize``, the voice's, ``seed``, ``speed``) are ``request_batches``'."""
+        return [r for batch in request_batches(self, text, **kwargs) for r in batch]
 
     def synthesize(self, text: str | None = None, *, progress: Callable[[int, int], None] | None = None,
                    input_format: str | None = None, lexicon=None, timestamps: bool = False, **kwargs) -> Audio:
@@ -358,7 +357,8 @@ class Cadenza:
 
     def _bistream(self, pieces: Iterator[str], *, prompt_wav=None, prompt_text=None, prompt_text_ids=None,
                   instruct=None, speaker=None, seed=None, speed: float = 1.0,
-                  reference_wav=None) -> Iterator[np.ndarray]:
+                  reference_wav=None, **unknown) -> Iterator[np.ndarray]:
+        refuse_unknown(unknown, "synthesize_stream of text pieces", STREAMED_TEXT_ARGUMENTS)
         prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
         check_seed(seed)
         speed = check_speed(speed)
