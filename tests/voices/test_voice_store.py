@@ -391,3 +391,20 @@ def test_consent_record_audit_log_and_takedown(voices_location):
             db.execute("DELETE FROM audit")
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             db.execute("UPDATE audit SET event = 'created'")
+
+
+def test_a_library_caller_s_mistyped_voices_dir_is_refused_not_created(tmp_path):
+    """``voices_dir=`` (``cadenza.load``, ``from_pretrained``): a new store only inside an existing folder; a missing
+    parent (a typo) or a file is an ``InputError`` and nothing is created (it silently became an empty store)."""
+    from cadenza.errors import InputError
+    from cadenza.voices import open_voices
+
+    assert open_voices(None) is None
+    with pytest.raises(InputError, match="does not exist, nor does its folder"):
+        open_voices(tmp_path / "typo" / "voices")
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        open_voices(tmp_path / "file")
+    with open_voices(tmp_path / "new") as store:
+        assert store.list() == [] and (tmp_path / "new").is_dir()

@@ -53,7 +53,7 @@ from cadenza.provenance import Watermark
 from cadenza.provenance.marking import OutputMark
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
-from cadenza.voices import VoiceStore
+from cadenza.voices import VoiceStore, open_voices
 from cadenza.voices.cosyvoice2_prompts import CosyVoice2Prompts
 from cadenza.voices.prompts import Voice
 
@@ -132,7 +132,7 @@ class Cadenza:
             known = ", ".join(speakers.ids()[:20]) or "none"
             raise CheckpointError(f"{directory / 'cadenza.json'}: default_speaker {default!r} is not a saved speaker "
                                   f"of spk2info.pt (saved: {known})")
-        voices = VoiceStore(voices_dir) if voices_dir is not None else None
+        voices = open_voices(voices_dir)
         tts = cls(CosyVoice2Engine(model, frontend, speakers, schedule=schedule,
                                    scheduler_config=scheduler, precision=precision), directory, voices, watermark)
         tts._owns_voices = voices is not None

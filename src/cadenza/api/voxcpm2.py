@@ -39,7 +39,7 @@ from cadenza.provenance.marking import OutputMark
 from cadenza.text import normalize as normalize_text
 from cadenza.text import split_text
 from cadenza.voices.prompts import Voice
-from cadenza.voices.store import VoiceStore
+from cadenza.voices.store import VoiceStore, open_voices
 from cadenza.voices.voxcpm2_prompts import CLONING_MODES, VoxCPM2Prompts
 
 # Text tokens per segment of a long input. VoxCPM 2 reads long texts whole (8192 positions: ~20 min of speech), and a
@@ -82,7 +82,7 @@ class VoxCPM2:
         directory = locate_model(path, revision)
         options = {} if scheduler is None else {"scheduler": scheduler}
         engine = VoxCPM2Engine.from_pretrained(directory, device=device, dtype=dtype, lora=lora, **options)
-        model = cls(engine, directory, VoiceStore(voices_dir) if voices_dir is not None else None, watermark,
+        model = cls(engine, directory, open_voices(voices_dir), watermark,
                     speed_method or "auto")
         model._owns_voices = voices_dir is not None
         return model

@@ -261,3 +261,20 @@ class VoiceStore:
         validate_voice_id(voice_id)
         validate_model_key(model_key)
         self.backend.cache_features(voice_id, model_key, tensor_bytes(tensors, voice_id, model_key))
+
+
+def open_voices(location: str | os.PathLike | None) -> VoiceStore | None:
+    """The voice store a library caller names (``voices_dir=``): a ``postgresql://`` URL, a folder that exists, or a
+    new folder inside one that does; None for None. A folder whose parent is missing is an ``InputError``: a
+    mistyped path would otherwise become a new, empty store, and the voices the caller meant would be "unknown"."""
+    if location is None:
+        return None
+    if not is_postgres_url(location):
+        folder = Path(location).expanduser()
+        if not folder.is_dir() and not folder.parent.is_dir():
+            raise InputError(f"voices_dir {str(location)[:200]!r} does not exist, nor does its folder "
+                             f"{str(folder.parent)[:200]!r}: check the path (a new store is made only inside an "
+                             "existing folder)")
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"voices_dir {str(location)[:200]!r} is a file, not a folder")
+    return VoiceStore(location)
