@@ -162,6 +162,10 @@ def reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
     return reference_wav
 
 
+# What ``Cadenza.synthesize`` / ``synthesize_iter`` / ``synthesize_stream`` of a text take besides it
+# (``request_batches`` and the SSML / lexicon path).
+SYNTHESIS_ARGUMENTS = ("text_ids", "normalize", "prompt_wav", "prompt_text", "prompt_text_ids", "instruct", "speaker",
+                       "seed", "speed", "reference_wav")
 # Arguments of other APIs that callers send to ours by habit, and what ours calls them.
 _INSTEAD = {"voice": "speaker= (a saved voice) or prompt_wav= (a recording)", "prompt_audio": "prompt_wav=",
             "prompt_speech": "prompt_wav=", "reference_audio": "reference_wav=", "spk_id": "speaker=",

@@ -21,16 +21,28 @@ from pathlib import Path
 
 import numpy as np
 
-from cadenza.api.arguments import check_prompt_text, check_seed, check_speed, check_text_arg, reference_as_prompt
+from cadenza.api.arguments import (
+    SYNTHESIS_ARGUMENTS,
+    check_flag,
+    check_prompt_text,
+    check_seed,
+    check_speed,
+    check_text_arg,
+    reference_as_prompt,
+    refuse_unknown,
+)
 from cadenza.engine.long_form import iterate_segments, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
 from cadenza.errors import InputError, TextError
 from cadenza.text.lexicon import Lexicon
 from cadenza.text.lexicon_stream import LexiconStream
 from cadenza.text.normalize import normalize as normalize_text
-from cadenza.text.ssml import FrontendTraits, Pause, Spoken, looks_like_ssml, parse_ssml
+from cadenza.text.ssml import FrontendTraits, Pause, Spoken, looks_like_ssml, parse_ssml, ssml_start
 
 INPUT_FORMATS = ("text", "ssml")
+SSML_IN_PIECES = ("SSML is read as one whole document{}: give it as one string, not as pieces (cadenza synth: "
+                  "without --text-stream; over the WebSocket each input.text is one whole document)")
+MAX_UNDECIDED_CHARS = 4096  # pieces held back to tell whether streamed text is SSML (spaces, an <?xml ...?>)
 LexiconLike = Lexicon | dict | list | str | os.PathLike | None
 
 
@@ -185,10 +197,14 @@ def with_lexicon(tts, text_stream, lexicon: Lexicon | None):
 def lexicon_pieces(tts, pieces: Iterator[str], input_format: str | None, lexicon: LexiconLike,
                    speaker: object) -> Iterator[str]:
     """Text pieces of a bi-stream (``synthesize_stream`` over an iterator) with ``lexicon`` (over the saved voice
-    ``speaker``'s own) applied as they come; ``pieces`` themselves when there is none. SSML cannot come in pieces
-    (it is parsed as one whole document): ``input_format="ssml"`` is an ``InputError``."""
-    if check_input_format(input_format) == "ssml":
-        raise InputError("SSML is read as one whole document: pass it as one string, not as pieces")
+    ``speaker``'s own) applied as they come. SSML cannot come in pieces (it is parsed as one whole document):
+    ``input_format="ssml"`` is an ``InputError``, and so are pieces that start as SSML does (``refusing_ssml``;
+    ``input_format="text"`` reads them as plain text)."""
+    fmt = check_input_format(input_format)
+    if fmt == "ssml":
+        raise InputError(SSML_IN_PIECES.format(""))
+    if fmt is None:
+        pieces = refusing_ssml(pieces)
     lexicon = as_lexicon(lexicon)
     saved = voice_lexicon(tts.voices, speaker)
     lexicon = saved if lexicon is None else lexicon.over(saved)
@@ -208,6 +224,30 @@ def lexicon_pieces(tts, pieces: Iterator[str], input_format: str | None, lexicon
     return respelled()
 
 
+def refusing_ssml(pieces: Iterator[str]) -> Iterator[str]:
+    """``pieces`` as they come, the first ones held back only until they tell whether the text starts as SSML (the
+    rule of ``looks_like_ssml``: a leading ``<speak``): SSML is an ``InputError`` before any of it is spoken, where
+    its tags would otherwise be read aloud. The error reaches the consumer as the stream's (the pieces are read on
+    the feeding thread)."""
+    held: list = []
+    pieces = iter(pieces)
+    for piece in pieces:
+        held.append(piece)
+        if not isinstance(piece, str):
+            break  # the bi-stream's own check names it
+        text = "".join(held)
+        start = ssml_start(text)
+        if start:
+            raise InputError(SSML_IN_PIECES.format(", and these text pieces start with <speak>"))
+        if start is False or len(text) > MAX_UNDECIDED_CHARS:  # past that, spaces or <?xml: not looked at
+            break
+    else:  # the pieces ended before they told: they are the whole text
+        if looks_like_ssml("".join(held)):
+            raise InputError(SSML_IN_PIECES.format(", and these text pieces start with <speak>"))
+    yield from held
+    yield from pieces
+
+
 def voice_lexicon(store, speaker: object) -> Lexicon | None:
     """The lexicon saved with the store's voice ``speaker`` (by id or name), or None."""
     if store is None or not isinstance(speaker, str):
@@ -225,7 +265,9 @@ def wanted(tts, text: object, input_format: str | None, lexicon: LexiconLike, sp
 # -- the Python API ------------------------------------------------------------------------------------------------
 def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, prompt_text=None,
                          prompt_text_ids=None, instruct=None, speaker=None, reference_wav=None,
-                         normalize: bool = True) -> list:
+                         normalize: bool = True, **unknown) -> list:
+    refuse_unknown(unknown, "synthesis", SYNTHESIS_ARGUMENTS)
+    check_flag(normalize, "normalize")
     prompt_wav = reference_as_prompt(reference_wav, prompt_wav, prompt_text, prompt_text_ids)
     check_seed(seed)
     check_prompt_text(prompt_text)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from cadenza.api import markup
-from cadenza.api.arguments import check_flag, check_speed, reference_as_prompt, refuse_unknown
+from cadenza.api.arguments import SYNTHESIS_ARGUMENTS, check_flag, check_speed, reference_as_prompt, refuse_unknown
 from cadenza.engine.long_form import stream_planned
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.silence import marked_chunks, with_silences
@@ -21,10 +21,6 @@ from cadenza.text import normalize as normalize_text
 from cadenza.text.blocks import text_blocks
 from cadenza.text.phonemes import other_script_at
 
-# What ``request_batches`` (and so ``Cadenza.synthesize`` / ``synthesize_iter`` / ``synthesize_stream`` of a text)
-# takes besides the text.
-SYNTHESIS_ARGUMENTS = ("text_ids", "normalize", "prompt_wav", "prompt_text", "prompt_text_ids", "instruct", "speaker",
-                       "seed", "speed", "reference_wav")
 # A longer text is streamed as it is planned, a block at a time (its first audio waits for its first block only).
 LAZY_PLAN_CHARS, PLAN_BLOCK_CHARS = 20_000, 8_000
 # VoxCPM 2 reads segments of up to ~2,000 tokens (as few as fit: an unpinned voice may drift between them), so its

@@ -291,6 +291,10 @@ def _synth(args) -> None:
     else:
         text = _read_text_file(args.text_file) if args.text_file else args.text
         _check_texts(args, text)
+        if args.ssml and text is not None:  # plain text given as SSML: refused before the model loads
+            from cadenza.text.ssml import check_ssml_start
+
+            check_ssml_start(text, "drop --ssml to read plain text")
     markup = {"input_format": "ssml"} if args.ssml else {}
     if args.lexicon is not None:
         from cadenza.text.lexicon import Lexicon

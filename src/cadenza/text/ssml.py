@@ -92,15 +92,52 @@ class Pause:
 Piece = Spoken | Pause
 
 
-def looks_like_ssml(text: object) -> bool:
-    """Auto-detection: the text starts (after spaces and an optional ``<?xml ...?>``) with ``<speak``."""
-    if not isinstance(text, str):
-        return False
-    head = text.lstrip()
+_LEAD = re.compile(r"[\s\ufeff]*")  # spaces, and byte-order marks (what Windows editors write first)
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+
+
+def ssml_start(text: str) -> bool | None:
+    """Whether text that may go on (the pieces of it so far) starts as SSML: True, False, or None while it is too
+    short to tell (spaces, a byte-order mark, an unfinished ``<?xml ...?>``, or a start of ``<speak`` so far)."""
+    head = text[_LEAD.match(text).end():]
     if head.startswith("<?xml"):
         end = head.find("?>")
-        head = head[end + 2:].lstrip() if end >= 0 else ""
-    return head.startswith("<speak") and (len(head) == 6 or not (head[6].isalnum() or head[6] in "-_:."))
+        if end < 0:
+            return None
+        head = head[end + 2:].lstrip()
+    elif "<?xml".startswith(head):
+        return None
+    if len(head) <= len("<speak"):
+        return None if "<speak".startswith(head) else False
+    return head.startswith("<speak") and not (head[6].isalnum() or head[6] in "-_:.")
+
+
+def looks_like_ssml(text: object) -> bool:
+    """Auto-detection: the text starts (after spaces, byte-order marks and an optional ``<?xml ...?>``) with
+    ``<speak``. The one rule everywhere: API, CLI, server, and the first pieces of streamed text (``ssml_start``)."""
+    if not isinstance(text, str):
+        return False
+    return ssml_start(text + " ") is True  # the whole text: nothing more comes after it
+
+
+def check_ssml_start(text: str, plain_hint: str = "send plain text with input_format 'text'") -> int:
+    """Where the document starts, past spaces and byte-order marks (``parse_ssml`` hands expat the rest: an
+    ``<?xml ...?>`` must be its very start); ``InputError`` at the first character when that is not markup (plain
+    text given as SSML: say so, with ``plain_hint``, not expat's "invalid token")."""
+    start = _LEAD.match(text).end()
+    if start < len(text) and text[start] != "<":
+        line, column = _position(text[:start])
+        raise InputError(f"SSML at line {line}, column {column}: text before the root element (SSML starts with "
+                         f"<speak>; {plain_hint})")
+    return start
+
+
+def _position(lead: str) -> tuple[int, int]:
+    """(line, column), 1-based, of the character after ``lead``; byte-order marks take no column (editors hide
+    them)."""
+    breaks = list(_LINE_BREAK.finditer(lead))
+    last = lead[breaks[-1].end():] if breaks else lead
+    return len(breaks) + 1, len(last.replace("\ufeff", "")) + 1
 
 
 def _language(value: str) -> str | None:
@@ -127,8 +164,9 @@ class _Parser:
     """One document through expat: a stack of element frames (rate, language, emphasis), the current run's text,
     and the pieces made so far."""
 
-    def __init__(self, traits: FrontendTraits, lexicon: Lexicon | None) -> None:
+    def __init__(self, traits: FrontendTraits, lexicon: Lexicon | None, origin: tuple[int, int] = (1, 1)) -> None:
         self.traits, self.lexicon = traits, lexicon
+        self.origin = origin  # where in the caller's text the document starts (past spaces and byte-order marks)
         self.pieces: list[Piece] = []
         self.stack: list[_Frame] = []
         self.buffer: list[str] = []  # text of the current run (same rate and language)
@@ -151,8 +189,15 @@ class _Parser:
         self.parser.buffer_text = True
 
     # -- errors --------------------------------------------------------------------------------------------------
+    def _at(self, line: int, column: int) -> tuple[int, int]:
+        """Expat's (line, 1-based column) in the document -> the position in the caller's text."""
+        if line == 1:
+            return self.origin[0], self.origin[1] + column - 1
+        return self.origin[0] + line - 1, column
+
     def _where(self) -> str:
-        return f"line {self.parser.CurrentLineNumber}, column {self.parser.CurrentColumnNumber + 1}"
+        line, column = self._at(self.parser.CurrentLineNumber, self.parser.CurrentColumnNumber + 1)
+        return f"line {line}, column {column}"
 
     def error(self, tag: str, message: str, frame: _Frame | None = None) -> InputError:
         where = f"line {frame.line}, column {frame.column}" if frame is not None else self._where()
@@ -195,7 +240,7 @@ class _Parser:
 
     # -- handlers ------------------------------------------------------------------------------------------------
     def _start(self, tag: str, attrs: dict[str, str]) -> None:
-        line, column = self.parser.CurrentLineNumber, self.parser.CurrentColumnNumber + 1
+        line, column = self._at(self.parser.CurrentLineNumber, self.parser.CurrentColumnNumber + 1)
         if self.literal is not None:
             raise self.error(tag, f"no markup is allowed inside <{self.literal.tag}> (it started at line "
                              f"{self.literal.line}, column {self.literal.column})")
@@ -367,7 +412,7 @@ class _Parser:
         try:
             self.parser.Parse(text, True)
         except expat.ExpatError as exc:
-            where = f"line {exc.lineno}, column {exc.offset + 1}"
+            where = "line {}, column {}".format(*self._at(exc.lineno, exc.offset + 1))
             if exc.code in _ENDS_EARLY:  # a document cut short (e.g. one piece of it streamed): say which
                 open_tag = self.stack[-1] if self.stack else None
                 inside = ("inside a tag" if exc.code != expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS]
@@ -407,13 +452,8 @@ def parse_ssml(text: str, traits: FrontendTraits, lexicon: Lexicon | None = None
     its position for anything outside the subset or that the model (``traits``) cannot honour."""
     if not isinstance(text, str):
         raise InputError(f"SSML must be a string, not {type(text).__name__}")
-    start = len(text) - len(text.lstrip())
-    if start < len(text) and text[start] != "<":  # plain text given as SSML: say so, not "invalid token"
-        line = text.count("\n", 0, start) + 1
-        column = start - (text.rfind("\n", 0, start) + 1) + 1
-        raise InputError(f"SSML at line {line}, column {column}: text before the root element (SSML starts with "
-                         "<speak>; send plain text with input_format 'text')")
-    pieces = _Parser(traits, lexicon).parse(text)
+    start = check_ssml_start(text)
+    pieces = _Parser(traits, lexicon, _position(text[:start])).parse(text[start:])
     if not any(isinstance(p, Spoken) for p in pieces):
         raise InputError("SSML has nothing to speak (only breaks or empty elements)")
     return pieces
