@@ -230,11 +230,14 @@ def test_a_model_file_failing_at_run_time_is_a_503_and_turns_health_red(tts, tmp
 
     with _server(tts, tmp_path / "voices") as server, httpx.Client(base_url=server.url, timeout=120) as c:
         assert c.get("/health").status_code == 200
+        head = c.head("/health")  # what some load balancers probe with (was 405)
+        assert head.status_code == 200 and head.content == b""
         monkeypatch.setattr(tts, "voice_from_audio", broken)
         err = api_error(_create(c, "bob", transcript=TRANSCRIPT), 503)
         assert err["code"] == "model_unavailable" and str(tmp_path) not in json.dumps(err)
         health = c.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "unavailable"
+        assert c.head("/health").status_code == 503
         assert "bob" not in server.store
 
 

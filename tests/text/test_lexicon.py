@@ -160,3 +160,16 @@ def test_indexed_matching_equals_one_regex_alternation():
                         for _ in range(rng.randint(1, 12)))
         expected = alternation.sub(lambda m: entries[int(m.lastgroup[1:])].respelling, text)
         assert lexicon.apply(text) == expected, text
+
+
+def test_a_parsed_lexicon_is_bounded_as_a_file_is_and_json_text_is_the_json():
+    """1,000 entries of long words fit the entry limits but not 256 KiB of JSON: a request's lexicon (parsed by the
+    server's JSON body) was accepted at 311 KB while the same entries were refused as a file or a saved voice's."""
+    from cadenza.api.markup import as_lexicon
+
+    big = [{"word": f"w{i:03d}" + "x" * 90, "respelling": "y" * 200} for i in range(MAX_ENTRIES)]
+    assert len(json.dumps(big)) > MAX_LEXICON_BYTES
+    with pytest.raises(InputError, match="bytes as JSON; at most"):
+        Lexicon.from_json(big)
+    text = json.dumps({"entries": [{"word": "SQL", "respelling": "sequel"}]})
+    assert as_lexicon(text).to_json() == as_lexicon(json.loads(text)).to_json()  # a JSON string, not a file name

@@ -65,11 +65,14 @@ def check_input_format(value: object) -> str | None:
 
 
 def as_lexicon(value: LexiconLike) -> Lexicon | None:
-    """A ``Lexicon``, its JSON form (a list of entries or ``{"entries": [...]}``) or the path of a JSON file."""
+    """A ``Lexicon``, its JSON form (a list of entries or ``{"entries": [...]}``, parsed or as a string) or the path
+    of a JSON file."""
     if value is None or isinstance(value, Lexicon):
         return value
     if isinstance(value, (dict, list)):
         return Lexicon.from_json(value)
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):  # the JSON itself, not a file name
+        return Lexicon.from_text(value)
     if isinstance(value, (str, os.PathLike)):
         return Lexicon.from_file(Path(value))
     raise InputError(f"lexicon must be a cadenza.text.lexicon.Lexicon, a list of entries, {{'entries': [...]}} "

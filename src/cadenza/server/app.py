@@ -137,7 +137,7 @@ def _info_router(started: float) -> tuple[APIRouter, APIRouter]:
     async def docs(request: Request) -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=request.app.title)
 
-    @public.get("/health")
+    @public.api_route("/health", methods=["GET", "HEAD"])  # HEAD: what some load balancers probe with
     async def health(request: Request) -> JSONResponse:
         state: ServerState = request.app.state.cadenza
         active, queued = state.load()

@@ -205,9 +205,13 @@ class Lexicon:
             except InputError as exc:
                 raise InputError(f"{what} entry {i}: {exc}") from None
         try:
-            return cls(entries)
+            lexicon = cls(entries)
         except InputError as exc:
             raise InputError(f"{what}: {exc}") from None
+        size = len(json.dumps(lexicon.to_json(), ensure_ascii=False).encode("utf-8"))
+        if size > MAX_LEXICON_BYTES:  # as a file or a saved voice's is bounded (a request's came here parsed)
+            raise InputError(f"{what} is {size} bytes as JSON; at most {MAX_LEXICON_BYTES}")
+        return lexicon
 
     @classmethod
     def from_text(cls, text: str | bytes, what: str = "lexicon") -> Lexicon:
