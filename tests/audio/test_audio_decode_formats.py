@@ -180,3 +180,7 @@ def test_cadenza_voices_add_takes_an_m4a(speech_m4a_webm, tmp_path, capsys):
                              "I am the speaker in this recording and I agree to it being used.")
     assert code in (0, None), err
     assert '"name": "memo"' in out
+    # and `cadenza speakers` lists it beside the model's own speakers (it listed only those)
+    code, out, err = run_cli(capsys, "speakers", "--voices-dir", tmp_path / "voices")
+    assert code in (0, None), err
+    assert out.split() == ["joe", "memo"]

@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_detect_parser(sub)
 
-    spk = sub.add_parser("speakers", help="list saved speakers, or save a new one with --add")
+    spk = sub.add_parser("speakers", help="list the model's speakers and the saved voices it can speak, or save a "
+                         "speaker with --add")
     _model_arg(spk)
     spk.add_argument("--add", metavar="ID", help="save --prompt-wav/--prompt-text under this id")
     spk.add_argument("--prompt-wav")
@@ -419,7 +420,9 @@ def _speakers(args) -> None:
     if args.add is not None:
         tts.add_speaker(args.add, args.prompt_wav, args.prompt_text)
         print(f"saved speaker {args.add!r}", file=sys.stderr)
-    for speaker in tts.speakers:
+    store = getattr(tts, "voices", None)  # the saved voices of this model's family too (`cadenza voices add`)
+    saved = [r.name for r in store.list() if r.family == tts.family] if store is not None else []
+    for speaker in [*tts.speakers, *saved]:
         print(speaker)
 
 

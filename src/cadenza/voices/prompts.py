@@ -117,13 +117,14 @@ class PromptLibrary:
             else:
                 hint = f"; the model's own speakers: {', '.join(own[:20])}" if own else ""
             raise UnknownSpeakerError(
-                f"unknown voice {str(ref)[:80]!r}: create one with POST /v1/audio/voices{hint}"
+                f"unknown voice {str(ref)[:80]!r}: save one (`cadenza voices add`, POST /v1/audio/voices){hint}"
             ) from None
         if record.family != self.family:
             made_for = FAMILY_TITLES.get(record.family, record.family)
             raise VoiceFamilyError(
                 f"voice {str(ref)[:80]!r} was made for {made_for} models and this is a {self.title} model: create "
-                f"the voice again for it (POST /v1/audio/voices with this model's name in 'model')")
+                f"the voice again for it (`cadenza voices add --model`, or POST /v1/audio/voices with this model's "
+                "name in 'model')")
         return record
 
     def resolve(self, ref: str, reveal_names: bool = True) -> Voice:
