@@ -93,3 +93,10 @@ def test_cli_refusals_name_the_clis_options(toy_dir, tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert f"{WHOLE}, and these text pieces start with <speak>" in err and "without --text-stream" in err
     assert not out.exists()
+
+
+def test_a_prosody_rate_outside_the_model_s_range_names_the_tag(tts):
+    """``<prosody rate="50%">`` at speed 0.5 asks for 0.25: refused naming the tag and both factors (it was "speed must
+    be between 0.5 and 2.0, got 0.25", a speed the caller never gave, with no field named over HTTP)."""
+    with pytest.raises(InputError, match=r"<prosody rate> 0.5 at speed 0.5 is a speaking rate of 0.25"):
+        tts.synthesize("<speak><prosody rate='50%'>Hi there.</prosody></speak>", speed=0.5, **_voice())

@@ -147,6 +147,8 @@ def test_builtin_model_with_the_source_text(tiny, tmp_path_factory):
         assert api_error(r, 400, "source_text")
         r = httpx.post(f"{server.url}{ENDPOINT}", files=files, data={"source_text": "word " * 20_000}, timeout=60)
         assert "source_text" in api_error(r, 400, "source_text")["message"]
+        r = httpx.post(f"{server.url}{ENDPOINT}", files=files, data={"source_text": (text + " ") * 12}, timeout=60)
+        assert "transcript" in api_error(r, 400, "source_text")["message"]  # more phonemes than the audio has frames
         # streamed WAV: carries the provenance watermark like every synthesis, and a request cannot turn it off
         r = httpx.post(f"{server.url}{ENDPOINT}", files=files, data={"response_format": "wav"}, timeout=120)
         assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"

@@ -129,7 +129,11 @@ def make_script(tts, text: str, *, input_format: str | None = None, lexicon: Lex
         spoken = normalize_text(piece.text, lang=piece.lang) if normalize else piece.text
         if not tts.speakable(head + spoken):
             continue  # e.g. the full stop after a break
-        script.append(Run(tts.segments(head + spoken, normalize=False, max_tokens=max_tokens), piece.rate * speed))
+        rate, limits = piece.rate * speed, tts.capabilities.speed
+        if rate != 1.0 and limits is not None and not limits[0] <= rate <= limits[1]:
+            raise InputError(f"<prosody rate> {piece.rate:g} at speed {speed:g} is a speaking rate of {rate:g}; this "
+                             f"model speaks at {limits[0]:g} to {limits[1]:g} ({spoken[:40]!r})")
+        script.append(Run(tts.segments(head + spoken, normalize=False, max_tokens=max_tokens), rate))
     if not any(isinstance(item, Run) for item in script):
         raise TextError("text has nothing to speak after normalisation")
     return script

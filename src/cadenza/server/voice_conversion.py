@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from cadenza.api.voice_conversion import SOURCE_WORDING, renders_whole
-from cadenza.errors import AudioError, TextError, UnknownSpeakerError
+from cadenza.errors import AudioError, InputError, TextError, UnknownSpeakerError
 from cadenza.server.audio_response import Finish, StreamingAudio, audio_body, first_step, whole_response
 from cadenza.server.encoding import MEDIA_TYPES, make_encoder
 from cadenza.server.engine_stream import EngineStream
@@ -72,8 +72,8 @@ def _param_of(exc: Exception) -> str | None:
         return "audio"
     if isinstance(exc, UnknownSpeakerError):
         return "voice"
-    if isinstance(exc, TextError):
-        return "source_text"
+    if isinstance(exc, TextError) or (isinstance(exc, InputError) and "transcript" in str(exc)):
+        return "source_text"  # also a source_text that does not fit the recording
     return None
 
 
