@@ -98,6 +98,11 @@ def test_whitespace_pieces_keep_the_words_apart(tts, live):
      ([{"type": "session.config", "voice": "alice", "temperature": 1}], "temperature"),
      ([{"type": "session.config", "voice": "alice"}, {"type": "input.text", "text": 5}], "string 'text'"),
      ([{"type": "session.config", "voice": "alice"}, {"type": "dance"}], "unknown message type"),
+     ([{"type": "session.config", "voice": "alice"}, {"type": "input.text", "text": "hi", "lexicn": []}],
+      "input.text takes no field 'lexicn'"),  # was ignored, while session.config's were refused
+     ([{"type": "session.config", "voice": "alice"}, {"type": "input.text", "text": "Hi."}, {"type": "input.done",
+                                                                                             "now": True}],
+      "input.done takes no field 'now'"),
      ([{"type": "session.config", "voice": "alice"}, {"type": "input.done"}], "nothing to speak"),
      ([{"type": "session.config", "voice": "alice"}, {"type": "input.text", "text": " ?! "}, {"type": "input.done"}],
       "nothing to speak"),

@@ -77,6 +77,8 @@ from cadenza.text.ssml import looks_like_ssml
 
 log = logging.getLogger(__name__)
 WS_PATH = "/v1/audio/speech/stream"
+# The fields of each client message after session.config (an unknown one is refused, as in session.config).
+MESSAGE_KEYS = {"input.text": {"type", "text", "input_format", "lexicon"}, "input.done": {"type"}}
 
 router = APIRouter()
 
@@ -292,6 +294,10 @@ async def _run(ws: WebSocket, state: ServerState, synthesis: _Synthesis, deadlin
             kind = data["type"]
             if done:
                 raise bad_message(f"no messages are expected after input.done (got {kind!r})")
+            extra = sorted(set(data) - MESSAGE_KEYS.get(kind, set(data)))
+            if extra:  # as session.config's: a misspelt "lexicon" or "input_format" must not be silently ignored
+                raise bad_message(f"{kind} takes no field {extra[0][:40]!r} (its fields: "
+                                  f"{', '.join(sorted(MESSAGE_KEYS[kind]))})", extra[0][:40])
             if kind == "input.text":
                 text = data.get("text")
                 if not isinstance(text, str):
