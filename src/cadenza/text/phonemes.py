@@ -301,8 +301,8 @@ def check_latin_letters(text: str, language: str) -> None:
     if i is not None:
         c = text[i]
         raise TextError(f"this model reads {language} (Latin letters); {c!r} ({unicodedata.name(c, 'unnamed')}) at "
-                            f"character {i} of {text[:60]!r} is another script: use a model for its language "
-                            "(e.g. CosyVoice2-0.5B)")
+                        f"character {i} of {text[:60]!r} is another script: use a model for its language "
+                        "(e.g. CosyVoice2-0.5B)")
 
 
 # Emoji and pictographs (with their joiners, variation selectors, keycaps, skin tones and flag tags): espeak-ng reads
