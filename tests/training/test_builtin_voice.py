@@ -158,3 +158,20 @@ def test_assemble_refuses_bad_arguments(prepared: Path, tmp_path: Path, capsys):
         from cadenza.training.export import assemble_model_dir
 
         assemble_model_dir(tmp_path / "missing", out=tmp_path / "n", base="cadenza-tiny")
+
+
+def test_assemble_refuses_a_run_that_gives_nothing(tmp_path: Path):
+    """A run stopped before its export (checkpoints only), its checkpoints folder, or an empty folder: refused naming
+    it and what to do, where it was assembled with the base's weights in its place ("its nothing fine-tuned")."""
+    from cadenza.training.export import assemble_model_dir
+
+    stopped = tmp_path / "runs" / "flow"
+    (stopped / "checkpoints").mkdir(parents=True)
+    (stopped / "checkpoints" / "step_4.pt").write_bytes(b"x")
+    empty = tmp_path / "runs" / "empty"
+    empty.mkdir()
+    for run, says in ((stopped, "the run stopped before its export"),
+                      (stopped / "checkpoints", "give the run folder"), (empty, "holds no component")):
+        with pytest.raises(InputError, match=says):
+            assemble_model_dir(run, out=tmp_path / "model", base="cadenza-tiny", verify=False)
+        assert not (tmp_path / "model").exists()

@@ -82,6 +82,22 @@ def _check_native_frontend(chosen: dict[str, Path | None], cfg: CosyVoice2Config
         raise InputError(f"unreadable trained frontend model: {exc}") from exc
 
 
+def _check_contributes(run: Path) -> None:
+    """An ``InputError`` for a stage folder with nothing to give (a run stopped before its export, its checkpoints
+    folder, an empty folder): assembled anyway, the model would speak with the base's weights in its place."""
+    files = (*COMPONENTS, *FRONTEND_FILES, *(n for names in NATIVE_FRONTEND.values() for n in names))
+    if any((run / n).is_file() for n in files):
+        return
+    if run.name == "checkpoints" or any(run.glob("step_*.pt")):
+        why = "is a run's checkpoints folder: give the run folder, once its training has exported"
+    elif (run / "checkpoints").is_dir():
+        why = ("holds checkpoints but no exported component: the run stopped before its export; finish it with "
+               "`cadenza train STAGE --resume --out RUN` (with the same --config and --data)")
+    else:
+        why = f"holds no component ({', '.join(files)})"
+    raise InputError(f"{run} {why}")
+
+
 def _carry_metadata(base: Path, out: Path, trained: list[Path]) -> None:
     """``base``'s ``cadenza.json`` into ``out``, named after ``out`` and saying what was fine-tuned from it (its
     ``weights_dtype`` is dropped: stage exports are float32)."""
@@ -108,6 +124,8 @@ def assemble_model_dir(*stage_dirs: str | Path, out: str | Path, base: str | Pat
     out = Path(out)
     if any(out.resolve() == d.resolve() for d in sources):
         raise InputError("the assembled folder must differ from its sources")
+    for d in sources[1 if base is not None else 0:]:
+        _check_contributes(d)
     chosen = {name: _last_with(sources, name) for name in COMPONENTS}
     missing = [n for n, d in chosen.items() if d is None]
     if missing:
