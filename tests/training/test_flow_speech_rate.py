@@ -137,3 +137,13 @@ def test_a_stage_step_on_a_mixed_batch_trains_every_row_at_its_rate(rate_corpus,
     out = stage.train_step(batch, step=0)
     assert out["frames"] == sum(frames) and np.isfinite(out["loss"])  # mask ratio 1: every frame is a loss frame
     assert any(not torch.equal(before[k], v) for k, v in stage.flow.state_dict().items())
+
+
+def test_items_outside_the_length_limits_are_said_not_silently_dropped(rate_corpus, caplog):
+    """A voice's longer recordings were skipped with an INFO line only ``-v`` shows: now a warning with the count,
+    the key and what to do."""
+    with caplog.at_level("WARNING", logger="cadenza.training.flow_stage"):
+        items = FlowItems(rate_corpus, ratio=2, min_tokens=4, max_tokens=20)
+    assert len(items) < 3
+    assert "longer than flow.max_tokens (20 speech tokens) and are skipped: raise flow.max_tokens" in caplog.text
+    assert "of 3 items" in caplog.text

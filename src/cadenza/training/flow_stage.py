@@ -107,18 +107,25 @@ class FlowItems(Dataset):
         self.ratio = ratio
         self.keep = []
         self.rates: dict[int, float] = {}
+        short = long = 0
         for i in range(len(self.base)):
             shapes = self.base.shapes(i)
             rate = float(self.base.field(i, "speech_rate").reshape(-1)[0]) if "speech_rate" in shapes else 1.0
             if rate != 1.0:
                 self.rates[i] = rate
             n, _ = self._lengths(shapes["speech_tokens"][0], shapes["mel"][0], rate)
+            short, long = short + (n < min_tokens), long + bool(max_tokens and n > max_tokens)
             if n >= min_tokens and (not max_tokens or n <= max_tokens):
                 self.keep.append(i)
         if not self.keep:
             raise InputError(f"no flow item of {data_dir} has between {min_tokens} and {max_tokens or 'any'} tokens")
-        if len(self.keep) < len(self.base):
-            log.info("%d items outside the flow length limits skipped", len(self.base) - len(self.keep))
+        if long:  # a voice's longer recordings: said, not silently left out of its fine-tune
+            log.warning("%d of %d items are longer than flow.max_tokens (%d speech tokens) and are skipped: raise "
+                        "flow.max_tokens to train on them (memory grows with it), or cut the recordings",
+                        long, len(self.base), max_tokens)
+        if short:
+            log.warning("%d of %d items are shorter than flow.min_tokens (%d) and are skipped", short, len(self.base),
+                        min_tokens)
 
     def __len__(self) -> int:
         return len(self.keep)

@@ -41,7 +41,8 @@ class LMItems(Dataset):
         if no_text:
             log.warning("%d items have no text_ids and no tokenizer is configured: skipped", no_text)
         if too_long:
-            log.info("%d items are empty or exceed the lm length limits: skipped", too_long)
+            log.warning("%d items are empty or exceed the lm length limits (lm.max_text_tokens / "
+                        "lm.max_speech_tokens): skipped", too_long)
         if not keep:
             raise InputError(f"no usable LM items in {data_dir}: need speech_tokens and text_ids (or model.tokenizer)")
         self.keep = keep
