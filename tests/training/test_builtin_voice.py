@@ -175,3 +175,17 @@ def test_assemble_refuses_a_run_that_gives_nothing(tmp_path: Path):
         with pytest.raises(InputError, match=says):
             assemble_model_dir(run, out=tmp_path / "model", base="cadenza-tiny", verify=False)
         assert not (tmp_path / "model").exists()
+
+
+def test_the_lm_stages_start_from_the_built_in_folder(tmp_path: Path):
+    """``model: {dir: cadenza-tiny}`` (as the voice recipes' configs say it) for the LM / DPO stages: its phoneme table
+    is the text tokenizer (it was read as BPE files and refused: "vocab.json missing"); speaker tags need BPE."""
+    from cadenza.text.phonemes import PhonemeTokenizer
+    from cadenza.training.lm_stage import LMStage
+
+    config = {"train": {"batch_size": 2, "max_steps": 1}, "model": {"dir": "cadenza-tiny"},
+              "lm": {"init_llm": "cadenza-tiny"}}
+    stage = LMStage(config, tmp_path)
+    assert isinstance(stage.tokenizer, PhonemeTokenizer) and stage.tokenizer.encode("Hello.")
+    with pytest.raises(InputError, match="this model reads phonemes: train without speaker_tags"):
+        LMStage({**config, "lm": {"speaker_tags": True}}, tmp_path)

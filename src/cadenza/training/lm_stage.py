@@ -123,10 +123,13 @@ class LMStageBase(TrainingStage):
         check_writable(self.source.config)
         self.lm_cfg = self.source.config.lm
         self.tokenizer = None
-        if self.source.tokenizer_dir is not None:
+        if self.source.tokenizer_dir is not None:  # BPE files, or a phoneme table (cadenza-tiny and its fine-tunes)
+            from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer
             from cadenza.text.qwen_tokenizer import CosyVoice2Tokenizer
 
-            self.tokenizer = CosyVoice2Tokenizer(self.source.tokenizer_dir)
+            phonemes = (self.source.tokenizer_dir / PHONEMES_FILE).is_file()
+            self.tokenizer = (PhonemeTokenizer.from_dir(self.source.tokenizer_dir) if phonemes
+                              else CosyVoice2Tokenizer(self.source.tokenizer_dir))
         self.tagger = None
         if self.cfg.speaker_tags:
             self.tagger = SpeakerTagger(self.tokenizer, self.cfg.speaker_names, self.cfg.unknown_speaker,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cadenza.errors import InputError
+from cadenza.text.phonemes import PhonemeTokenizer
 from cadenza.text.qwen_tokenizer import ENDOFPROMPT
 
 
@@ -19,6 +20,9 @@ class SpeakerTagger:
         if tokenizer is None:
             raise InputError("speaker tags need the text tokenizer: give model.tokenizer (a CosyVoice-BlankEN folder) "
                              "or model.dir with CosyVoice-BlankEN/vocab.json + merges.txt")
+        if isinstance(tokenizer, PhonemeTokenizer):
+            raise InputError("speaker tags (lm.speaker_tags) need a BPE text tokenizer with <|endofprompt|>; this "
+                             "model reads phonemes: train without speaker_tags")
         if not 0 <= unknown_probability <= 1:
             raise InputError("lm.unknown_speaker_probability must be in [0, 1]")
         self.tokenizer = tokenizer
