@@ -397,3 +397,16 @@ def test_lm_exports_its_best_heldout_evaluation(pipeline, tmp_path):
     stage._track_best(8, {"heldout_ce": 2.0})  # worse: not taken
     assert stage.best["step"] == 7
     assert all(torch.equal(stage.best["state"][k], before[k]) for k in before)
+
+
+def test_flow_data_of_another_tokenizer_is_refused_and_leaves_no_folder(pipeline, tmp_path):
+    """Speech tokens past the flow's vocabulary (data prepared with another tokenizer) were an "unexpected
+    IndexError (a bug)", a device-side assert on a GPU, and left an empty --out behind."""
+    from cadenza.errors import InputError
+
+    model = copy.deepcopy(pipeline["model_section"])
+    model["overrides"]["flow"]["vocab_size"] = model["overrides"]["llm"]["speech_token_size"] = 2  # the data: more
+    out = tmp_path / "flow"
+    with pytest.raises(InputError, match=r"speech token id \d+ outside \[0, 2\): the data does not fit the model"):
+        _run("flow", _config("flow", model), pipeline["data"], out)
+    assert not out.exists()

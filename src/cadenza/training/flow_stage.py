@@ -230,6 +230,11 @@ class FlowStage(TrainingStage):
         return res
 
     def train_step(self, batch: dict[str, Any], step: int) -> dict[str, float]:
+        vocab = self.flow_cfg.vocab_size  # checked here, on the host: on a GPU a bad id is a device-side assert
+        if batch["tokens"].numel() and not 0 <= int(batch["tokens"].min()) <= int(batch["tokens"].max()) < vocab:
+            bad = int(batch["tokens"].max()) if int(batch["tokens"].max()) >= vocab else int(batch["tokens"].min())
+            raise InputError(f"speech token id {bad} outside [0, {vocab}): the data does not fit the model (prepared "
+                             "with another speech tokenizer than the one this flow's vocab_size is for?)")
         d = {k: v.to(self.device) for k, v in self.draws(batch, step).items()}
         loss, count = self.model(
             batch["tokens"].to(self.device), batch["token_lens"].to(self.device), batch["mel"].to(self.device),

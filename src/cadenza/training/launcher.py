@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -177,11 +178,22 @@ def _run(stage_cls, config, data_dir: Path, out: Path, cfg: TrainConfig, info: D
     stage.setup(info.device, D.make_wrap(info))
     seed_everything(cfg.seed + info.rank)
     loader, sampler = _loader(stage, cfg, info)
+    created = info.is_main and not out.exists()
     if info.is_main:  # only once the config, the model and the data are known to be usable: no empty --out
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InputError(f"cannot create the output folder {out}: {exc.strerror or exc}") from exc
+    try:
+        _train(stage, stage_cls, loader, sampler, out, cfg, info, resume)
+    except BaseException:
+        # A run that failed before its first checkpoint (a batch the model cannot take, say) leaves no folder it made.
+        if created and latest_checkpoint(out) is None:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _train(stage, stage_cls, loader, sampler, out: Path, cfg: TrainConfig, info: D.DistInfo, resume: bool) -> None:
     per_epoch = len(sampler) // cfg.batch_size
     if not resume and latest_checkpoint(out) is not None:
         raise InputError(f"{out} already holds checkpoints: pass --resume to continue, or use a new --out")
