@@ -142,6 +142,19 @@ def test_resume_skips_finished_shards(tmp_path):
 
     with pytest.raises(Exception, match="different corpus"):
         prepare(corpus, "ljspeech", tmp_path / "out", shard_size=5, progress=False, f0=False)
+    # the same corpus named another way (from its folder, with a trailing slash) is the same corpus: a resume
+    import os
+
+    here = os.getcwd()
+    try:
+        os.chdir(corpus)
+        same = prepare(".", "ljspeech", tmp_path / "out", extractors=[counter], shard_size=4, progress=False, f0=False)
+    finally:
+        os.chdir(here)
+    assert same["processed_shards"] == 0 and same["skipped_shards"] == 3
+    same = prepare(f"{corpus}/", "ljspeech", tmp_path / "out", extractors=[counter], shard_size=4, progress=False,
+                   f0=False)
+    assert same["skipped_shards"] == 3
 
 
 def test_libritts_layout(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -54,10 +55,18 @@ log = logging.getLogger(__name__)
 FINGERPRINT_FILE = "corpus.json"
 
 
-def _fingerprint(items: Sequence[CorpusItem], shard_size: int) -> str:
+def _fingerprint(items: Sequence[CorpusItem], shard_size: int, corpus: str | Path | None) -> str:
+    """What a resume (or another part) must find the same: the items, their audio as paths inside the corpus (so the
+    same corpus named from another folder, by an absolute path or with a trailing slash is the same corpus).
+    ``corpus`` None: the audio paths as read (how folders prepared before 2026-12-08 were fingerprinted)."""
+    root = None
+    if corpus is not None:
+        path = Path(corpus).absolute()
+        root = path if path.is_dir() else path.parent
     h = hashlib.sha256(f"shard_size={shard_size}\n".encode())
     for it in items:
-        h.update(f"{it.id}\t{it.audio}\t{it.text}\t{it.speaker}\t{it.language}\n".encode())
+        audio = it.audio if root is None else os.path.relpath(Path(it.audio).absolute(), root)
+        h.update(f"{it.id}\t{audio}\t{it.text}\t{it.speaker}\t{it.language}\n".encode())
     return h.hexdigest()
 
 
@@ -192,7 +201,7 @@ def prepare(
     all_extractors = [*default_extractors(mel, wav, f0),
                       *(model_dir_extractors(model_dir) if model_dir else []), *extractors]
     fields = _check_fields(all_extractors)
-    fingerprint = _fingerprint(items, shard_size)
+    fingerprint = _fingerprint(items, shard_size, corpus)
     # Limits and mel settings decide which items a shard holds and what is in it: a resume must use the same.
     settings = json.loads(json.dumps({"limits": asdict(limits), "mel": asdict(mel)}))  # as stored: lists, not tuples
     fp_path = out / FINGERPRINT_FILE
@@ -204,7 +213,8 @@ def prepare(
         except (OSError, ValueError) as exc:
             raise InputError(f"{fp_path} is unreadable ({exc}): {out} is not a folder this command wrote; "
                              "use a new --out folder (or delete it)") from exc
-        if (old.get("fingerprint") != fingerprint or old.get("fields") != fields
+        if (old.get("fingerprint") not in (fingerprint, _fingerprint(items, shard_size, None))
+                or old.get("fields") != fields
                 or old.get("settings", settings) != settings):
             raise InputError(f"{out} was prepared from a different corpus, shard size, feature set or limits; "
                              "use a new --out folder (or delete it)")
