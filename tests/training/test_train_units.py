@@ -396,3 +396,26 @@ def test_stages_are_registered_by_name_not_found_by_file_prefix(monkeypatch):
         get_stage("nothing_here")
     with pytest.raises(InputError, match="not a dotted module name"):
         registry.register_stage_module("mine", "../evil")
+
+
+def test_a_manifest_with_unreadable_audio_is_refused_before_training(tmp_path):
+    """A missing or undecodable clip in a manifest stopped the run when the sampler reached it (and again on resume):
+    refused when the source opens, naming the files."""
+    import json
+
+    import numpy as np
+    import soundfile as sf
+
+    from cadenza.errors import InputError
+    from cadenza.training.wav_manifest import open_utterances
+
+    (tmp_path / "wavs").mkdir()
+    sf.write(tmp_path / "wavs" / "a.wav", np.zeros(16000, np.float32) + 0.1, 16000)
+    (tmp_path / "wavs" / "bad.wav").write_bytes(b"RIFF not audio")
+    rows = [{"audio": "wavs/a.wav", "text": "a"}, {"audio": "wavs/gone.wav", "text": "b"},
+            {"audio": "wavs/bad.wav", "text": "c"}]
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=r"2 of 3 audio files cannot be read \(.*gone.wav.*bad.wav"):
+        open_utterances(tmp_path, "manifest")
+    (tmp_path / "manifest.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert len(open_utterances(tmp_path, "manifest")) == 1

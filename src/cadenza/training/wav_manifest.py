@@ -94,6 +94,30 @@ class ManifestSource:
                                             speaker=_none_if_empty(row.get("speaker"))))
         if not self._meta:
             raise InputError(f"{path} lists no utterances")
+        self._check_readable(path)
+
+    def _check_readable(self, path: Path) -> None:
+        """Refuse now a manifest whose audio cannot be read (a missing or undecodable file stopped the run when the
+        sampler reached it, with the work since the last checkpoint lost, and again on resume): each file's header
+        (libsndfile), or a decode where only FFmpeg reads it (m4a, WebM)."""
+        import soundfile as sf
+
+        from cadenza.audio.io import decode_audio
+        from cadenza.errors import AudioError
+
+        bad = []
+        for audio in self._audio:
+            try:
+                sf.info(str(audio))
+            except (sf.LibsndfileError, RuntimeError, OSError, ValueError):
+                try:
+                    decode_audio(audio, None)
+                except AudioError as exc:
+                    bad.append(str(exc))
+        if bad:
+            raise InputError(f"{path}: {len(bad)} of {len(self._audio)} audio files cannot be read ("
+                             f"{'; '.join(b[:160] for b in bad[:3])}{' ...' if len(bad) > 3 else ''}): fix or drop "
+                             "those lines (`cadenza data prepare` checks each clip and lists the rejected ones)")
 
     def __len__(self) -> int:
         return len(self._meta)
