@@ -285,3 +285,15 @@ def test_model_folder_fills_tokens_embeddings_and_text_ids(cv2_dir, tmp_path):
     from cadenza.text.qwen_tokenizer import CosyVoice2Tokenizer
 
     assert item["text_ids"].tolist() == CosyVoice2Tokenizer(model / "CosyVoice-BlankEN").encode(item["text"])
+
+
+def test_a_missing_field_says_how_to_get_it(tmp_path):
+    """A corpus prepared with --no-wav has no waveform for the HiFT stage: the error says to prepare without it (it
+    said --model or `cadenza data extract`, which add no waveform)."""
+    corpus = tmp_path / "LJSpeech-1.1"
+    _ljspeech(corpus)
+    prepare(corpus, "ljspeech", tmp_path / "out", wav=False, f0=False, progress=False)
+    with pytest.raises(InputError, match="none has \\['wav'\\]\\); .*ran with --no-wav: prepare again without it"):
+        ShardDataset(tmp_path / "out", ("wav",))
+    with pytest.raises(InputError, match="none has \\['speech_tokens'\\]\\); prepare with --model"):
+        ShardDataset(tmp_path / "out", ("speech_tokens",))

@@ -70,8 +70,13 @@ class ShardDataset(Dataset):
         self.entries = [e for e in entries if all(f in self._where.get((int(e["shard"]), e["key"]), {}) for f in fields)]
         dropped = len(entries) - len(self.entries)
         if not self.entries:
-            raise InputError(f"no item of {self.data_dir} has all of the fields {list(fields)}; "
-                             "prepare with --model or add them with `cadenza data extract`")
+            stored = set().union(*self._where.values()) if self._where else set()
+            missing = [f for f in fields if f not in stored]
+            hint = ("the waveform is stored unless `cadenza data prepare` ran with --no-wav: prepare again without it"
+                    if missing == ["wav"] else
+                    "prepare with --model or add them with `cadenza data extract`")
+            raise InputError(f"no item of {self.data_dir} has all of the fields {list(fields)}"
+                             f"{f' (none has {missing})' if missing else ''}; {hint}")
         if dropped:
             log.warning("%s: %d of %d items lack one of %s and are skipped", self.data_dir, dropped, len(entries),
                         list(fields))
