@@ -141,6 +141,19 @@ def test_resume_continues_the_same_loss_curve(stage, data, full_runs, tmp_path):
         assert abs(got["loss"] - want["loss"]) <= 1e-6, (got["step"], got["loss"], want["loss"])
 
 
+def test_resume_on_other_data_is_said(data, tmp_path, caplog):
+    """The checkpoint names the data it trained on; a resume that reads another folder warns (it went on silently,
+    no longer continuing the same epochs)."""
+    out = tmp_path / "lm"
+    _train("lm", data["lm"], out, max_steps=2)
+    assert load_checkpoint(list_checkpoints(out)[-1][1])["data"] == str(Path(data["lm"]).resolve())
+    other = tmp_path / "other"
+    shutil.copytree(data["lm"], other)
+    with caplog.at_level("WARNING", logger="cadenza.training.launcher"):
+        _train("lm", other, out, max_steps=3, resume=True)
+    assert f"this run reads {other.resolve()}" in caplog.text
+
+
 def test_fresh_run_refuses_a_folder_with_checkpoints(data, full_runs):
     with pytest.raises(InputError, match="--resume"):
         _train("lm", data["lm"], full_runs["lm"], max_steps=STEPS)

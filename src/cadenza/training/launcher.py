@@ -97,7 +97,7 @@ def _checkpoint(out: Path, stage: TrainingStage, step: int, cfg: TrainConfig, in
     state = stage.state_dict() if info.is_main or stage.collective_state else None
     if info.is_main:
         payload = {"stage": stage.name, "world_size": info.world_size, "train": cfg.to_dict(),
-                   "state": state, "rng": states}
+                   "state": state, "rng": states, "data": str(Path(stage.data_dir).resolve())}
         save_checkpoint(out, step, payload, keep=cfg.keep_checkpoints)
     D.barrier()
 
@@ -110,6 +110,10 @@ def _resume(out: Path, stage: TrainingStage, info: D.DistInfo) -> int:
     ckpt = load_checkpoint(path)
     if ckpt.get("stage") != stage.name:
         raise InputError(f"{path} is a checkpoint of stage {ckpt.get('stage')!r}, not {stage.name!r}")
+    trained_on, data = ckpt.get("data"), str(Path(stage.data_dir).resolve())
+    if isinstance(trained_on, str) and trained_on != data:  # a moved corpus is fine; another one breaks the data order
+        log.warning("--resume: %s was written training on %s, and this run reads %s: if that is other data, the "
+                    "resumed run does not continue the same epochs (start a new --out instead)", path, trained_on, data)
     hint = "delete it to resume from the one before" if len(list_checkpoints(out)) > 1 else "start a new --out"
     if not isinstance(ckpt["state"], dict):
         raise CheckpointError(f"{path}: its 'state' is a {type(ckpt['state']).__name__}, not a mapping ({hint})")
