@@ -168,6 +168,11 @@ def test_libritts_layout(tmp_path):
             _write(wav, _speech(1.3, sr, 140, j), sr)
             wav.with_suffix(".normalized.txt").write_text(TEXT.format(j), encoding="utf-8")
             expected[uid] = "ok"
+    flac = root / "26" / "199" / "26_199_000000_000000.flac"  # LibriSpeech-style trees keep FLAC (was skipped unsaid)
+    flac.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(flac, _speech(1.3, sr, 140, 5), sr)
+    flac.with_suffix(".normalized.txt").write_text(TEXT.format(5), encoding="utf-8")
+    expected[flac.stem] = "ok"
     orphan = root / "26" / "198" / "26_198_000009_000000.wav"
     _write(orphan, _speech(1.3, sr, 140, 9), sr)  # no transcript
     expected[orphan.stem] = "corpus"

@@ -4,7 +4,7 @@ Layouts:
 
 * ``ljspeech``: ``DIR/metadata.csv`` with ``id|raw text|normalized text`` lines (normalized text preferred), audio
   in ``DIR/wavs/<id>.wav``; one speaker (``LJ``), English.
-* ``libritts``: ``.../<speaker>/<chapter>/<utt>.wav`` with ``<utt>.normalized.txt`` (else ``<utt>.original.txt``)
+* ``libritts``: ``.../<speaker>/<chapter>/<utt>.wav`` (or ``.flac``) with ``<utt>.normalized.txt`` (else ``<utt>.original.txt``)
   next to it, anywhere below DIR (a subset folder or the whole corpus); English.
 * ``jsonl``: a file (or ``DIR/manifest.jsonl``) with one object per line: ``audio`` (path, relative to the file's
   folder unless absolute; ``audio_path``/``wav`` also accepted), ``text``, optional ``speaker``, ``language``, ``id``.
@@ -139,11 +139,14 @@ def _ljspeech(root: Path) -> tuple[list[CorpusItem], list[Rejection]]:
     return items, rejected
 
 
+LIBRITTS_AUDIO = (".wav", ".flac")  # LibriTTS ships WAV; LibriSpeech-style trees converted to it keep FLAC
+
+
 def _libritts(root: Path) -> tuple[list[CorpusItem], list[Rejection]]:
     if not root.is_dir():
         raise InputError(f"LibriTTS layout needs a folder of <speaker>/<chapter>/*.wav, got {root}")
     items, rejected = [], []
-    for wav in sorted(root.rglob("*.wav")):
+    for wav in sorted(p for p in root.rglob("*") if p.suffix.lower() in LIBRITTS_AUDIO and p.is_file()):
         uid = wav.stem
         parts = wav.relative_to(root).parts
         speaker = parts[-3] if len(parts) >= 3 else (uid.split("_")[0] if "_" in uid else "")
