@@ -419,3 +419,13 @@ def test_a_manifest_with_unreadable_audio_is_refused_before_training(tmp_path):
         open_utterances(tmp_path, "manifest")
     (tmp_path / "manifest.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert len(open_utterances(tmp_path, "manifest")) == 1
+
+
+def test_an_init_path_that_is_not_there_names_its_key():
+    """``init_flow: cadenza-tinyy`` said "cadenza-tinyy not found: cadenza-tinyy", naming no key."""
+    from cadenza.errors import InputError
+    from cadenza.training.init_weights import component_file
+
+    with pytest.raises(InputError, match="^flow.init_flow: 'cadenza-tinyy' is neither a model folder holding flow.pt"):
+        component_file("cadenza-tinyy", "flow.pt", "flow.init_flow")
+    assert component_file("cadenza-tiny", "hift.pt").name == "hift.pt"

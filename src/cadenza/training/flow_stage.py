@@ -162,7 +162,8 @@ class FlowStage(TrainingStage):
         self.device = device
         flow = TokenToMelFlow(self.flow_cfg)
         if self.cfg.init_flow:
-            load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit + self.cfg.init_grown)
+            load_component(flow, self.cfg.init_flow, "flow.pt", self.cfg.init_reinit + self.cfg.init_grown,
+                           "flow.init_flow")
             if self.cfg.init_grown:
                 log.info("%d new blocks start as the identity", start_as_identity(flow, self.cfg.init_grown))
         if self.cfg.freeze:

@@ -56,7 +56,6 @@ import torch
 from torch import nn
 
 from cadenza.audio.mel import flow_prompt_mel
-from cadenza.builtin import local_model_path
 from cadenza.engine.precision import detect_cpu
 from cadenza.errors import InputError
 from cadenza.loading import read_torch_state_dict
@@ -82,6 +81,7 @@ from cadenza.training.hift.losses import (
 from cadenza.training.hift.phone_loss import PhoneLoss
 from cadenza.training.hift.upsampler_phases import even_upsample_gain, phase_gain_imbalance
 from cadenza.training.hift.weight_norm_io import apply_weight_norm, release_state_dict
+from cadenza.training.init_weights import component_file
 from cadenza.training.model_files import check_writable, resolve_model, write_model_config
 from cadenza.training.optim import Optimization
 from cadenza.training.parameter_average import ParameterAverage
@@ -271,8 +271,7 @@ class HiFTStage(TrainingStage):
         """The generator as trained: from ``init_hift`` if given, weight-normalised if configured."""
         generator = HiFTGenerator(self.model_cfg)
         if self.cfg.init_hift:
-            path = local_model_path(self.cfg.init_hift)  # "cadenza-tiny": the built-in folder
-            state = read_torch_state_dict(path / EXPORT_NAME if path.is_dir() else path)
+            state = read_torch_state_dict(component_file(self.cfg.init_hift, EXPORT_NAME, "hift.init_hift"))
             if self.cfg.source_mix is not None:  # reset below anyway
                 state = with_source_mix_of(state, generator)
             generator.load_reference_state_dict(state)

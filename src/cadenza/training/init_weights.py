@@ -19,25 +19,32 @@ from safetensors.torch import load_file
 from torch import nn
 
 from cadenza.builtin import local_model_path
-from cadenza.errors import CheckpointError
+from cadenza.errors import CheckpointError, InputError
 from cadenza.loading import load_into, read_torch_state_dict
 from cadenza.models.cosyvoice2.loader import LM_IGNORED_KEYS
 
 QWEN_BODY_PREFIX = "llm.model."  # TextSpeechLM key = this + HF Qwen2ForCausalLM key ("model.layers.0....")
 
 
-def _component_file(path: str | Path, name: str) -> Path:
+def component_file(path: str | Path, name: str, key: str = "init") -> Path:
+    """The ``name`` file (``flow.pt``, ...) a config's ``key`` (``flow.init_flow``) names: a model folder holding it,
+    ``cadenza-tiny`` (the built-in one), or the file itself; an ``InputError`` naming the key when there is none."""
     p = local_model_path(path)  # "cadenza-tiny": the built-in folder
-    return p / name if p.is_dir() else p
+    file = p / name if p.is_dir() else p
+    if not file.is_file():
+        raise InputError(f"{key}: {str(path)[:200]!r} is neither a model folder holding {name} nor a {name} file "
+                         "(the built-in model is 'cadenza-tiny')")
+    return file
 
 
-def load_component(module: nn.Module, path: str | Path, name: str, reinit: Sequence[str] = ()) -> Path:
+def load_component(module: nn.Module, path: str | Path, name: str, reinit: Sequence[str] = (),
+                   key: str = "init") -> Path:
     """Load ``name`` (``llm.pt`` / ``flow.pt``) from a file or a model directory into ``module``, strictly.
 
     ``reinit``: key prefixes (e.g. ``input_embedding.`` when the speech vocabulary changed) whose tensors keep the
-    module's fresh initialisation; every other key must still match exactly.
+    module's fresh initialisation; every other key must still match exactly. ``key``: the config key, for errors.
     """
-    file = _component_file(path, name)
+    file = component_file(path, name, key)
     ignore = LM_IGNORED_KEYS if name == "llm.pt" else ()
     state = read_torch_state_dict(file)
     if reinit:

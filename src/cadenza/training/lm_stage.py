@@ -138,7 +138,7 @@ class LMStageBase(TrainingStage):
     def build_lm(self) -> TextSpeechLM:
         lm = TextSpeechLM(self.lm_cfg)
         if self.cfg.init_llm:
-            load_component(lm, self.cfg.init_llm, "llm.pt", self.cfg.init_reinit)
+            load_component(lm, self.cfg.init_llm, "llm.pt", self.cfg.init_reinit, f"{self.section}.init_llm")
         if self.cfg.init_qwen:
             load_qwen_body(lm, self.cfg.init_qwen)
         return lm
