@@ -124,6 +124,13 @@ def _check_pieces(vx2, text: str, reference) -> None:
     np.testing.assert_allclose(designed, vx2.synthesize("(A calm man)Hello there.", seed=5).samples, atol=1e-5)
 
 
+def test_a_seed_near_the_top_speaks_every_sentence_of_pieces(vx2):
+    """Sentence k of text pieces uses seed + 1000 k: near 2**63 the second sentence's seed was refused half-way
+    through the stream; it wraps into [0, 2**63) now."""
+    chunks = list(vx2.synthesize_stream(iter(["Hello there. ", "Good bye now."]), seed=2**63 - 1000))
+    assert sum(c.size for c in chunks) > 0
+
+
 def test_bad_text_pieces_get_specific_errors(vx2):
     with pytest.raises(InputError, match="cfg_value cannot be set for text that arrives in pieces"):
         list(vx2.synthesize_stream(_pieces("Hello there."), cfg_value=3.0))

@@ -30,3 +30,12 @@ def test_tags_are_dropped_and_a_piece_of_only_tags_is_skipped(tiny):
     assert not tiny.speakable("[laughter] <strong></strong>") and tiny.speakable("[laughter] Ha.")
     with pytest.raises(TextError, match="nothing to speak"):
         tiny.synthesize("[laughter]")
+
+
+
+def test_seeds_of_later_requests_wrap_into_the_allowed_range():
+    """Sentence k of a text stream uses seed + 1000 k, segment k seed + k: wrapped into [0, 2**63) (VoxCPM 2's
+    stream refused its second sentence near the top: tests/api/test_api_voxcpm2.py), low seeds unchanged."""
+    from cadenza.api.arguments import MAX_SEED, seed_at
+
+    assert seed_at(5, 1000) == 1005 and seed_at(MAX_SEED - 999, 1000) == 0 and seed_at(None, 3) is None

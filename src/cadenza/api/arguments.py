@@ -69,6 +69,12 @@ def check_seed(seed: object) -> int | None:
     return int(seed)
 
 
+def seed_at(seed: int | None, offset: int) -> int | None:
+    """The seed of the ``offset``-th request of a text spoken with ``seed`` (a segment, a sentence), wrapped into
+    [0, 2**63) as ``check_seed`` allows: a seed near the top must not fail half-way through a text. None: None."""
+    return None if seed is None else (seed + offset) % (MAX_SEED + 1)
+
+
 def check_speaker(speaker: object, known: Container[str]) -> str:
     """A speaker argument: a non-empty string of sane characters, and not longer than any saved name unless
     ``known`` (the saved speakers) has it."""

@@ -28,6 +28,7 @@ from cadenza.api.arguments import (
     check_text_arg,
     reference_as_prompt,
     refuse_unknown,
+    seed_at,
 )
 from cadenza.api.audio import Audio, PromptAudio, read_prompt_audio
 from cadenza.api.cosyvoice2_text_stream import cosyvoice2_text_stream
@@ -200,15 +201,14 @@ class Cadenza:
             mode = "zero_shot" if transcript_given else "cross_lingual"
             lm_text = voice.prompt_text if lm_text is None else lm_text
             lm_speech = voice.flow_prompt_speech if transcript_given else None
+        elif transcript_given:
+            raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
+        elif self.default_speaker is not None:
+            voice, mode = eng.speakers.get(self.default_speaker), "speaker"
+            lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
         else:
-            if transcript_given:
-                raise InputError("prompt_text needs prompt_wav (the recording it transcribes)")
-            if self.default_speaker is not None:
-                voice, mode = eng.speakers.get(self.default_speaker), "speaker"
-                lm_text, lm_speech = voice.prompt_text, voice.llm_prompt_speech
-            else:
-                voice, mode, lm_speech = None, "default_voice", None
-                log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
+            voice, mode, lm_speech = None, "default_voice", None
+            log.warning("no voice given (prompt_wav or speaker): using an arbitrary voice")
         return (voice, *self._lm_conditioning(mode, lm_text, lm_speech, instruct))
 
     def _lm_conditioning(self, mode: str, lm_text, lm_speech, instruct: str | None):
@@ -452,7 +452,7 @@ class Cadenza:
             ids = eng.frontend.text_ids(segment)
             n_text += ids.shape[1]
             requests.append(eng.build(text_ids=ids, voice=prompt, mode=mode, lm_prompt_text=lm_text,
-                                      lm_prompt_speech=lm_speech, seed=None if seed is None else seed + i,
+                                      lm_prompt_speech=lm_speech, seed=seed_at(seed, i),
                                       speed=speed))
         return Plan(requests, n_text)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cadenza.api.arguments import seed_at
 from cadenza.engine.cosyvoice2 import CosyVoice2Engine
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.text_stream import SentenceTextStream, TokenTextStream
@@ -29,10 +30,10 @@ def cosyvoice2_text_stream(engine: CosyVoice2Engine, segments: Callable[[str], l
     def make(text: str, index: int) -> list[SynthesisRequest]:
         if not engine.frontend.speakable(text):
             return []
-        first = None if seed is None else seed + 1000 * index
+        first = seed_at(seed, 1000 * index)
         return [engine.build(text_ids=engine.frontend.text_ids(segment), voice=voice, mode=mode,
                              lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                             seed=None if first is None else first + k, speed=speed)
+                             seed=seed_at(first, k), speed=speed)
                 for k, segment in enumerate(segments(text))]
 
     return SentenceTextStream(engine.scheduler.submit, make)

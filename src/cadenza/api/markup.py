@@ -30,6 +30,7 @@ from cadenza.api.arguments import (
     check_text_arg,
     reference_as_prompt,
     refuse_unknown,
+    seed_at,
 )
 from cadenza.engine.long_form import iterate_segments, stream_segments
 from cadenza.engine.silence import Silence, marked_chunks, with_silences
@@ -159,7 +160,7 @@ def plan_script(tts, script: Script, voice, *, instructions: str | None = None, 
         if isinstance(item, Pause):
             items.append(Silence(item.samples(tts.sample_rate)))
             continue
-        plan = tts.plan(item.segments, voice, instructions=instructions, seed=None if seed is None else seed + k,
+        plan = tts.plan(item.segments, voice, instructions=instructions, seed=seed_at(seed, k),
                         speed=item.speed, **options)
         items += plan.requests
         n_text += plan.text_tokens
@@ -290,7 +291,7 @@ def _cosyvoice2_requests(tts, script: Script, *, seed=None, prompt_wav=None, pro
         for segment in item.segments:
             items.append(eng.build(text_ids=eng.frontend.text_ids(segment), voice=voice, mode=mode,
                                    lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                                   seed=None if seed is None else seed + k, speed=item.speed))
+                                   seed=seed_at(seed, k), speed=item.speed))
             k += 1
     return items
 

@@ -9,7 +9,14 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from cadenza.api import markup
-from cadenza.api.arguments import SYNTHESIS_ARGUMENTS, check_flag, check_speed, reference_as_prompt, refuse_unknown
+from cadenza.api.arguments import (
+    SYNTHESIS_ARGUMENTS,
+    check_flag,
+    check_speed,
+    reference_as_prompt,
+    refuse_unknown,
+    seed_at,
+)
 from cadenza.engine.long_form import stream_planned
 from cadenza.engine.request import SynthesisRequest
 from cadenza.engine.silence import marked_chunks, with_silences
@@ -53,7 +60,7 @@ def request_batches(tts, text: str | None = None, *, block_chars: int | None = N
                    for block in blocks)
     for ids in batches:
         yield [eng.build(text_ids=t, voice=voice, mode=mode, lm_prompt_text=lm_text, lm_prompt_speech=lm_speech,
-                         seed=None if seed is None else seed + k + j, speed=speed) for j, t in enumerate(ids)]
+                         seed=seed_at(seed, k + j), speed=speed) for j, t in enumerate(ids)]
         k += len(ids)
 
 

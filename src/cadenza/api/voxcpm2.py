@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from cadenza.api import markup
-from cadenza.api.arguments import MAX_INSTRUCTIONS_CHARS, check_prompt_text, check_seed, check_speed, check_text_arg
+from cadenza.api.arguments import (
+    MAX_INSTRUCTIONS_CHARS,
+    check_prompt_text,
+    check_seed,
+    check_speed,
+    check_text_arg,
+    seed_at,
+)
 from cadenza.api.audio import Audio
 from cadenza.api.protocol import Capabilities, Plan
 from cadenza.api.request_batches import LAZY_PLAN_CHARS, stream_long_text_voxcpm2
@@ -336,7 +343,7 @@ class VoxCPM2:
             if not is_speakable(split_description(text)[1]):
                 return []
             segments = self.segments(text)
-            first = None if seed is None else seed + 1000 * index
+            first = seed_at(seed, 1000 * index)
             return self.plan(segments, voice, instructions=instructions, seed=first, lora=lora, speed=speed).requests
 
         return SentenceTextStream(self.submit, make)
