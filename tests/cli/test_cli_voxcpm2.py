@@ -20,13 +20,14 @@ def _cadenza(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def cli(monkeypatch, capsys):
-    """``cli(*argv)`` -> ``(returncode, stderr)`` of ``cadenza`` run in this process (no default voice store)."""
+    """``cli(*argv)`` -> ``returncode``, ``stdout``, ``stderr`` of ``cadenza`` run in this process (no default voice
+    store)."""
     monkeypatch.delenv("CADENZA_VOICES_DIR", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", "/nonexistent-cadenza-test")
 
     def run(*argv: str) -> SimpleNamespace:
-        code, _, err = run_cli(capsys, *argv)
-        return SimpleNamespace(returncode=code, stderr=err)
+        code, out, err = run_cli(capsys, *argv)
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
     return run
 
@@ -45,6 +46,17 @@ def test_synth_design_and_clone(vx2_model_dir, tmp_path, cli):
         assert proc.returncode == 0, (name, proc.stderr)
         info = sf.info(out)
         assert info.samplerate == 48000 and info.frames > 0, name
+
+
+def test_speakers_lists_a_voxcpm2_model_s_saved_voices(vx2_model_dir, tmp_path, cli):
+    """``cadenza speakers --model VX2`` crashed (the family has no speakers of its own): it lists the saved voices."""
+    ref = vx2_model_dir.parent / "wavs" / "ref_16k.wav"
+    consent = "I am the speaker in this recording and I agree to it being used."
+    made = cli("voices", "--voices-dir", str(tmp_path / "v"), "add", "ada", "--audio", str(ref), "--consent", consent,
+               "--model", str(vx2_model_dir))
+    assert made.returncode == 0, made.stderr
+    listed = cli("speakers", "--model", str(vx2_model_dir), "--voices-dir", str(tmp_path / "v"))
+    assert listed.returncode == 0 and listed.stdout.split() == ["ada"], listed.stderr
 
 
 def test_family_specific_errors(vx2_model_dir, cv2_dir, tmp_path, cli):

@@ -110,3 +110,20 @@ def test_the_engine_reports_its_requests(model_dir, release_idle_memory):
 def _prompt():
     t = np.arange(32000) / 16000
     return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000
+
+
+def test_no_trim_runs_once_stopped():
+    """``stop`` (registered at interpreter exit): a trim pending or asked for later never runs."""
+    import time
+
+    from cadenza.engine.idle_memory import IdleMemoryRelease
+
+    calls = []
+    release = IdleMemoryRelease(lambda: calls.append(1), delay_s=0.05)
+    release.busy()
+    release.idle()  # a trim pending, its quiet spell running
+    release.stop()
+    release.busy()
+    release.idle()
+    time.sleep(0.3)
+    assert calls == [] and release.trims == 0 and not release.enabled

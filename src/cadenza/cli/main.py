@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_LOADED: list = []  # the models this command loaded (``_load``), closed before it returns
+
+
 def _load(args):
     from cadenza.api import load
     from cadenza.builtin import resolve_model_path
@@ -184,8 +187,9 @@ def _load(args):
     mark = watermark_argument(args)  # the flags exist on the commands that speak
     speed_method = speed_method_argument(args)  # --speed-method and --first-hop exist on `synth` only
     first_hop = first_hop_argument(args, model)
-    return load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark, **speed_method,
-                **first_hop)
+    tts = load(model, device=args.device, voices_dir=voices, **precision, **lora, **mark, **speed_method, **first_hop)
+    _LOADED.append(tts)  # closed by main(): engine threads left running at exit could abort it (exit 134)
+    return tts
 
 
 def _save(audio, output: str) -> None:
@@ -422,7 +426,7 @@ def _speakers(args) -> None:
         print(f"saved speaker {args.add!r}", file=sys.stderr)
     store = getattr(tts, "voices", None)  # the saved voices of this model's family too (`cadenza voices add`)
     saved = [r.name for r in store.list() if r.family == tts.family] if store is not None else []
-    for speaker in [*tts.speakers, *saved]:
+    for speaker in [*getattr(tts, "speakers", ()), *saved]:  # VoxCPM 2 ships no speakers: its saved voices only
         print(speaker)
 
 
@@ -432,7 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     command = {"synth": _synth, "design": _design, "clone": _clone, "vc": _vc, "speakers": _speakers,
                "serve": run_serve, "voices": run_voices, "train": run_train, "assemble": run_assemble, "data": run_data, "eval": run_eval,
                "detect": run_detect}[args.command]
-    return report_errors(lambda: command(args), verbose=args.verbose, unwind_on_sigterm=args.command != "train")
+    try:
+        return report_errors(lambda: command(args), verbose=args.verbose, unwind_on_sigterm=args.command != "train")
+    finally:
+        while _LOADED:
+            _LOADED.pop().close()
 
 
 if __name__ == "__main__":

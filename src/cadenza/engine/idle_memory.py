@@ -15,6 +15,7 @@ trim runs when the process-wide count of busy engines falls to zero and stays th
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import logging
@@ -69,6 +70,13 @@ class IdleMemoryRelease:
                     self._thread.start()
                 self._cond.notify_all()
 
+    def stop(self) -> None:
+        """No trim from now on: called at interpreter exit, where a trim racing the runtime's own teardown was the
+        suspect of a CLI that sometimes aborted (exit 134) after writing its file."""
+        with self._cond:
+            self._trim, self._pending = None, False
+            self._cond.notify_all()
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -78,10 +86,11 @@ class IdleMemoryRelease:
                 start = self._generation
                 # the quiet spell: a request that starts meanwhile calls this trim off (the next idle() sets another)
                 self._cond.wait_for(lambda start=start: self._generation != start, timeout=self.delay_s)
-                if self._generation != start or self._busy:
+                if self._generation != start or self._busy or self._trim is None:
                     continue
+                trim = self._trim
             try:  # outside the lock: a request starting now only meets glibc's own arena locks
-                self._trim()
+                trim()
                 self.trims += 1
             except Exception:  # never let housekeeping take a worker down
                 log.exception("releasing free heap memory failed")
@@ -89,3 +98,4 @@ class IdleMemoryRelease:
 
 # One per process: the heap is the process's, whichever engine freed the memory.
 RELEASE = IdleMemoryRelease(_glibc_trim())
+atexit.register(RELEASE.stop)
