@@ -25,6 +25,11 @@ def _family_of(directory: Path) -> Family:
                 return family
     except OSError as exc:  # a path the OS refuses outright (name too long, no permission)
         raise CheckpointError(f"cannot open model directory {str(directory)[:200]!r}: {exc.strerror or exc}") from exc
+    from cadenza.models.voxcpm2.loader import config_problem
+
+    problem = config_problem(directory)  # a VoxCPM 2 folder with a bad config.json: say that, not CosyVoice 2's files
+    if problem is not None:
+        raise CheckpointError(problem)
     inspect_directory(directory)  # raises, listing what a CosyVoice 2 directory (the default family) lacks
     raise CheckpointError(f"{directory} is not a model directory of any known family "
                           f"({', '.join(f.title for f in FAMILIES)})")

@@ -96,6 +96,28 @@ def test_config_unreadable(tmp_path):
     assert not is_voxcpm2_dir(tmp_path)
 
 
+def test_a_bad_config_of_a_voxcpm2_folder_is_named_as_such(vx2_model_dir, tmp_path):
+    """A VoxCPM 2 folder whose config.json is missing, not JSON or without its architecture was reported as "not a
+    CosyVoice 2 model directory: missing llm.pt, flow.pt, hift.pt": the other family's files, not the real problem."""
+    import shutil
+
+    import cadenza
+
+    folder = tmp_path / "vx2"
+    shutil.copytree(vx2_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for content, says in (("{not json", "is not a readable JSON object"),
+                          (json.dumps({k: v for k, v in config.items() if k != "architecture"}),
+                           "names architecture None; a VoxCPM 2 folder's says \"voxcpm2\""), (None, "no config.json")):
+        if content is None:
+            (folder / "config.json").unlink()
+        else:
+            (folder / "config.json").write_text(content)
+        with pytest.raises(CheckpointError, match=says) as info:
+            cadenza.load(folder)
+        assert "llm.pt" not in str(info.value)
+
+
 # --- directory and weights ---------------------------------------------------------------------------------------
 
 def test_load_fixture_directory(vx2_model_dir):

@@ -60,6 +60,22 @@ def is_voxcpm2_dir(directory: str | Path) -> bool:
         return False
 
 
+def config_problem(directory: str | Path) -> str | None:
+    """Why a folder that holds VoxCPM 2's AudioVAE is not recognised as one (its ``config.json`` missing, not JSON,
+    or without ``"architecture": "voxcpm2"``), else None: said as such, not as the CosyVoice 2 files it lacks."""
+    directory = Path(directory)
+    if not any((directory / name).is_file() for name in AUDIO_VAE_FILES):
+        return None
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        return f"{directory} holds a VoxCPM 2 AudioVAE but no {CONFIG_FILE}"
+    try:
+        arch = json.loads(path.read_text(encoding="utf-8")).get("architecture")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"{path} is not a readable JSON object ({str(exc)[:200]}): a VoxCPM 2 folder needs it"
+    return f'{path} names architecture {arch!r}; a VoxCPM 2 folder\'s says "voxcpm2"'
+
+
 def inspect_directory(directory: str | Path) -> VoxCPM2Files:
     """Check a directory holds a VoxCPM 2 checkpoint; the error lists everything that is missing."""
     d = Path(directory).expanduser()
