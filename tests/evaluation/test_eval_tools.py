@@ -240,3 +240,16 @@ def test_eval_cli_ground_truth_scores_the_fifth_column(whisper, audio_dir, trans
     capsys.readouterr()
     assert main(["eval", "--list", str(lst), "--ground-truth", "--out", str(out)]) == 2
     assert "line 1 (gt): no target_wav" in capsys.readouterr().err
+
+
+def test_a_saved_voice_is_the_speaker_of_a_voxcpm2_evaluation_too():
+    """``cadenza eval --speaker`` on a VoxCPM 2 model was refused ("no saved speakers") although its API speaks a saved
+    voice by ``speaker=``, as ``cadenza synth --speaker`` does."""
+    from types import SimpleNamespace
+
+    from cadenza.evaluation.runner import synthesis_kwargs
+    from cadenza.evaluation.test_list import TestItem
+
+    item = TestItem(utt_id="a", prompt_text="", prompt_wav=None, target_text="Hello there.")
+    for family in ("voxcpm2", "cosyvoice2"):
+        assert synthesis_kwargs(SimpleNamespace(family=family), item, 3, "ada") == {"seed": 3, "speaker": "ada"}

@@ -163,7 +163,8 @@ def synthesis_kwargs(tts, item: TestItem, seed: int | None, speaker: str | None)
     """The voice arguments of ``tts.synthesize_stream`` for one list line (CosyVoice 2 ``Cadenza`` or ``VoxCPM2``).
 
     A prompt with transcript: zero-shot (CosyVoice 2) / continuation (VoxCPM 2); a prompt without transcript:
-    cross-lingual / reference voice; no prompt: ``speaker`` (CosyVoice 2 only), else the model's default voice.
+    cross-lingual / reference voice; no prompt: ``speaker`` (a saved speaker or voice), else the model's default
+    voice.
     """
     kwargs: dict = {"seed": seed}
     voxcpm = getattr(tts, "family", "cosyvoice2") == "voxcpm2"
@@ -173,9 +174,7 @@ def synthesis_kwargs(tts, item: TestItem, seed: int | None, speaker: str | None)
         else:
             kwargs["prompt_wav"] = str(item.prompt_wav)
             kwargs["prompt_text"] = item.prompt_text or None
-    elif speaker is not None:
-        if voxcpm:
-            raise InputError("VoxCPM 2 models have no saved speakers: give prompt wavs in the list instead")
+    elif speaker is not None:  # a saved speaker or voice (VoxCPM 2: a saved voice of the store)
         kwargs["speaker"] = speaker
     return kwargs
 
