@@ -28,6 +28,7 @@ def test_tags_are_dropped_and_a_piece_of_only_tags_is_skipped(tiny):
     with_tag = tiny.synthesize("<speak>Hi.<break time='200ms'/>[laughter]</speak>", seed=3).samples
     assert np.array_equal(with_tag, tiny.synthesize("<speak>Hi.<break time='200ms'/></speak>", seed=3).samples)
     assert not tiny.speakable("[laughter] <strong></strong>") and tiny.speakable("[laughter] Ha.")
+    assert tiny.speakable("<|ph:kədˈɛnzə|>")  # a phoneme span alone is speech (an SSML <phoneme>, a lexicon entry)
     with pytest.raises(TextError, match="nothing to speak"):
         tiny.synthesize("[laughter]")
 

@@ -149,7 +149,7 @@ def test_replicas_behind_nginx_share_the_work_voices_and_streams(cluster):
     sf.write(buf, wav, sr, format="WAV")
     r = httpx.post(f"{urls['lb']}/v1/audio/voices", timeout=60,
                    files={"audio": ("me.wav", buf.getvalue(), "audio/wav")},
-                   data={"name": "shared", "consent": CONSENT, "prompt_text": "A prompt for the shared voice."})
+                   data={"name": "shared", "consent": CONSENT, "transcript": "A prompt for the shared voice."})
     assert r.status_code == 201, r.text
     cloned = {name: speak(urls[name], voice="shared") for name in ("a", "b")}
     assert cloned["a"] == cloned["b"]

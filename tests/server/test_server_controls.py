@@ -207,6 +207,7 @@ def test_a_chunk_and_the_words_it_settled_go_out_in_one_write():
     class Stream:
         samples = 4800
         calls = 0
+        truncated = False
 
         async def map(self, step):
             Stream.calls += 1

@@ -27,6 +27,7 @@ from cadenza.errors import CheckpointError, MissingDependencyError, TextError
 from cadenza.models.cosyvoice2.config import CosyVoice2Config
 from cadenza.models.cosyvoice2.loader import QWEN_DIR, CosyVoice2Files
 from cadenza.models.cosyvoice2.speakers import SpeakerPrompt
+from cadenza.text.lexicon import PHONEME_SPAN
 from cadenza.text.markdown_stream import MarkdownStream
 from cadenza.text.phonemes import PHONEMES_FILE, PhonemeTokenizer, drop_tags
 from cadenza.text.qwen_tokenizer import ENDOFPROMPT, CosyVoice2Tokenizer
@@ -126,7 +127,9 @@ class CosyVoice2Frontend:
         """``is_speakable`` for this model: a phoneme model drops the tags it cannot perform (``[laughter]``,
         ``<strong>``: ``drop_tags``), so a text of only tags has nothing to speak there and is skipped where a text
         stream or an SSML run meets it, instead of failing as a segment with no ids."""
-        return is_speakable(drop_tags(text) if self.reads_phonemes else text)
+        if not self.reads_phonemes:
+            return is_speakable(text)
+        return PHONEME_SPAN.search(text) is not None or is_speakable(drop_tags(text))  # a phoneme span is speech
 
     @property
     def reads_phonemes(self) -> bool:
