@@ -71,7 +71,12 @@ def cli(tts, monkeypatch, capsys):
             VoiceStore(voices_dir).close()
         return tts
 
+    class KeptOpen(list):  # the CLI closes what it loaded; the shared model outlives each command
+        def append(self, item) -> None:
+            pass
+
     monkeypatch.setattr(cadenza.api, "load", load)
+    monkeypatch.setattr("cadenza.cli.main._LOADED", KeptOpen())
     monkeypatch.delenv("CADENZA_VOICES_DIR", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", "/nonexistent-cadenza-test")  # no default voice store
 

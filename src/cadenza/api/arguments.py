@@ -72,7 +72,7 @@ def check_seed(seed: object) -> int | None:
 def seed_at(seed: int | None, offset: int) -> int | None:
     """The seed of the ``offset``-th request of a text spoken with ``seed`` (a segment, a sentence), wrapped into
     [0, 2**63) as ``check_seed`` allows: a seed near the top must not fail half-way through a text. None: None."""
-    return None if seed is None else (seed + offset) % (MAX_SEED + 1)
+    return None if seed is None else (int(seed) + offset) % (MAX_SEED + 1)  # int: a numpy seed would overflow
 
 
 def check_speaker(speaker: object, known: Container[str]) -> str:
