@@ -231,9 +231,10 @@ class FlowStage(TrainingStage):
         return res
 
     def train_step(self, batch: dict[str, Any], step: int) -> dict[str, float]:
-        vocab = self.flow_cfg.vocab_size  # checked here, on the host: on a GPU a bad id is a device-side assert
-        if batch["tokens"].numel() and not 0 <= int(batch["tokens"].min()) <= int(batch["tokens"].max()) < vocab:
-            bad = int(batch["tokens"].max()) if int(batch["tokens"].max()) >= vocab else int(batch["tokens"].min())
+        vocab, tokens = self.flow_cfg.vocab_size, batch["tokens"]  # on the host: on a GPU a bad id is a device assert
+        low, high = (int(tokens.min()), int(tokens.max())) if tokens.numel() else (0, 0)
+        if low < 0 or high >= vocab:
+            bad = high if high >= vocab else low
             raise InputError(f"speech token id {bad} outside [0, {vocab}): the data does not fit the model (prepared "
                              "with another speech tokenizer than the one this flow's vocab_size is for?)")
         d = {k: v.to(self.device) for k, v in self.draws(batch, step).items()}
